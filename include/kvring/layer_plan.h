@@ -1,0 +1,597 @@
+// kvring/layer_plan.h: the per-layer capacity plan and memory accounting of a KV cache.
+// Describe each layer (LayerSpec) and the runtime (RuntimeSpec), then LayerPlan::Builder
+// computes what every layer must hold (shared/design.md section 3) and what it costs.
+// Plans only: allocates no K/V (see kv_cache.h) and uses no vector code.
+#ifndef KVRING_LAYER_PLAN_H_
+#define KVRING_LAYER_PLAN_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvring/base.h"
+#include "kvring/detail/checked_math.h"
+
+namespace kvring {
+
+// How a layer's queries see earlier positions (design section 2).
+enum class AttentionKind : uint8_t {
+  kGlobal,   // every pos <= q
+  kSliding,  // q - window < pos <= q
+  kChunked,  // pos <= q and pos / chunk == q / chunk
+};
+
+// Returns "global", "sliding" or "chunked" ("invalid" for a value outside the enum).
+inline const char* ToString(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kGlobal:
+      return "global";
+    case AttentionKind::kSliding:
+      return "sliding";
+    case AttentionKind::kChunked:
+      return "chunked";
+  }
+  return "invalid";
+}
+
+// The attention backend whose layout the storage uses.
+enum class Backend : uint8_t {
+  kFlash,  // FlashLayout: K [kv_head][dim][slot], V [kv_head][slot][dim]
+  kTiled,  // TiledLayout<kTileRows>: tiles of rows
+};
+
+inline const char* ToString(Backend backend) {
+  switch (backend) {
+    case Backend::kFlash:
+      return "flash";
+    case Backend::kTiled:
+      return "tiled";
+  }
+  return "invalid";
+}
+
+// Element type for accounting. kvring stores BF16; the others are for what-if planning.
+enum class ElementType : uint8_t { kBF16, kF16, kF32, kFP8, kInt8 };
+
+inline const char* ToString(ElementType type) {
+  switch (type) {
+    case ElementType::kBF16:
+      return "bf16";
+    case ElementType::kF16:
+      return "f16";
+    case ElementType::kF32:
+      return "f32";
+    case ElementType::kFP8:
+      return "fp8";
+    case ElementType::kInt8:
+      return "int8";
+  }
+  return "invalid";
+}
+
+// Returns the bytes of one element of `type`, or 0 for a value outside the enum.
+inline uint64_t ElementBytes(ElementType type) {
+  switch (type) {
+    case ElementType::kBF16:
+    case ElementType::kF16:
+      return 2;
+    case ElementType::kF32:
+      return 4;
+    case ElementType::kFP8:
+    case ElementType::kInt8:
+      return 1;
+  }
+  return 0;
+}
+
+// Slots a flash-layout buffer is padded to: one 64-byte vector of BF16 K, so that every
+// position-aligned vector of slots is whole in ring and flat storage alike.
+inline constexpr uint64_t kFlashSlotAlignment = 32;
+// Tile heights TiledLayout supports: powers of two in [kMinTileRows, kMaxTileRows].
+inline constexpr uint32_t kMinTileRows = 8;
+inline constexpr uint32_t kMaxTileRows = 64;
+
+// Marks a layer that owns its K/V (LayerSpec::kv_source).
+inline constexpr int32_t kOwnsKV = -1;
+
+// One layer's attention as the model defines it.
+struct LayerSpec {
+  AttentionKind kind = AttentionKind::kGlobal;
+  uint64_t window = 0;  // kSliding only: keys a query sees, itself included (>= 1)
+  uint64_t chunk = 0;   // kChunked only: block length (>= 1)
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;    // K elements per kv_head
+  uint32_t v_head_dim = 0;  // V elements per kv_head; 0 means head_dim
+  // MLA (DeepSeek): one stream of latent_dim elements per position and no separate V.
+  // Then num_kv_heads, head_dim and v_head_dim stay 0.
+  uint32_t latent_dim = 0;
+  // kOwnsKV, or the index of an earlier owning layer whose K/V this layer reads.
+  int32_t kv_source = kOwnsKV;
+
+  // Returns a full-attention layer.
+  static LayerSpec Global(uint32_t num_kv_heads, uint32_t head_dim) {
+    LayerSpec spec;
+    spec.num_kv_heads = num_kv_heads;
+    spec.head_dim = head_dim;
+    return spec;
+  }
+  // Returns a sliding-window layer whose queries see `window` keys, their own included.
+  static LayerSpec Sliding(uint64_t window, uint32_t num_kv_heads, uint32_t head_dim) {
+    LayerSpec spec = Global(num_kv_heads, head_dim);
+    spec.kind = AttentionKind::kSliding;
+    spec.window = window;
+    return spec;
+  }
+  // Returns a chunked layer (Llama 4): queries see their own block of `chunk` positions.
+  static LayerSpec Chunked(uint64_t chunk, uint32_t num_kv_heads, uint32_t head_dim) {
+    LayerSpec spec = Global(num_kv_heads, head_dim);
+    spec.kind = AttentionKind::kChunked;
+    spec.chunk = chunk;
+    return spec;
+  }
+  // Returns a global MLA layer storing `latent_dim` elements per position.
+  static LayerSpec Latent(uint32_t latent_dim) {
+    LayerSpec spec;
+    spec.latent_dim = latent_dim;
+    return spec;
+  }
+  // Returns this layer reading the K/V of layer `source` instead of owning its own.
+  LayerSpec SharedFrom(int32_t source) const {
+    LayerSpec spec = *this;
+    spec.kv_source = source;
+    return spec;
+  }
+
+  bool IsLatent() const { return latent_dim != 0; }
+  bool OwnsKV() const { return kv_source == kOwnsKV; }
+  // Keys a query may see at most: window, chunk, or 0 for unbounded (global).
+  uint64_t Span() const {
+    switch (kind) {
+      case AttentionKind::kSliding:
+        return window;
+      case AttentionKind::kChunked:
+        return chunk;
+      case AttentionKind::kGlobal:
+        break;
+    }
+    return 0;
+  }
+  // V elements per kv_head.
+  uint32_t VHeadDim() const { return v_head_dim != 0 ? v_head_dim : head_dim; }
+  // K elements stored per position.
+  uint64_t KElementsPerSlot() const {
+    return IsLatent() ? latent_dim : uint64_t{num_kv_heads} * head_dim;
+  }
+  // V elements stored per position (0 for MLA).
+  uint64_t VElementsPerSlot() const {
+    if (IsLatent()) return 0;
+    return uint64_t{num_kv_heads} * VHeadDim();
+  }
+};
+
+// What the engine will do with the cache.
+struct RuntimeSpec {
+  uint64_t context = 0;   // T: the logical limit of positions in one sequence
+  uint64_t batch = 1;     // B: most positions appended before attention reads them
+  uint64_t rollback = 0;  // R: most newest positions that may be discarded
+  Backend backend = Backend::kFlash;
+  uint32_t tile_rows = 16;  // kTiled only: TiledLayout<kTileRows>
+  uint64_t num_sequences = 1;
+  ElementType element_type = ElementType::kBF16;  // accounting; storage is BF16
+};
+
+// Returns the slot alignment of the runtime's layout: num_slots is a multiple of it.
+inline uint64_t SlotAlignment(const RuntimeSpec& runtime) {
+  return runtime.backend == Backend::kTiled ? runtime.tile_rows : kFlashSlotAlignment;
+}
+
+// The plan of one layer.
+struct LayerInfo {
+  size_t index = 0;
+  LayerSpec spec;
+  size_t owner = 0;         // the layer whose buffers this layer reads (itself if it owns)
+  uint64_t span = 0;        // owners: largest window/chunk among it and its consumers; 0 if
+                            // some reader is global
+  uint64_t capacity = 0;    // logical slots it must hold; 0 for consumers
+  uint64_t num_slots = 0;   // capacity rounded up to the slot alignment; 0 for consumers
+  uint64_t slot_bytes = 0;  // bytes of K and V of one position, in the plan's element type
+  uint64_t bytes = 0;       // num_slots * slot_bytes; 0 for consumers
+
+  bool OwnsKV() const { return owner == index; }
+};
+
+// Device memory available to an engine, for LayerPlan::Capacity.
+struct MemoryBudget {
+  uint64_t device_bytes = 0;
+  uint64_t weight_bytes = 0;
+  uint64_t workspace_bytes = 0;  // activations, scratch
+  uint64_t margin_bytes = 0;     // kept free
+};
+
+// How much a budget holds, for a plan's model and runtime.
+struct CapacityReport {
+  uint64_t usable_bytes = 0;        // device - weights - workspace - margin (0 if negative)
+  uint64_t bytes_per_sequence = 0;  // one sequence at the plan's context
+  uint64_t max_sequences = 0;       // sequences of the plan's context that fit
+  uint64_t max_tokens = 0;          // max_sequences * context
+  // Largest context (<= the limit given) at which the plan's num_sequences fit; 0 if none.
+  uint64_t max_context = 0;
+};
+
+// The capacity and bytes of every layer of one model under one runtime.
+// Immutable; copy it freely. Build one with LayerPlan::Builder.
+class LayerPlan {
+ public:
+  class Builder;
+
+  LayerPlan() = default;
+
+  const RuntimeSpec& Runtime() const { return runtime_; }
+  size_t NumLayers() const { return layers_.size(); }
+  const LayerInfo& Layer(size_t index) const {
+    KVRING_CHECK(index < layers_.size());
+    return layers_[index];
+  }
+  const std::vector<LayerInfo>& Layers() const { return layers_; }
+  size_t NumOwningLayers() const {
+    return static_cast<size_t>(std::count_if(layers_.begin(), layers_.end(),
+                                             [](const LayerInfo& l) { return l.OwnsKV(); }));
+  }
+  // Slots every owning layer's num_slots is a multiple of.
+  uint64_t SlotAlignment() const { return kvring::SlotAlignment(runtime_); }
+  uint64_t ElementBytes() const { return kvring::ElementBytes(runtime_.element_type); }
+
+  // Bytes of one sequence: the sum of every owning layer's bytes, padding included.
+  uint64_t TotalBytes() const { return total_bytes_; }
+  // Bytes of Runtime().num_sequences sequences.
+  uint64_t TotalBytesAllSequences() const { return total_bytes_all_sequences_; }
+  // Bytes of one sequence if every owning layer kept the whole context (with padding).
+  uint64_t FlatBytes() const { return flat_bytes_; }
+  // Bytes one more token of context adds to one sequence (padding aside): the slot bytes
+  // of every owning layer whose capacity is the context.
+  uint64_t ContextTokenBytes() const { return context_token_bytes_; }
+
+  // Returns the bytes of one sequence if the context were `context` (all else the same),
+  // or kMaxU64 if that count does not fit 64 bits. Does not allocate. Cost: O(layers).
+  uint64_t BytesAtContext(uint64_t context) const {
+    uint64_t total = 0;
+    for (const LayerInfo& layer : layers_) {
+      if (!layer.OwnsKV()) continue;
+      const uint64_t capacity = CapacityOf(layer.span, context, runtime_);
+      uint64_t num_slots, bytes;
+      if (!detail::CheckedRoundUp(capacity, SlotAlignment(), &num_slots) ||
+          !detail::CheckedMul(num_slots, layer.slot_bytes, &bytes)) {
+        return detail::kMaxU64;
+      }
+      total = detail::SaturatingAdd(total, bytes);
+    }
+    return total;
+  }
+
+  // Returns what `budget` holds for this plan; the largest context searched is
+  // `context_limit` (for example the model's maximum). Cost: O(layers * 64).
+  CapacityReport Capacity(const MemoryBudget& budget, uint64_t context_limit) const {
+    CapacityReport report;
+    uint64_t reserved = detail::SaturatingAdd(
+        detail::SaturatingAdd(budget.weight_bytes, budget.workspace_bytes), budget.margin_bytes);
+    report.usable_bytes = budget.device_bytes > reserved ? budget.device_bytes - reserved : 0;
+    report.bytes_per_sequence = total_bytes_;
+    report.max_sequences = total_bytes_ == 0 ? 0 : report.usable_bytes / total_bytes_;
+    report.max_tokens = detail::SaturatingMul(report.max_sequences, runtime_.context);
+    // BytesAtContext is non-decreasing in the context: binary search the last that fits.
+    const auto fits = [&](uint64_t context) {
+      const uint64_t per_sequence = BytesAtContext(context);
+      uint64_t all;
+      return detail::CheckedMul(per_sequence, runtime_.num_sequences, &all) &&
+             all <= report.usable_bytes;
+    };
+    uint64_t lo = 0, hi = context_limit;  // invariant: lo fits (or is 0), hi+1 does not
+    if (hi != 0 && fits(hi)) {
+      lo = hi;
+    } else {
+      while (hi - lo > 1) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (fits(mid)) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
+      }
+    }
+    report.max_context = lo;
+    return report;
+  }
+
+  // Returns the plan of the same layers under another runtime (for example a larger batch),
+  // or the error that runtime has.
+  Expected<LayerPlan> WithRuntime(const RuntimeSpec& runtime) const;
+
+  // Returns the capacity rule of design section 3 for an owner whose readers' largest
+  // window or chunk is `span` (0: some reader is global).
+  static uint64_t CapacityOf(uint64_t span, uint64_t context, const RuntimeSpec& runtime) {
+    if (span == 0) return context;
+    const uint64_t needed =
+        detail::SaturatingAdd(span - 1, std::max(runtime.batch, runtime.rollback));
+    return std::min(context, needed);
+  }
+
+ private:
+  RuntimeSpec runtime_;
+  std::vector<LayerInfo> layers_;
+  uint64_t total_bytes_ = 0;
+  uint64_t total_bytes_all_sequences_ = 0;
+  uint64_t flat_bytes_ = 0;
+  uint64_t context_token_bytes_ = 0;
+};
+
+// Collects layer specs and a runtime, validates them, and builds the LayerPlan.
+class LayerPlan::Builder {
+ public:
+  // Appends one layer; its index is the number of layers added before it.
+  Builder& AddLayer(const LayerSpec& spec) {
+    specs_.push_back(spec);
+    return *this;
+  }
+  // Appends `count` copies of `spec`.
+  Builder& AddLayers(size_t count, const LayerSpec& spec) {
+    specs_.insert(specs_.end(), count, spec);
+    return *this;
+  }
+  Builder& SetRuntime(const RuntimeSpec& runtime) {
+    runtime_ = runtime;
+    return *this;
+  }
+  Builder& SetContext(uint64_t context) {
+    runtime_.context = context;
+    return *this;
+  }
+  Builder& SetBatch(uint64_t batch) {
+    runtime_.batch = batch;
+    return *this;
+  }
+  Builder& SetRollback(uint64_t rollback) {
+    runtime_.rollback = rollback;
+    return *this;
+  }
+  Builder& SetBackend(Backend backend, uint32_t tile_rows = 16) {
+    runtime_.backend = backend;
+    runtime_.tile_rows = tile_rows;
+    return *this;
+  }
+  Builder& SetNumSequences(uint64_t num_sequences) {
+    runtime_.num_sequences = num_sequences;
+    return *this;
+  }
+  Builder& SetElementType(ElementType element_type) {
+    runtime_.element_type = element_type;
+    return *this;
+  }
+
+  const std::vector<LayerSpec>& Specs() const { return specs_; }
+  const RuntimeSpec& Runtime() const { return runtime_; }
+
+  // Returns the plan, or an Error naming the first invalid field and its value.
+  // Allocates the plan's layer table only. Cost: O(layers).
+  Expected<LayerPlan> Build() const;
+
+ private:
+  std::vector<LayerSpec> specs_;
+  RuntimeSpec runtime_;
+};
+
+namespace detail {
+
+inline Error FieldError(std::string field, const std::string& value, const std::string& why) {
+  std::string message = field + ": " + value + " " + why;
+  return Error{std::move(field), std::move(message)};
+}
+
+inline std::string LayerField(size_t index, const char* name) {
+  return "layers[" + std::to_string(index) + "]." + name;
+}
+
+// Returns an Error for the first invalid runtime field, or an empty field if all are valid.
+inline Error ValidateRuntime(const RuntimeSpec& runtime) {
+  using std::to_string;
+  if (runtime.context == 0) {
+    return FieldError("runtime.context", "0", "is invalid: the context must be at least 1");
+  }
+  if (runtime.batch == 0) {
+    return FieldError("runtime.batch", "0", "is invalid: the batch must be at least 1");
+  }
+  if (runtime.batch > runtime.context) {
+    return FieldError("runtime.batch", to_string(runtime.batch),
+                      "is invalid: it exceeds runtime.context " + to_string(runtime.context));
+  }
+  if (runtime.rollback > runtime.context) {
+    return FieldError("runtime.rollback", to_string(runtime.rollback),
+                      "is invalid: it exceeds runtime.context " + to_string(runtime.context));
+  }
+  if (runtime.num_sequences == 0) {
+    return FieldError("runtime.num_sequences", "0",
+                      "is invalid: the number of sequences must be at least 1");
+  }
+  if (runtime.backend != Backend::kFlash && runtime.backend != Backend::kTiled) {
+    return FieldError("runtime.backend", to_string(static_cast<int>(runtime.backend)),
+                      "is not a kvring::Backend");
+  }
+  if (runtime.backend == Backend::kTiled &&
+      (runtime.tile_rows < kMinTileRows || runtime.tile_rows > kMaxTileRows ||
+       (runtime.tile_rows & (runtime.tile_rows - 1)) != 0)) {
+    return FieldError("runtime.tile_rows", to_string(runtime.tile_rows),
+                      "is invalid: tiles hold a power of two from " + to_string(kMinTileRows) +
+                          " to " + to_string(kMaxTileRows) + " rows");
+  }
+  if (kvring::ElementBytes(runtime.element_type) == 0) {
+    return FieldError("runtime.element_type", to_string(static_cast<int>(runtime.element_type)),
+                      "is not a kvring::ElementType");
+  }
+  return Error{};
+}
+
+// Returns an Error for the first invalid field of layer `index` (whose predecessors are
+// valid), or an empty field.
+inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
+  using std::to_string;
+  const LayerSpec& spec = specs[index];
+  switch (spec.kind) {
+    case AttentionKind::kGlobal:
+    case AttentionKind::kSliding:
+    case AttentionKind::kChunked:
+      break;
+    default:
+      return FieldError(LayerField(index, "kind"), to_string(static_cast<int>(spec.kind)),
+                        "is not a kvring::AttentionKind");
+  }
+  if (spec.kind == AttentionKind::kSliding && spec.window == 0) {
+    return FieldError(LayerField(index, "window"), "0",
+                      "is invalid: a sliding layer's window must be at least 1");
+  }
+  if (spec.kind != AttentionKind::kSliding && spec.window != 0) {
+    return FieldError(LayerField(index, "window"), to_string(spec.window),
+                      "is set on a " + std::string(ToString(spec.kind)) +
+                          " layer; only sliding layers have a window");
+  }
+  if (spec.kind == AttentionKind::kChunked && spec.chunk == 0) {
+    return FieldError(LayerField(index, "chunk"), "0",
+                      "is invalid: a chunked layer's chunk must be at least 1");
+  }
+  if (spec.kind != AttentionKind::kChunked && spec.chunk != 0) {
+    return FieldError(LayerField(index, "chunk"), to_string(spec.chunk),
+                      "is set on a " + std::string(ToString(spec.kind)) +
+                          " layer; only chunked layers have a chunk");
+  }
+  if (spec.IsLatent()) {
+    if (spec.num_kv_heads != 0 || spec.head_dim != 0 || spec.v_head_dim != 0) {
+      return FieldError(LayerField(index, "latent_dim"), to_string(spec.latent_dim),
+                        "is set together with num_kv_heads/head_dim/v_head_dim; an MLA "
+                        "layer stores only its latent");
+    }
+  } else {
+    if (spec.num_kv_heads == 0) {
+      return FieldError(LayerField(index, "num_kv_heads"), "0",
+                        "is invalid: a layer needs at least one KV head");
+    }
+    if (spec.head_dim == 0) {
+      return FieldError(LayerField(index, "head_dim"), "0",
+                        "is invalid: the head dimension must be at least 1");
+    }
+  }
+  if (spec.kv_source != kOwnsKV) {
+    const std::string field = LayerField(index, "kv_source");
+    const int32_t source = spec.kv_source;
+    if (source < 0 || static_cast<size_t>(source) >= index) {
+      return FieldError(field, to_string(source),
+                        "is invalid: a KV source must be an earlier layer (0 to " +
+                            (index == 0 ? std::string("none") : to_string(index - 1)) + ")");
+    }
+    const LayerSpec& owner = specs[static_cast<size_t>(source)];
+    if (!owner.OwnsKV()) {
+      return FieldError(field, to_string(source),
+                        "is invalid: layer " + to_string(source) + " reads the KV of layer " +
+                            to_string(owner.kv_source) + " itself; name the owner instead");
+    }
+    if (owner.IsLatent() != spec.IsLatent() || owner.latent_dim != spec.latent_dim) {
+      return FieldError(field, to_string(source),
+                        "is invalid: its latent_dim " + to_string(owner.latent_dim) +
+                            " differs from this layer's " + to_string(spec.latent_dim));
+    }
+    if (owner.num_kv_heads != spec.num_kv_heads) {
+      return FieldError(field, to_string(source),
+                        "is invalid: its num_kv_heads " + to_string(owner.num_kv_heads) +
+                            " differs from this layer's " + to_string(spec.num_kv_heads));
+    }
+    if (owner.head_dim != spec.head_dim || owner.VHeadDim() != spec.VHeadDim()) {
+      return FieldError(field, to_string(source),
+                        "is invalid: its head_dim/v_head_dim " + to_string(owner.head_dim) + "/" +
+                            to_string(owner.VHeadDim()) + " differ from this layer's " +
+                            to_string(spec.head_dim) + "/" + to_string(spec.VHeadDim()));
+    }
+  }
+  return Error{};
+}
+
+}  // namespace detail
+
+inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
+  using std::to_string;
+  if (specs_.empty()) {
+    return detail::FieldError("layers", "[]", "is invalid: a plan needs at least one layer");
+  }
+  if (specs_.size() > static_cast<size_t>(INT32_MAX)) {
+    return detail::FieldError("layers", to_string(specs_.size()), "are too many layers");
+  }
+  Error error = detail::ValidateRuntime(runtime_);
+  if (!error.field.empty()) return error;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    error = detail::ValidateLayer(specs_, i);
+    if (!error.field.empty()) return error;
+  }
+
+  LayerPlan plan;
+  plan.runtime_ = runtime_;
+  plan.layers_.resize(specs_.size());
+  const uint64_t element_bytes = kvring::ElementBytes(runtime_.element_type);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    LayerInfo& layer = plan.layers_[i];
+    layer.index = i;
+    layer.spec = specs_[i];
+    layer.owner = specs_[i].OwnsKV() ? i : static_cast<size_t>(specs_[i].kv_source);
+    if (!detail::CheckedMul(
+            detail::SaturatingAdd(specs_[i].KElementsPerSlot(), specs_[i].VElementsPerSlot()),
+            element_bytes, &layer.slot_bytes)) {
+      return detail::FieldError(detail::LayerField(i, "head_dim"), to_string(specs_[i].head_dim),
+                                "makes the bytes of one position overflow 64 bits");
+    }
+  }
+  // The owner keeps the largest span any reader needs; a global reader needs everything.
+  std::vector<bool> has_global_reader(specs_.size(), false);
+  for (const LayerInfo& reader : plan.layers_) {
+    LayerInfo& owner = plan.layers_[reader.owner];
+    if (reader.spec.kind == AttentionKind::kGlobal) has_global_reader[owner.index] = true;
+    owner.span = std::max(owner.span, reader.spec.Span());
+  }
+
+  const uint64_t alignment = plan.SlotAlignment();
+  for (LayerInfo& layer : plan.layers_) {
+    if (!layer.OwnsKV()) {
+      layer.span = 0;
+      continue;
+    }
+    if (has_global_reader[layer.index]) layer.span = 0;
+    layer.capacity = CapacityOf(layer.span, runtime_.context, runtime_);
+    uint64_t flat_slots, flat_bytes;
+    if (!detail::CheckedRoundUp(layer.capacity, alignment, &layer.num_slots) ||
+        !detail::CheckedMul(layer.num_slots, layer.slot_bytes, &layer.bytes) ||
+        !detail::CheckedAdd(plan.total_bytes_, layer.bytes, &plan.total_bytes_) ||
+        !detail::CheckedRoundUp(runtime_.context, alignment, &flat_slots) ||
+        !detail::CheckedMul(flat_slots, layer.slot_bytes, &flat_bytes) ||
+        !detail::CheckedAdd(plan.flat_bytes_, flat_bytes, &plan.flat_bytes_)) {
+      return detail::FieldError(
+          "runtime.context", to_string(runtime_.context),
+          "makes the bytes of layer " + to_string(layer.index) + " overflow 64 bits");
+    }
+    if (layer.capacity == runtime_.context) {
+      plan.context_token_bytes_ += layer.slot_bytes;  // <= flat_bytes_: cannot overflow
+    }
+  }
+  if (!detail::CheckedMul(plan.total_bytes_, runtime_.num_sequences,
+                          &plan.total_bytes_all_sequences_)) {
+    return detail::FieldError("runtime.num_sequences", to_string(runtime_.num_sequences),
+                              "makes the total bytes overflow 64 bits");
+  }
+  return plan;
+}
+
+inline Expected<LayerPlan> LayerPlan::WithRuntime(const RuntimeSpec& runtime) const {
+  Builder builder;
+  for (const LayerInfo& layer : layers_) builder.AddLayer(layer.spec);
+  return builder.SetRuntime(runtime).Build();
+}
+
+}  // namespace kvring
+
+#endif  // KVRING_LAYER_PLAN_H_

@@ -1,0 +1,146 @@
+// kvring/model_presets.h: the attention layout of well-known models, as LayerSpec lists.
+// Use it to plan a known model without writing its layers by hand (kvring-plan does).
+// Holds attention facts only (from the models' published configurations): no weights.
+#ifndef KVRING_MODEL_PRESETS_H_
+#define KVRING_MODEL_PRESETS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvring/base.h"
+#include "kvring/layer_plan.h"
+
+namespace kvring {
+
+// One model's layers and maximum context.
+struct ModelPreset {
+  std::string name;
+  uint64_t max_context = 0;
+  std::vector<LayerSpec> layers;
+  std::string notes;  // attention facts that do not change the plan (for example sinks)
+};
+
+namespace detail {
+
+// Sliding layers except every `period`-th (1-based), which is global; Gemma 3 style.
+inline std::vector<LayerSpec> EveryNthGlobal(size_t num_layers, size_t period,
+                                             const LayerSpec& local, const LayerSpec& global) {
+  std::vector<LayerSpec> layers;
+  for (size_t i = 0; i < num_layers; ++i) {
+    layers.push_back((i + 1) % period == 0 ? global : local);
+  }
+  return layers;
+}
+
+// Makes the last `num_shared` layers consumers (Gemma 3n): each reads the last
+// non-consumer layer of its own kind.
+inline void ShareLastLayers(size_t num_shared, std::vector<LayerSpec>* layers) {
+  const size_t first_shared = layers->size() - num_shared;
+  for (size_t i = first_shared; i < layers->size(); ++i) {
+    LayerSpec& spec = (*layers)[i];
+    for (size_t j = first_shared; j-- > 0;) {
+      if ((*layers)[j].kind == spec.kind) {
+        spec.kv_source = static_cast<int32_t>(j);
+        break;
+      }
+    }
+  }
+}
+
+inline ModelPreset Gemma2(const char* name, size_t num_layers, uint32_t num_kv_heads,
+                          uint32_t head_dim) {
+  // Even layers slide over 4096 keys, odd layers are global (period 2, 1-based).
+  return {name, 8192,
+          EveryNthGlobal(num_layers, 2, LayerSpec::Sliding(4096, num_kv_heads, head_dim),
+                         LayerSpec::Global(num_kv_heads, head_dim)),
+          ""};
+}
+
+inline ModelPreset Gemma3(const char* name, size_t num_layers, uint32_t num_kv_heads,
+                          uint32_t head_dim, uint64_t window, uint64_t max_context) {
+  return {name, max_context,
+          EveryNthGlobal(num_layers, 6, LayerSpec::Sliding(window, num_kv_heads, head_dim),
+                         LayerSpec::Global(num_kv_heads, head_dim)),
+          ""};
+}
+
+inline ModelPreset Gemma3n(const char* name, size_t num_layers, size_t num_shared) {
+  ModelPreset preset{
+      name, 32768,
+      EveryNthGlobal(num_layers, 5, LayerSpec::Sliding(512, 2, 256), LayerSpec::Global(2, 256)),
+      "the last " + std::to_string(num_shared) + " layers read shared KV"};
+  ShareLastLayers(num_shared, &preset.layers);
+  return preset;
+}
+
+inline ModelPreset AllGlobal(const char* name, size_t num_layers, uint32_t num_kv_heads,
+                             uint32_t head_dim, uint64_t max_context) {
+  return {name, max_context,
+          std::vector<LayerSpec>(num_layers, LayerSpec::Global(num_kv_heads, head_dim)), ""};
+}
+
+inline ModelPreset GptOss(const char* name, size_t num_layers) {
+  return {name, 131072,
+          EveryNthGlobal(num_layers, 2, LayerSpec::Sliding(128, 8, 64), LayerSpec::Global(8, 64)),
+          "learned attention sinks: one logit per query head, no KV"};
+}
+
+}  // namespace detail
+
+// Returns every preset, in a stable order. Allocates; cost O(total layers).
+inline std::vector<ModelPreset> ModelPresets() {
+  using detail::AllGlobal;
+  using detail::EveryNthGlobal;
+  std::vector<ModelPreset> presets;
+  presets.push_back(detail::Gemma2("gemma-2-2b", 26, 4, 256));
+  presets.push_back(detail::Gemma2("gemma-2-9b", 42, 8, 256));
+  presets.push_back(detail::Gemma2("gemma-2-27b", 46, 16, 128));
+  presets.push_back(detail::Gemma3("gemma-3-270m", 18, 1, 256, 512, 32768));
+  presets.push_back(detail::Gemma3("gemma-3-1b", 26, 1, 256, 512, 32768));
+  presets.push_back(detail::Gemma3("gemma-3-4b", 34, 4, 256, 1024, 131072));
+  presets.push_back(detail::Gemma3("gemma-3-12b", 48, 8, 256, 1024, 131072));
+  presets.push_back(detail::Gemma3("gemma-3-27b", 62, 16, 128, 1024, 131072));
+  presets.push_back(detail::Gemma3n("gemma-3n-e2b", 30, 10));
+  presets.push_back(detail::Gemma3n("gemma-3n-e4b", 35, 15));
+  presets.push_back(
+      {"mistral-7b-v0.1", 32768, std::vector<LayerSpec>(32, LayerSpec::Sliding(4096, 8, 128)), ""});
+  presets.push_back(AllGlobal("llama-3.1-8b", 32, 8, 128, 131072));
+  presets.push_back(AllGlobal("llama-3.1-70b", 80, 8, 128, 131072));
+  presets.push_back(
+      {"llama-4-scout", 10485760,
+       EveryNthGlobal(48, 4, LayerSpec::Chunked(8192, 8, 128), LayerSpec::Global(8, 128)),
+       "global layers use no RoPE"});
+  presets.push_back(detail::GptOss("gpt-oss-20b", 24));
+  presets.push_back(detail::GptOss("gpt-oss-120b", 36));
+  presets.push_back(
+      {"command-r7b", 8192,
+       EveryNthGlobal(32, 4, LayerSpec::Sliding(4096, 8, 128), LayerSpec::Global(8, 128)), ""});
+  presets.push_back(AllGlobal("qwen3-8b", 36, 8, 128, 40960));
+  presets.push_back({"deepseek-v3", 163840, std::vector<LayerSpec>(61, LayerSpec::Latent(576)),
+                     "MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per position"});
+  return presets;
+}
+
+// Returns the preset called `name`, or an Error naming it and the known names.
+inline Expected<ModelPreset> FindModelPreset(const std::string& name) {
+  std::vector<ModelPreset> presets = ModelPresets();
+  std::string known;
+  for (ModelPreset& preset : presets) {
+    if (preset.name == name) return std::move(preset);
+    known += (known.empty() ? "" : ", ") + preset.name;
+  }
+  return Error{"preset", "preset: unknown model '" + name + "'; known: " + known};
+}
+
+// Returns a Builder holding the preset's layers, ready for SetRuntime() and Build().
+inline LayerPlan::Builder BuilderFor(const ModelPreset& preset) {
+  LayerPlan::Builder builder;
+  for (const LayerSpec& spec : preset.layers) builder.AddLayer(spec);
+  return builder;
+}
+
+}  // namespace kvring
+
+#endif  // KVRING_MODEL_PRESETS_H_

@@ -1,0 +1,39 @@
+# Builds and runs one downstream project of kvring, as a user would.
+#   KIND=install           configure kvring alone and install it into INSTALL_DIR
+#   KIND=find_package      a project using find_package(kvring) from INSTALL_DIR
+#   KIND=add_subdirectory  a project adding kvring's source tree
+#   KIND=fetch_content     a project declaring kvring with FetchContent
+#   KIND=headers           every public header alone, -fno-exceptions -Werror, with CXX
+cmake_minimum_required(VERSION 3.16)
+get_filename_component(here "${CMAKE_CURRENT_LIST_FILE}" DIRECTORY)
+file(REMOVE_RECURSE "${BINARY_DIR}")
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "failed (${status}): ${ARGN}\n${out}")
+  endif()
+endfunction()
+
+set(common -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release -DKVRING_ALLOW_FETCH=OFF)
+if(KIND STREQUAL "install")
+  file(REMOVE_RECURSE "${INSTALL_DIR}")
+  run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${BINARY_DIR}" ${common}
+      -DKVRING_BUILD_TESTS=OFF -DKVRING_BUILD_BENCHMARKS=OFF -DKVRING_BUILD_EXAMPLES=OFF
+      -DKVRING_BUILD_TOOLS=OFF -DKVRING_INSTALL=ON "-DCMAKE_INSTALL_PREFIX=${INSTALL_DIR}")
+  run(${CMAKE_COMMAND} --install "${BINARY_DIR}")
+  if(NOT EXISTS "${INSTALL_DIR}/include/kvring/layer_plan.h")
+    message(FATAL_ERROR "the install tree lacks include/kvring/layer_plan.h")
+  endif()
+  return()
+endif()
+
+set(project_args "-DKVRING_SOURCE_DIR=${SOURCE_DIR}")
+if(KIND STREQUAL "find_package")
+  list(APPEND project_args "-DCMAKE_PREFIX_PATH=${INSTALL_DIR}")
+endif()
+run(${CMAKE_COMMAND} -S "${here}/${KIND}" -B "${BINARY_DIR}" ${common} ${project_args})
+run(${CMAKE_COMMAND} --build "${BINARY_DIR}" --parallel 2)
+if(NOT KIND STREQUAL "headers")
+  run("${BINARY_DIR}/consumer")
+endif()

@@ -1,0 +1,428 @@
+// Tests of kvring/layer_plan.h: the capacity rule, the accounting, the capacity report and
+// the rejection of bad configurations. Expected numbers are worked out in the test from the
+// rule, never copied from the output.
+#include "kvring/layer_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvring {
+namespace {
+
+constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+
+LayerPlan MustBuild(const LayerPlan::Builder& builder) {
+  Expected<LayerPlan> plan = builder.Build();
+  EXPECT_TRUE(plan.ok()) << plan.error().message;
+  return plan.ok() ? plan.value() : LayerPlan();
+}
+
+TEST(LayerPlan, SlidingLayerHoldsWindowMinusOnePlusBatch) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Sliding(1024, 16, 128))
+                                       .SetContext(131072)
+                                       .SetBatch(512));
+  const LayerInfo& layer = plan.Layer(0);
+  EXPECT_EQ(layer.capacity, 1024u - 1 + 512);  // 1535
+  EXPECT_EQ(layer.num_slots, 1536u);           // next multiple of 32
+  EXPECT_EQ(layer.slot_bytes, 16u * 128 * 2 * 2);
+  EXPECT_EQ(layer.bytes, 1536u * 8192);
+  EXPECT_EQ(layer.span, 1024u);
+  EXPECT_TRUE(layer.OwnsKV());
+}
+
+TEST(LayerPlan, RollbackAndBatchTakeTheirMaximumNotTheirSum) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Sliding(1024, 1, 64))
+                                       .SetContext(100000)
+                                       .SetBatch(4)
+                                       .SetRollback(16));
+  EXPECT_EQ(plan.Layer(0).capacity, 1023u + 16);
+  EXPECT_EQ(plan.Layer(0).num_slots, 1056u);  // 1039 rounded up to 32
+
+  const LayerPlan batch_wins = MustBuild(LayerPlan::Builder()
+                                             .AddLayer(LayerSpec::Sliding(1024, 1, 64))
+                                             .SetContext(100000)
+                                             .SetBatch(64)
+                                             .SetRollback(16));
+  EXPECT_EQ(batch_wins.Layer(0).capacity, 1023u + 64);
+}
+
+TEST(LayerPlan, WindowAtOrPastTheContextIsFlat) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Sliding(4096, 8, 128))
+                                       .AddLayer(LayerSpec::Sliding(2000, 8, 128))
+                                       .SetContext(2048)
+                                       .SetBatch(512));
+  EXPECT_EQ(plan.Layer(0).capacity, 2048u);
+  EXPECT_EQ(plan.Layer(1).capacity, 2048u);  // 1999 + 512 > 2048
+  EXPECT_EQ(plan.TotalBytes(), plan.FlatBytes());
+  // Both layers grow with the context.
+  EXPECT_EQ(plan.ContextTokenBytes(), 2u * 8 * 128 * 2 * 2);
+}
+
+TEST(LayerPlan, GlobalLayerHoldsTheContextAndPaddingIsNotContext) {
+  const LayerPlan plan = MustBuild(
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(8, 128)).SetContext(1000).SetBatch(1));
+  EXPECT_EQ(plan.Layer(0).capacity, 1000u);
+  EXPECT_EQ(plan.Layer(0).num_slots, 1024u);
+  EXPECT_EQ(plan.Runtime().context, 1000u);
+  EXPECT_EQ(plan.ContextTokenBytes(), 8u * 128 * 4);
+  EXPECT_EQ(plan.FlatBytes(), 1024u * 8 * 128 * 4);
+}
+
+TEST(LayerPlan, TiledBackendPadsToItsTileRows) {
+  for (uint32_t tile_rows : {8u, 16u, 32u, 64u}) {
+    const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                         .AddLayer(LayerSpec::Sliding(1000, 4, 64))
+                                         .SetContext(8192)
+                                         .SetBatch(1)
+                                         .SetBackend(Backend::kTiled, tile_rows));
+    EXPECT_EQ(plan.SlotAlignment(), tile_rows);
+    EXPECT_EQ(plan.Layer(0).capacity, 1000u);
+    const uint64_t expected = (1000 + tile_rows - 1) / tile_rows * tile_rows;
+    EXPECT_EQ(plan.Layer(0).num_slots, expected) << tile_rows;
+  }
+  const LayerPlan flash =
+      MustBuild(LayerPlan::Builder().AddLayer(LayerSpec::Sliding(1000, 4, 64)).SetContext(8192));
+  EXPECT_EQ(flash.Layer(0).num_slots, 1024u);
+}
+
+TEST(LayerPlan, ChunkedLayerHoldsChunkMinusOnePlusBatch) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Chunked(8192, 8, 128))
+                                       .SetContext(10485760)
+                                       .SetBatch(512));
+  EXPECT_EQ(plan.Layer(0).capacity, 8191u + 512);
+  EXPECT_EQ(plan.Layer(0).num_slots, 8704u);
+  EXPECT_EQ(plan.Layer(0).span, 8192u);
+}
+
+TEST(LayerPlan, ConsumersAllocateNothingAndOwnerKeepsTheLargestWindow) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Sliding(512, 2, 256))
+                                       .AddLayer(LayerSpec::Sliding(2048, 2, 256).SharedFrom(0))
+                                       .AddLayer(LayerSpec::Sliding(128, 2, 256).SharedFrom(0))
+                                       .SetContext(32768)
+                                       .SetBatch(64));
+  EXPECT_EQ(plan.Layer(0).span, 2048u);
+  EXPECT_EQ(plan.Layer(0).capacity, 2047u + 64);
+  for (size_t i : {1u, 2u}) {
+    EXPECT_EQ(plan.Layer(i).owner, 0u);
+    EXPECT_FALSE(plan.Layer(i).OwnsKV());
+    EXPECT_EQ(plan.Layer(i).capacity, 0u);
+    EXPECT_EQ(plan.Layer(i).num_slots, 0u);
+    EXPECT_EQ(plan.Layer(i).bytes, 0u);
+  }
+  EXPECT_EQ(plan.NumOwningLayers(), 1u);
+  EXPECT_EQ(plan.TotalBytes(), plan.Layer(0).bytes);
+}
+
+TEST(LayerPlan, GlobalConsumerMakesItsSlidingOwnerFlat) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Sliding(512, 2, 256))
+                                       .AddLayer(LayerSpec::Global(2, 256).SharedFrom(0))
+                                       .SetContext(32768)
+                                       .SetBatch(64));
+  EXPECT_EQ(plan.Layer(0).capacity, 32768u);
+  EXPECT_EQ(plan.Layer(0).span, 0u);
+}
+
+TEST(LayerPlan, ChunkedOwnerWithSlidingConsumerKeepsTheLarger) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Chunked(256, 1, 64))
+                                       .AddLayer(LayerSpec::Sliding(1000, 1, 64).SharedFrom(0))
+                                       .SetContext(1 << 20)
+                                       .SetBatch(8));
+  EXPECT_EQ(plan.Layer(0).capacity, 999u + 8);
+}
+
+TEST(LayerPlan, DifferentVHeadDimCountsBothStreams) {
+  LayerSpec spec = LayerSpec::Global(4, 192);
+  spec.v_head_dim = 128;
+  const LayerPlan plan = MustBuild(LayerPlan::Builder().AddLayer(spec).SetContext(64));
+  EXPECT_EQ(plan.Layer(0).slot_bytes, 4u * (192 + 128) * 2);
+}
+
+TEST(LayerPlan, LatentLayerStoresOneStream) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayers(61, LayerSpec::Latent(576))
+                                       .SetContext(32768)
+                                       .SetElementType(ElementType::kF16));
+  EXPECT_EQ(plan.Layer(0).slot_bytes, 576u * 2);
+  // llama.cpp's MLA figure: 1952 MiB latent + 244 MiB rope part = 2196 MiB.
+  const uint64_t latent = 61ull * 32768 * 512 * 2, rope = 61ull * 32768 * 64 * 2;
+  EXPECT_EQ(latent, 1952 * kMiB);
+  EXPECT_EQ(rope, 244 * kMiB);
+  EXPECT_EQ(plan.TotalBytes(), latent + rope);
+}
+
+TEST(LayerPlan, ElementTypesScaleTheBytes) {
+  const struct {
+    ElementType type;
+    uint64_t bytes;
+  } kCases[] = {{ElementType::kBF16, 2},
+                {ElementType::kF16, 2},
+                {ElementType::kF32, 4},
+                {ElementType::kFP8, 1},
+                {ElementType::kInt8, 1}};
+  for (const auto& c : kCases) {
+    const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                         .AddLayer(LayerSpec::Global(8, 128))
+                                         .SetContext(4096)
+                                         .SetElementType(c.type));
+    EXPECT_EQ(plan.ElementBytes(), c.bytes);
+    EXPECT_EQ(plan.TotalBytes(), 4096u * 8 * 128 * 2 * c.bytes) << ToString(c.type);
+  }
+}
+
+TEST(LayerPlan, NumSequencesMultipliesTheTotal) {
+  const LayerPlan plan = MustBuild(
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(8, 128)).SetContext(4096).SetNumSequences(7));
+  EXPECT_EQ(plan.TotalBytesAllSequences(), 7 * plan.TotalBytes());
+}
+
+TEST(LayerPlan, WithRuntimeReplansTheSameLayers) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Sliding(100, 1, 64))
+                                       .AddLayer(LayerSpec::Global(1, 64))
+                                       .SetContext(4096)
+                                       .SetBatch(1));
+  RuntimeSpec bigger = plan.Runtime();
+  bigger.batch = 300;
+  Expected<LayerPlan> grown = plan.WithRuntime(bigger);
+  ASSERT_TRUE(grown.ok());
+  EXPECT_EQ(grown->Layer(0).capacity, 99u + 300);
+  EXPECT_EQ(grown->Layer(1).capacity, 4096u);
+  bigger.batch = 0;
+  EXPECT_FALSE(plan.WithRuntime(bigger).ok());
+}
+
+TEST(LayerPlan, BytesAtContextMatchesAPlanBuiltAtThatContext) {
+  LayerPlan::Builder builder;
+  builder.AddLayers(5, LayerSpec::Sliding(1024, 4, 256)).AddLayer(LayerSpec::Global(4, 256));
+  const LayerPlan plan = MustBuild(LayerPlan::Builder(builder).SetContext(131072).SetBatch(8));
+  for (uint64_t context : {8ull, 100ull, 1031ull, 1032ull, 5000ull, 131072ull, 1000000ull}) {
+    const LayerPlan other = MustBuild(LayerPlan::Builder(builder).SetContext(context).SetBatch(8));
+    EXPECT_EQ(plan.BytesAtContext(context), other.TotalBytes()) << context;
+  }
+}
+
+TEST(LayerPlan, CapacityReportOfLlama8BOnAn80GiBDevice) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayers(32, LayerSpec::Global(8, 128))
+                                       .SetContext(131072)
+                                       .SetNumSequences(8));
+  MemoryBudget budget;
+  budget.device_bytes = 80 * kGiB;
+  budget.weight_bytes = 16 * kGiB;
+  budget.workspace_bytes = 4 * kGiB;
+  budget.margin_bytes = 1 * kGiB;
+  const CapacityReport report = plan.Capacity(budget, 131072);
+  EXPECT_EQ(report.usable_bytes, 59 * kGiB);
+  // 32 layers * 8 heads * 128 dims * 2 (K, V) * 2 bytes = 128 KiB per token: 16 GiB a sequence.
+  EXPECT_EQ(report.bytes_per_sequence, 16 * kGiB);
+  EXPECT_EQ(report.max_sequences, 3u);
+  EXPECT_EQ(report.max_tokens, 3u * 131072);
+  // 8 sequences share 59 GiB: 59 GiB / 8 / 128 KiB = 60416 tokens each, a multiple of 32.
+  EXPECT_EQ(report.max_context, 60416u);
+}
+
+TEST(LayerPlan, CapacityReportWhenNothingFits) {
+  const LayerPlan plan =
+      MustBuild(LayerPlan::Builder().AddLayer(LayerSpec::Global(8, 128)).SetContext(1024));
+  MemoryBudget budget;
+  budget.device_bytes = 10 * kGiB;
+  budget.weight_bytes = 12 * kGiB;
+  const CapacityReport report = plan.Capacity(budget, 1024);
+  EXPECT_EQ(report.usable_bytes, 0u);
+  EXPECT_EQ(report.max_sequences, 0u);
+  EXPECT_EQ(report.max_context, 0u);
+}
+
+TEST(LayerPlan, SlidingOnlyModelFitsAnyContextOnceItsRingsFit) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayers(32, LayerSpec::Sliding(4096, 8, 128))
+                                       .SetContext(32768)
+                                       .SetBatch(512));
+  MemoryBudget budget;
+  budget.device_bytes = 1 * kGiB;
+  // 32 layers * 4608 slots * 4 KiB = 576 MiB, whatever the context.
+  EXPECT_EQ(plan.TotalBytes(), 576 * kMiB);
+  EXPECT_EQ(plan.ContextTokenBytes(), 0u);
+  EXPECT_EQ(plan.Capacity(budget, 10485760).max_context, 10485760u);
+}
+
+TEST(LayerPlan, TenMillionTokenContextsDoNotOverflow) {
+  // Llama 4 Scout: 36 chunked (8192) layers and 12 global layers, 8 x 128, at 10M tokens.
+  LayerPlan::Builder builder;
+  for (int i = 0; i < 48; ++i) {
+    builder.AddLayer((i + 1) % 4 == 0 ? LayerSpec::Global(8, 128)
+                                      : LayerSpec::Chunked(8192, 8, 128));
+  }
+  const uint64_t context = 10485760;
+  const LayerPlan plan = MustBuild(builder.SetContext(context).SetBatch(512).SetNumSequences(4096));
+  const unsigned __int128 slot_bytes = 8 * 128 * 2 * 2;
+  const unsigned __int128 per_sequence =
+      (36 * 8704 + 12 * static_cast<unsigned __int128>(context)) * slot_bytes;
+  EXPECT_EQ(plan.TotalBytes(), static_cast<uint64_t>(per_sequence));
+  EXPECT_EQ(plan.TotalBytesAllSequences(), static_cast<uint64_t>(per_sequence * 4096));
+
+  // The largest context that 4096 sequences fit in 64 TiB, checked against 128-bit sums.
+  MemoryBudget budget;
+  budget.device_bytes = 64ull << 40;
+  const CapacityReport report = plan.Capacity(budget, context);
+  const auto bytes_at = [&](uint64_t t) -> unsigned __int128 {
+    const auto round = [](unsigned __int128 v) { return (v + 31) / 32 * 32; };
+    const unsigned __int128 chunked = t < 8703 ? t : 8703;
+    return 4096 * (36 * round(chunked) + 12 * round(t)) * slot_bytes;
+  };
+  ASSERT_GT(report.max_context, 0u);
+  ASSERT_LT(report.max_context, context);
+  EXPECT_LE(bytes_at(report.max_context), budget.device_bytes);
+  EXPECT_GT(bytes_at(report.max_context + 1), budget.device_bytes);
+
+  // 2^40 sequences of 10M tokens overflow 64 bits: an error, not a wrapped number.
+  Expected<LayerPlan> overflow = LayerPlan::Builder(builder).SetNumSequences(1ull << 40).Build();
+  ASSERT_FALSE(overflow.ok());
+  EXPECT_EQ(overflow.error().field, "runtime.num_sequences");
+}
+
+TEST(LayerPlan, BytesAtContextSaturatesInsteadOfWrapping) {
+  const LayerPlan plan =
+      MustBuild(LayerPlan::Builder().AddLayer(LayerSpec::Global(1024, 1024)).SetContext(16));
+  EXPECT_EQ(plan.BytesAtContext(1ull << 62), detail::kMaxU64);
+}
+
+// A bad configuration, the field its error must name, and a part of its message.
+struct BadCase {
+  const char* what;
+  LayerPlan::Builder builder;
+  const char* field;
+  const char* message_part;
+};
+
+LayerPlan::Builder Base() {
+  return LayerPlan::Builder()
+      .AddLayer(LayerSpec::Sliding(512, 2, 256))
+      .AddLayer(LayerSpec::Global(2, 256))
+      .SetContext(4096)
+      .SetBatch(64);
+}
+
+std::vector<BadCase> BadCases() {
+  std::vector<BadCase> cases;
+  const auto add = [&](const char* what, LayerPlan::Builder builder, const char* field,
+                       const char* part) {
+    cases.push_back({what, builder, field, part});
+  };
+  add("no layers", LayerPlan::Builder().SetContext(16), "layers", "at least one layer");
+  add("zero kv heads", Base().AddLayer(LayerSpec::Global(0, 128)), "layers[2].num_kv_heads",
+      "layers[2].num_kv_heads: 0");
+  add("zero head dim", Base().AddLayer(LayerSpec::Global(4, 0)), "layers[2].head_dim",
+      "layers[2].head_dim: 0");
+  add("window 0", Base().AddLayer(LayerSpec::Sliding(0, 2, 256)), "layers[2].window",
+      "layers[2].window: 0");
+  add("chunk 0", Base().AddLayer(LayerSpec::Chunked(0, 2, 256)), "layers[2].chunk",
+      "layers[2].chunk: 0");
+  {
+    LayerSpec spec = LayerSpec::Global(2, 256);
+    spec.window = 128;
+    add("window on a global layer", Base().AddLayer(spec), "layers[2].window",
+        "layers[2].window: 128 is set on a global layer");
+  }
+  {
+    LayerSpec spec = LayerSpec::Sliding(128, 2, 256);
+    spec.chunk = 64;
+    add("chunk on a sliding layer", Base().AddLayer(spec), "layers[2].chunk",
+        "layers[2].chunk: 64");
+  }
+  {
+    LayerSpec spec = LayerSpec::Global(2, 256);
+    spec.kind = static_cast<AttentionKind>(9);
+    add("kind out of range", Base().AddLayer(spec), "layers[2].kind", "layers[2].kind: 9");
+  }
+  add("source is not earlier", Base().AddLayer(LayerSpec::Global(2, 256).SharedFrom(2)),
+      "layers[2].kv_source", "layers[2].kv_source: 2");
+  add("source is later", Base().AddLayer(LayerSpec::Global(2, 256).SharedFrom(7)),
+      "layers[2].kv_source", "layers[2].kv_source: 7");
+  add("source is negative", Base().AddLayer(LayerSpec::Global(2, 256).SharedFrom(-5)),
+      "layers[2].kv_source", "layers[2].kv_source: -5");
+  add("source is a consumer",
+      Base()
+          .AddLayer(LayerSpec::Global(2, 256).SharedFrom(1))
+          .AddLayer(LayerSpec::Global(2, 256).SharedFrom(2)),
+      "layers[3].kv_source", "reads the KV of layer 1");
+  add("source has other heads", Base().AddLayer(LayerSpec::Global(4, 256).SharedFrom(1)),
+      "layers[2].kv_source", "num_kv_heads 2 differs from this layer's 4");
+  add("source has another head dim", Base().AddLayer(LayerSpec::Global(2, 128).SharedFrom(1)),
+      "layers[2].kv_source", "head_dim/v_head_dim 256/256 differ from this layer's 128/128");
+  {
+    LayerSpec spec = LayerSpec::Global(2, 256).SharedFrom(1);
+    spec.v_head_dim = 128;
+    add("source has another v head dim", Base().AddLayer(spec), "layers[2].kv_source",
+        "256/256 differ from this layer's 256/128");
+  }
+  add("latent reads a non-latent source", Base().AddLayer(LayerSpec::Latent(576).SharedFrom(1)),
+      "layers[2].kv_source", "latent_dim 0 differs");
+  {
+    LayerSpec spec = LayerSpec::Latent(576);
+    spec.num_kv_heads = 1;
+    add("latent with heads", Base().AddLayer(spec), "layers[2].latent_dim",
+        "layers[2].latent_dim: 576");
+  }
+  add("context 0", Base().SetContext(0), "runtime.context", "runtime.context: 0");
+  add("batch 0", Base().SetBatch(0), "runtime.batch", "runtime.batch: 0");
+  add("batch past the context", Base().SetBatch(5000), "runtime.batch",
+      "runtime.batch: 5000 is invalid: it exceeds runtime.context 4096");
+  add("rollback past the context", Base().SetRollback(4097), "runtime.rollback",
+      "runtime.rollback: 4097");
+  add("zero sequences", Base().SetNumSequences(0), "runtime.num_sequences",
+      "runtime.num_sequences: 0");
+  add("tile rows not a power of two", Base().SetBackend(Backend::kTiled, 24), "runtime.tile_rows",
+      "runtime.tile_rows: 24");
+  add("tile rows too small", Base().SetBackend(Backend::kTiled, 4), "runtime.tile_rows",
+      "runtime.tile_rows: 4");
+  add("tile rows too large", Base().SetBackend(Backend::kTiled, 128), "runtime.tile_rows",
+      "runtime.tile_rows: 128");
+  add("backend out of range", Base().SetBackend(static_cast<Backend>(7)), "runtime.backend",
+      "runtime.backend: 7");
+  add("element type out of range", Base().SetElementType(static_cast<ElementType>(42)),
+      "runtime.element_type", "runtime.element_type: 42");
+  add("bytes of one position overflow 64 bits",
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(1u << 31, 1u << 31)).SetContext(1 << 20),
+      "layers[0].head_dim", "overflow 64 bits");
+  add("bytes of a layer overflow 64 bits",
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(1024, 1024)).SetContext(1ull << 50),
+      "runtime.context", "overflow 64 bits");
+  add("context overflows the padding",
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(1, 1)).SetContext(detail::kMaxU64),
+      "runtime.context", "overflow 64 bits");
+  return cases;
+}
+
+TEST(LayerPlan, BuildRejectsBadConfigurationsNamingFieldAndValue) {
+  const std::vector<BadCase> cases = BadCases();
+  EXPECT_GE(cases.size(), 15u);
+  for (const BadCase& c : cases) {
+    Expected<LayerPlan> plan = c.builder.Build();
+    ASSERT_FALSE(plan.ok()) << c.what;
+    EXPECT_EQ(plan.error().field, c.field) << c.what;
+    EXPECT_NE(plan.error().message.find(c.message_part), std::string::npos)
+        << c.what << ": " << plan.error().message;
+    EXPECT_EQ(plan.error().message.rfind(c.field, 0), 0u)
+        << c.what << ": the message starts with the field: " << plan.error().message;
+  }
+}
+
+TEST(LayerPlan, ValueOfAFailedBuildAborts) {
+  Expected<LayerPlan> plan = LayerPlan::Builder().Build();
+  ASSERT_FALSE(plan.ok());
+  EXPECT_DEATH((void)plan.value(), "value\\(\\) of a failed kvring::Expected");
+}
+
+}  // namespace
+}  // namespace kvring

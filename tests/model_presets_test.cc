@@ -1,0 +1,186 @@
+// Tests of kvring/model_presets.h: every preset's layer pattern (shared/models.md) and the
+// published memory figures a correct planner reproduces. Expected numbers are worked out
+// here by hand from the models' facts.
+#include "kvring/model_presets.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+namespace kvring {
+namespace {
+
+constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+
+LayerPlan PlanPreset(const std::string& name, uint64_t context, uint64_t batch,
+                     ElementType type = ElementType::kBF16) {
+  Expected<ModelPreset> preset = FindModelPreset(name);
+  EXPECT_TRUE(preset.ok()) << name;
+  if (!preset.ok()) return LayerPlan();
+  Expected<LayerPlan> plan =
+      BuilderFor(*preset).SetContext(context).SetBatch(batch).SetElementType(type).Build();
+  EXPECT_TRUE(plan.ok()) << plan.error().message;
+  return plan.ok() ? plan.value() : LayerPlan();
+}
+
+struct Pattern {
+  const char* name;
+  size_t num_layers, num_sliding, num_chunked, num_global, num_consumers;
+  uint64_t span;  // window or chunk of the local layers
+  uint32_t num_kv_heads, head_dim, latent_dim;
+  uint64_t max_context;
+};
+
+// From shared/models.md, counted by hand: e.g. Gemma 3 27B has 62 layers, globals at
+// i = 5, 11, ..., 59 (10 of them), so 52 sliding.
+constexpr Pattern kPatterns[] = {
+    {"gemma-2-2b", 26, 13, 0, 13, 0, 4096, 4, 256, 0, 8192},
+    {"gemma-2-9b", 42, 21, 0, 21, 0, 4096, 8, 256, 0, 8192},
+    {"gemma-2-27b", 46, 23, 0, 23, 0, 4096, 16, 128, 0, 8192},
+    {"gemma-3-270m", 18, 15, 0, 3, 0, 512, 1, 256, 0, 32768},
+    {"gemma-3-1b", 26, 22, 0, 4, 0, 512, 1, 256, 0, 32768},
+    {"gemma-3-4b", 34, 29, 0, 5, 0, 1024, 4, 256, 0, 131072},
+    {"gemma-3-12b", 48, 40, 0, 8, 0, 1024, 8, 256, 0, 131072},
+    {"gemma-3-27b", 62, 52, 0, 10, 0, 1024, 16, 128, 0, 131072},
+    {"gemma-3n-e2b", 30, 24, 0, 6, 10, 512, 2, 256, 0, 32768},
+    {"gemma-3n-e4b", 35, 28, 0, 7, 15, 512, 2, 256, 0, 32768},
+    {"mistral-7b-v0.1", 32, 32, 0, 0, 0, 4096, 8, 128, 0, 32768},
+    {"llama-3.1-8b", 32, 0, 0, 32, 0, 0, 8, 128, 0, 131072},
+    {"llama-3.1-70b", 80, 0, 0, 80, 0, 0, 8, 128, 0, 131072},
+    {"llama-4-scout", 48, 0, 36, 12, 0, 8192, 8, 128, 0, 10485760},
+    {"gpt-oss-20b", 24, 12, 0, 12, 0, 128, 8, 64, 0, 131072},
+    {"gpt-oss-120b", 36, 18, 0, 18, 0, 128, 8, 64, 0, 131072},
+    {"command-r7b", 32, 24, 0, 8, 0, 4096, 8, 128, 0, 8192},
+    {"qwen3-8b", 36, 0, 0, 36, 0, 0, 8, 128, 0, 40960},
+    {"deepseek-v3", 61, 0, 0, 61, 0, 0, 0, 0, 576, 163840},
+};
+
+TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
+  EXPECT_EQ(ModelPresets().size(), sizeof(kPatterns) / sizeof(kPatterns[0]));
+  for (const Pattern& p : kPatterns) {
+    Expected<ModelPreset> preset = FindModelPreset(p.name);
+    ASSERT_TRUE(preset.ok()) << p.name;
+    EXPECT_EQ(preset->max_context, p.max_context) << p.name;
+    ASSERT_EQ(preset->layers.size(), p.num_layers) << p.name;
+    size_t sliding = 0, chunked = 0, global = 0, consumers = 0;
+    for (const LayerSpec& spec : preset->layers) {
+      sliding += spec.kind == AttentionKind::kSliding;
+      chunked += spec.kind == AttentionKind::kChunked;
+      global += spec.kind == AttentionKind::kGlobal;
+      consumers += !spec.OwnsKV();
+      if (spec.kind != AttentionKind::kGlobal) EXPECT_EQ(spec.Span(), p.span) << p.name;
+      EXPECT_EQ(spec.num_kv_heads, p.num_kv_heads) << p.name;
+      EXPECT_EQ(spec.head_dim, p.head_dim) << p.name;
+      EXPECT_EQ(spec.latent_dim, p.latent_dim) << p.name;
+    }
+    EXPECT_EQ(sliding, p.num_sliding) << p.name;
+    EXPECT_EQ(chunked, p.num_chunked) << p.name;
+    EXPECT_EQ(global, p.num_global) << p.name;
+    EXPECT_EQ(consumers, p.num_consumers) << p.name;
+  }
+}
+
+TEST(ModelPresets, Gemma3PlacesAGlobalLayerEverySixth) {
+  const LayerPlan plan = PlanPreset("gemma-3-27b", 131072, 512);
+  for (size_t i = 0; i < plan.NumLayers(); ++i) {
+    const bool global = (i + 1) % 6 == 0;
+    EXPECT_EQ(plan.Layer(i).spec.kind, global ? AttentionKind::kGlobal : AttentionKind::kSliding)
+        << i;
+    EXPECT_EQ(plan.Layer(i).capacity, global ? 131072u : 1535u) << i;
+  }
+}
+
+TEST(ModelPresets, Gemma3_27BAtFullContextHas52RingsOf1535) {
+  const LayerPlan plan = PlanPreset("gemma-3-27b", 131072, 512);
+  size_t rings = 0, globals = 0;
+  for (const LayerInfo& layer : plan.Layers()) {
+    rings += layer.capacity == 1535 && layer.num_slots == 1536;
+    globals += layer.capacity == 131072 && layer.num_slots == 131072;
+  }
+  EXPECT_EQ(rings, 52u);
+  EXPECT_EQ(globals, 10u);
+  const uint64_t slot_bytes = 16 * 128 * 2 * 2;  // 8 KiB
+  EXPECT_EQ(plan.TotalBytes(), (52 * 1536 + 10 * 131072) * slot_bytes);
+  EXPECT_EQ(plan.FlatBytes(), 62 * kGiB);
+  EXPECT_EQ(plan.ContextTokenBytes(), 10 * slot_bytes);
+}
+
+TEST(ModelPresets, Gemma3_27BWithWindowOnlyRingsIs10Point41GiB) {
+  // The published figure keeps 1024 positions per sliding layer: a batch of 1.
+  const LayerPlan plan = PlanPreset("gemma-3-27b", 131072, 1);
+  const uint64_t positions = 10 * 131072 + 52 * 1024;
+  EXPECT_EQ(plan.TotalBytes(), positions * 8 * kKiB);
+  EXPECT_NEAR(static_cast<double>(plan.TotalBytes()) / kGiB, 10.41, 0.005);
+}
+
+TEST(ModelPresets, Gemma3nE4BOwnsKVInTwentyLayers) {
+  const LayerPlan plan = PlanPreset("gemma-3n-e4b", 32768, 512);
+  EXPECT_EQ(plan.NumOwningLayers(), 20u);
+  for (size_t i = 20; i < 35; ++i) {
+    const LayerInfo& layer = plan.Layer(i);
+    EXPECT_FALSE(layer.OwnsKV()) << i;
+    EXPECT_EQ(layer.bytes, 0u) << i;
+    EXPECT_EQ(layer.owner, layer.spec.kind == AttentionKind::kGlobal ? 19u : 18u) << i;
+  }
+  // Owners: 16 sliding (511 + 512 = 1023 slots, padded to 1024) and 4 global, 2 KiB a slot.
+  EXPECT_EQ(plan.TotalBytes(), (16 * 1024 + 4 * 32768) * 2 * kKiB);
+}
+
+TEST(ModelPresets, Gemma3nE2BConsumersReadLayers18And19) {
+  const LayerPlan plan = PlanPreset("gemma-3n-e2b", 32768, 512);
+  EXPECT_EQ(plan.NumOwningLayers(), 20u);
+  for (size_t i = 20; i < 30; ++i) {
+    EXPECT_EQ(plan.Layer(i).owner, (i + 1) % 5 == 0 ? 19u : 18u) << i;
+  }
+}
+
+TEST(ModelPresets, Llama31MatchesHuggingFaceFigures) {
+  // 32 layers * 8 heads * 128 dims * 2 (K, V) * 2 bytes = 128 KiB per token.
+  EXPECT_EQ(PlanPreset("llama-3.1-8b", 128000, 512).TotalBytes(), 15625 * kGiB / 1000);
+  EXPECT_EQ(PlanPreset("llama-3.1-8b", 16000, 512).TotalBytes(), 1953125 * kGiB / 1000000);
+  EXPECT_EQ(PlanPreset("llama-3.1-70b", 128000, 512).TotalBytes(), 390625 * kGiB / 10000);
+}
+
+TEST(ModelPresets, DeepSeekV3MatchesLlamaCppMlaFigure) {
+  EXPECT_EQ(PlanPreset("deepseek-v3", 32768, 512, ElementType::kF16).TotalBytes(), 2196 * kMiB);
+}
+
+TEST(ModelPresets, Gemma3_270MAt8192Is39MiB) {
+  // 15 sliding layers of 1024 slots (511 + 512, padded) and 3 global of 8192, 1 KiB a slot;
+  // llama.cpp's sliding cache also keeps 1024 cells here.
+  const LayerPlan plan = PlanPreset("gemma-3-270m", 8192, 512);
+  EXPECT_EQ(plan.Layer(0).num_slots, 1024u);
+  EXPECT_EQ(plan.TotalBytes(), 39 * kMiB);
+}
+
+TEST(ModelPresets, EveryPresetPlansAtSmallAndFullContext) {
+  for (const ModelPreset& preset : ModelPresets()) {
+    for (uint64_t context : {uint64_t{1}, uint64_t{777}, preset.max_context}) {
+      Expected<LayerPlan> plan = BuilderFor(preset).SetContext(context).Build();
+      ASSERT_TRUE(plan.ok()) << preset.name << ": " << plan.error().message;
+      EXPECT_LE(plan->TotalBytes(), plan->FlatBytes()) << preset.name;
+      uint64_t sum = 0;
+      for (const LayerInfo& layer : plan->Layers()) {
+        sum += layer.bytes;
+        if (layer.OwnsKV()) {
+          EXPECT_LE(layer.capacity, context) << preset.name;
+          EXPECT_EQ(layer.num_slots % 32, 0u) << preset.name;
+          EXPECT_LT(layer.num_slots - layer.capacity, 32u) << preset.name;
+        }
+      }
+      EXPECT_EQ(sum, plan->TotalBytes()) << preset.name;
+    }
+  }
+}
+
+TEST(ModelPresets, UnknownPresetIsAnErrorListingTheKnownOnes) {
+  Expected<ModelPreset> preset = FindModelPreset("gemma-4");
+  ASSERT_FALSE(preset.ok());
+  EXPECT_EQ(preset.error().field, "preset");
+  EXPECT_NE(preset.error().message.find("'gemma-4'"), std::string::npos);
+  EXPECT_NE(preset.error().message.find("deepseek-v3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvring

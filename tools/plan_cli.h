@@ -1,0 +1,28 @@
+// tools/plan_cli.h: the kvring-plan command line, as a function the tests call directly.
+#ifndef KVRING_TOOLS_PLAN_CLI_H_
+#define KVRING_TOOLS_PLAN_CLI_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvring {
+namespace tools {
+
+// Runs kvring-plan with `args` (without the program name). Writes the report to *out and a
+// one-line error to *err. Returns the exit status: 0 on success, 2 on bad input (then *out
+// stays empty).
+int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::string* err);
+
+// Parses a count or a byte size: "131072", "128k" (k, m, g, t are powers of 1024),
+// "24GiB" (KiB, MiB, GiB, TiB), "24GB" (KB, MB, GB, TB are powers of 1000), "512B".
+// Returns false (and leaves *value alone) on a malformed or overflowing text.
+bool ParseSize(const std::string& text, uint64_t* value);
+
+// Returns `bytes` in binary units with two decimals ("10.41 GiB"), or "N B" below 1 KiB.
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace tools
+}  // namespace kvring
+
+#endif  // KVRING_TOOLS_PLAN_CLI_H_
