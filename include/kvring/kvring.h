@@ -5,7 +5,19 @@
 #define KVRING_KVRING_H_
 
 #include "kvring/base.h"
+#include "kvring/bf16.h"
+#include "kvring/global_kv.h"
+#include "kvring/kv_cache.h"
+#include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"
+#include "kvring/layouts/flash_layout.h"
+#include "kvring/layouts/kv_shape.h"
+#include "kvring/layouts/tiled_layout.h"
 #include "kvring/model_presets.h"
+#include "kvring/ring_index.h"
+#include "kvring/ring_kv.h"
+#include "kvring/status.h"
+#include "kvring/storage_spec.h"
+#include "kvring/visibility.h"
 
 #endif  // KVRING_KVRING_H_

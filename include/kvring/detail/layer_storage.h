@@ -1,0 +1,301 @@
+// kvring/detail/layer_storage.h: the BF16 buffers and bookkeeping that RingKV and GlobalKV
+// share: writes of token rows into a layout, reads, copies of the held positions, growth.
+// Internal; engines use RingKV, GlobalKV or KVCache.
+#ifndef KVRING_DETAIL_LAYER_STORAGE_H_
+#define KVRING_DETAIL_LAYER_STORAGE_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "kvring/base.h"
+#include "kvring/bf16.h"
+#include "kvring/detail/aligned_buffer.h"
+#include "kvring/detail/checked_math.h"
+#include "kvring/kv_view.h"
+#include "kvring/layouts/kv_shape.h"
+#include "kvring/ring_index.h"
+#include "kvring/status.h"
+#include "kvring/storage_spec.h"
+
+namespace kvring {
+namespace detail {
+
+inline BF16 ToBF16(float value) { return BF16FromF32(value); }
+inline BF16 ToBF16(BF16 value) { return value; }
+
+// Returns an Error for a spec no storage can hold, or an empty field.
+template <typename Layout>
+Error ValidateStorageSpec(const StorageSpec& spec) {
+  using std::to_string;
+  const KVShape& shape = spec.shape;
+  if (shape.num_kv_heads == 0) {
+    return FieldError("shape.num_kv_heads", "0", "is invalid: storage needs a KV head");
+  }
+  if (shape.head_dim == 0) {
+    return FieldError("shape.head_dim", "0", "is invalid: storage needs a head dimension");
+  }
+  if (spec.context == 0) {
+    return FieldError("context", "0", "is invalid: the context must be at least 1");
+  }
+  if (shape.num_slots == 0 || shape.num_slots % Layout::kSlotAlignment != 0) {
+    return FieldError("shape.num_slots", to_string(shape.num_slots),
+                      "is invalid: it must be a positive multiple of the layout's slot "
+                      "alignment " +
+                          to_string(Layout::kSlotAlignment));
+  }
+  uint64_t elements;
+  if (!CheckedMul(shape.num_slots, SaturatingAdd(shape.KRowElements(), shape.VRowElements()),
+                  &elements) ||
+      elements > SIZE_MAX / sizeof(BF16)) {
+    return FieldError("shape.num_slots", to_string(shape.num_slots),
+                      "makes the buffers larger than this machine can address");
+  }
+  return Error{};
+}
+
+template <typename Layout>
+class LayerStorage {
+ public:
+  LayerStorage() = default;
+  LayerStorage(LayerStorage&&) noexcept = default;
+  LayerStorage& operator=(LayerStorage&&) noexcept = default;
+
+  // Allocates zeroed buffers for `spec` (validated by the caller) over num_slots slots.
+  // Returns false if the allocation failed.
+  bool Allocate(const StorageSpec& spec) {
+    layout_ = Layout(spec.shape);
+    index_ = RingIndex(spec.shape.num_slots, spec.keep, spec.max_rollback, spec.context);
+    return AllocateBuffers();
+  }
+
+  const Layout& GetLayout() const { return layout_; }
+  const RingIndex& Index() const { return index_; }
+  uint64_t AllocatedBytes() const { return (k_.size() + v_.size()) * sizeof(BF16); }
+
+  // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
+  // (v null when there is no V stream) at position `pos`. `may_grow`: a batch too large for
+  // the slots reallocates first (rings); otherwise it is refused.
+  template <typename T>
+  Status Append(uint64_t pos, const T* k, const T* v, uint64_t num_tokens, bool may_grow) {
+    if (k == nullptr || (v == nullptr) != (layout_.Shape().v_head_dim == 0)) {
+      return num_tokens == 0 ? Status::kEmptyBatch : Status::kBadArgument;
+    }
+    Status status = index_.CheckAppend(pos, num_tokens);
+    if (status == Status::kBadArgument && may_grow) {
+      status = GrowSlots(index_.SlotsNeededFor(num_tokens));
+      if (status != Status::kOk) return status;
+      status = index_.CheckAppend(pos, num_tokens);
+    }
+    if (status != Status::kOk) return status;
+    const KVShape& shape = layout_.Shape();
+    // Rows go to slots pos % num_slots: split the batch where the ring wraps.
+    for (uint64_t i = 0; i < num_tokens;) {
+      const uint64_t slot = (pos + i) % shape.num_slots;
+      const uint64_t len = std::min(num_tokens - i, shape.num_slots - slot);
+      WriteK(slot, k + i * shape.KRowElements(), len);
+      if (v != nullptr) WriteV(slot, v + i * shape.VRowElements(), len);
+      i += len;
+    }
+    index_.Append(num_tokens);
+    return Status::kOk;
+  }
+
+  // Copies the stored row of `pos` into k_out [kv_head][head_dim] and v_out
+  // [kv_head][v_head_dim] (v_out may be null). Exact: BF16 as stored.
+  Status ReadRow(uint64_t pos, BF16* k_out, BF16* v_out) const {
+    if (!index_.Holds(pos)) return Status::kNotLive;
+    if (k_out == nullptr) return Status::kBadArgument;
+    const KVShape& shape = layout_.Shape();
+    const uint64_t slot = index_.SlotOf(pos);
+    const auto k_map = layout_.K();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+        *k_out++ = k_.data()[k_map(slot, kv_head, dim)];
+      }
+    }
+    if (v_out != nullptr && shape.v_head_dim != 0) {
+      const auto v_map = layout_.V();
+      for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+        std::memcpy(v_out + uint64_t{kv_head} * shape.v_head_dim,
+                    v_.data() + v_map(slot, kv_head, 0), shape.v_head_dim * sizeof(BF16));
+      }
+    }
+    return Status::kOk;
+  }
+
+  Status Rollback(uint64_t num_tokens) {
+    const Status status = index_.CheckRollback(num_tokens);
+    if (status == Status::kOk) index_.Rollback(num_tokens);
+    return status;
+  }
+
+  void Clear() { index_.Clear(); }
+
+  // Returns the slots that hold `capacity` positions in this layout, or 0 if `capacity` is
+  // past the context.
+  uint64_t SlotsFor(uint64_t capacity) const {
+    uint64_t num_slots = 0;
+    if (capacity > index_.Context() ||
+        !CheckedRoundUp(capacity, Layout::kSlotAlignment, &num_slots)) {
+      return 0;
+    }
+    return num_slots;
+  }
+
+  // Reallocates to hold `capacity` positions, keeping every held position. A capacity at or
+  // below the current one changes nothing; one past the context is kBadArgument; on
+  // kOutOfMemory nothing changes.
+  Status GrowSlots(uint64_t capacity) {
+    const uint64_t num_slots = SlotsFor(capacity);
+    if (num_slots == 0) return Status::kBadArgument;
+    if (num_slots <= index_.NumSlots()) return Status::kOk;
+    LayerStorage grown = CopyWithSlots(num_slots);
+    if (grown.Failed()) return Status::kOutOfMemory;
+    *this = std::move(grown);
+    return Status::kOk;
+  }
+
+  // Returns an independent copy over `num_slots` slots (>= NumSlots(), a multiple of the
+  // slot alignment) holding the same positions; Failed() if allocation failed. Copies the
+  // held positions only.
+  LayerStorage CopyWithSlots(uint64_t num_slots) const {
+    KVRING_DASSERT(num_slots >= index_.NumSlots() && num_slots % Layout::kSlotAlignment == 0);
+    LayerStorage copy;
+    KVShape shape = layout_.Shape();
+    shape.num_slots = num_slots;
+    copy.layout_ = Layout(shape);
+    copy.index_ = index_.Resized(num_slots);
+    if (copy.AllocateBuffers()) {
+      CopyHeldTo(&copy);
+    } else {
+      copy.k_ = AlignedBuffer<BF16>::Failure();
+    }
+    return copy;
+  }
+  bool Failed() const { return k_.Failed() || v_.Failed(); }
+
+  KVView<Layout> View(const Visibility& visibility) const {
+    KVView<Layout> view;
+    view.k = k_.data();
+    view.v = v_.size() != 0 ? v_.data() : nullptr;
+    view.layout = layout_;
+    view.first_pos = index_.FirstPos();
+    view.end_pos = index_.EndPos();
+    view.visibility = visibility;
+    return view;
+  }
+
+ private:
+  bool AllocateBuffers() {
+    const KVShape& shape = layout_.Shape();
+    k_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(layout_.K().RequiredSpanSize()));
+    v_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(layout_.V().RequiredSpanSize()));
+    return !k_.Failed() && !v_.Failed() && k_.size() != 0 &&
+           (shape.v_head_dim == 0 || v_.size() != 0);
+    // (An empty K can only come from a zero shape, which ValidateStorageSpec rejects.)
+  }
+
+  // Writes `len` K rows into slots [slot, slot + len), which do not wrap. K is transposed
+  // (slots adjacent, dims strided) in both layouts: write blocks of dims x tokens so that
+  // reads and writes both stay in L1.
+  template <typename T>
+  void WriteK(uint64_t slot, const T* rows, uint64_t len) {
+    constexpr uint64_t kBlock = 16;
+    const KVShape& shape = layout_.Shape();
+    const auto map = layout_.K();
+    const uint64_t row_stride = shape.KRowElements();
+    const uint64_t dim_stride = map.DimStride();
+    for (uint64_t i = 0; i < len;) {
+      // Slots stay adjacent up to the end of a tile (tiled) or of the buffer (flash).
+      const uint64_t run = std::min(len - i, map.ContiguousSlotsFrom(slot + i));
+      for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+        BF16* base = k_.data() + map(slot + i, kv_head, 0);
+        const T* src = rows + i * row_stride + uint64_t{kv_head} * shape.head_dim;
+        for (uint64_t d0 = 0; d0 < shape.head_dim; d0 += kBlock) {
+          const uint64_t d_end = std::min<uint64_t>(d0 + kBlock, shape.head_dim);
+          for (uint64_t t0 = 0; t0 < run; t0 += kBlock) {
+            const uint64_t t_end = std::min(t0 + kBlock, run);
+            for (uint64_t dim = d0; dim < d_end; ++dim) {
+              BF16* dst = base + dim * dim_stride;
+              for (uint64_t t = t0; t < t_end; ++t) dst[t] = ToBF16(src[t * row_stride + dim]);
+            }
+          }
+        }
+      }
+      i += run;
+    }
+  }
+
+  // Writes `len` V rows into slots [slot, slot + len); V is [kv_head][slot][dim].
+  template <typename T>
+  void WriteV(uint64_t slot, const T* rows, uint64_t len) {
+    const KVShape& shape = layout_.Shape();
+    const auto map = layout_.V();
+    const uint64_t row_stride = shape.VRowElements();
+    for (uint64_t t = 0; t < len; ++t) {
+      for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+        BF16* dst = v_.data() + map(slot + t, kv_head, 0);
+        const T* src = rows + t * row_stride + uint64_t{kv_head} * shape.v_head_dim;
+        for (uint32_t dim = 0; dim < shape.v_head_dim; ++dim) dst[dim] = ToBF16(src[dim]);
+      }
+    }
+  }
+
+  // Copies every held position into `to` (same heads and dims, any num_slots).
+  void CopyHeldTo(LayerStorage* to) const {
+    const uint64_t from_slots = layout_.Shape().num_slots;
+    const uint64_t to_slots = to->layout_.Shape().num_slots;
+    for (uint64_t pos = index_.FirstPos(); pos < index_.EndPos();) {
+      const uint64_t from_slot = pos % from_slots, to_slot = pos % to_slots;
+      const uint64_t len =
+          std::min({index_.EndPos() - pos, from_slots - from_slot, to_slots - to_slot});
+      CopySlots(from_slot, to, to_slot, len);
+      pos += len;
+    }
+  }
+
+  // Copies slots [from_slot, +len) to `to`'s [to_slot, +len); neither range wraps, and
+  // both start at the same position, so they share their offset inside a tile.
+  void CopySlots(uint64_t from_slot, LayerStorage* to, uint64_t to_slot, uint64_t len) const {
+    const KVShape& shape = layout_.Shape();
+    const auto from_k = layout_.K();
+    const auto to_k = to->layout_.K();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      for (uint64_t i = 0; i < len;) {
+        const uint64_t run = std::min({len - i, from_k.ContiguousSlotsFrom(from_slot + i),
+                                       to_k.ContiguousSlotsFrom(to_slot + i)});
+        const BF16* src = k_.data() + from_k(from_slot + i, kv_head, 0);
+        BF16* dst = to->k_.data() + to_k(to_slot + i, kv_head, 0);
+        if (run == from_k.DimStride() && run == to_k.DimStride()) {
+          // Whole rows of every dim: one block (a full tile, or a whole flash ring).
+          std::memcpy(dst, src, run * shape.head_dim * sizeof(BF16));
+        } else {
+          for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+            std::memcpy(dst + dim * to_k.DimStride(), src + dim * from_k.DimStride(),
+                        run * sizeof(BF16));
+          }
+        }
+        i += run;
+      }
+      if (shape.v_head_dim != 0) {
+        std::memcpy(to->v_.data() + to->layout_.V()(to_slot, kv_head, 0),
+                    v_.data() + layout_.V()(from_slot, kv_head, 0),
+                    len * shape.v_head_dim * sizeof(BF16));
+      }
+    }
+  }
+
+  Layout layout_;
+  RingIndex index_;
+  AlignedBuffer<BF16> k_;
+  AlignedBuffer<BF16> v_;
+};
+
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_DETAIL_LAYER_STORAGE_H_

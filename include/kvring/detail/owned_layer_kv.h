@@ -1,0 +1,72 @@
+// kvring/detail/owned_layer_kv.h: the read, rollback and clear API that RingKV and GlobalKV
+// share, over one LayerStorage. Internal.
+#ifndef KVRING_DETAIL_OWNED_LAYER_KV_H_
+#define KVRING_DETAIL_OWNED_LAYER_KV_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kvring/base.h"
+#include "kvring/bf16.h"
+#include "kvring/detail/layer_storage.h"
+#include "kvring/kv_view.h"
+#include "kvring/ring_index.h"
+#include "kvring/status.h"
+#include "kvring/visibility.h"
+
+namespace kvring {
+namespace detail {
+
+template <typename Layout>
+class OwnedLayerKV {
+ public:
+  // Returns the oldest held position and one past the newest: live range [first, end).
+  uint64_t FirstPos() const { return storage_.Index().FirstPos(); }
+  uint64_t EndPos() const { return storage_.Index().EndPos(); }
+  // Returns the physical slots allocated (capacity plus padding).
+  uint64_t NumSlots() const { return storage_.Index().NumSlots(); }
+  const RingIndex& Index() const { return storage_.Index(); }
+  const Layout& GetLayout() const { return storage_.GetLayout(); }
+  // Returns the bytes of the K and V buffers.
+  uint64_t AllocatedBytes() const { return storage_.AllocatedBytes(); }
+
+  // Copies the row of held position `pos` into k_out [kv_head][head_dim] and, if not null,
+  // v_out [kv_head][v_head_dim], exactly as stored. kNotLive if `pos` is not held.
+  // Does not allocate. Cost: one row.
+  Status ReadRow(uint64_t pos, BF16* k_out, BF16* v_out) const {
+    return storage_.ReadRow(pos, k_out, v_out);
+  }
+
+  // Discards the newest `num_tokens` positions: at most the planned rollback headroom, and
+  // only while the window before the new end is still held; otherwise kRollbackTooFar and
+  // nothing changes. O(1).
+  Status Rollback(uint64_t num_tokens) { return storage_.Rollback(num_tokens); }
+
+  // Forgets every position, for a new sequence; keeps the buffers. Later reads see only
+  // what is appended afterwards. O(1).
+  void Clear() { storage_.Clear(); }
+
+  // Returns a view of the held positions under `visibility` (the reading layer's rule).
+  KVView<Layout> View(const Visibility& visibility) const { return storage_.View(visibility); }
+
+ protected:
+  // Returns an independent copy as a Derived over `num_slots` slots, holding the same
+  // positions, or an Error if it could not be allocated.
+  template <typename Derived>
+  Expected<Derived> CopyAs(uint64_t num_slots) const {
+    Derived copy;
+    copy.storage_ = storage_.CopyWithSlots(num_slots);
+    if (copy.storage_.Failed()) {
+      return FieldError("shape.num_slots", std::to_string(num_slots),
+                        "could not be allocated for a copy");
+    }
+    return copy;
+  }
+
+  LayerStorage<Layout> storage_;
+};
+
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_DETAIL_OWNED_LAYER_KV_H_

@@ -1,0 +1,41 @@
+// kvring/kv_view.h: a read-only view of one layer's stored K and V, as RingKV, GlobalKV and
+// KVCache hand it to attention. Trivially copyable, never allocates; valid until the next
+// write to that layer (append, rollback, grow, clear) or its destruction.
+#ifndef KVRING_KV_VIEW_H_
+#define KVRING_KV_VIEW_H_
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kvring/base.h"
+#include "kvring/bf16.h"
+#include "kvring/visibility.h"
+
+namespace kvring {
+
+// Positions live in slot pos % num_slots. num_slots is a multiple of the layout's
+// kTileSlots, so a position's lane in its tile is pos % kTileSlots in ring and flat storage
+// alike, and every position-aligned tile is contiguous in both; flat storage never wraps.
+template <typename Layout>
+struct KVView {
+  const BF16* k = nullptr;  // element offsets: layout.K()
+  const BF16* v = nullptr;  // element offsets: layout.V(); nullptr when there is no V (MLA)
+  Layout layout;
+  uint64_t first_pos = 0;  // the oldest position held
+  uint64_t end_pos = 0;    // one past the newest position held
+  Visibility visibility;   // the reading layer's rule (a shared-KV consumer's own)
+
+  uint64_t NumSlots() const { return layout.Shape().num_slots; }
+  bool Holds(uint64_t pos) const { return pos >= first_pos && pos < end_pos; }
+  // Returns the slot of a held position.
+  uint64_t SlotOf(uint64_t pos) const {
+    KVRING_DASSERT(Holds(pos));
+    return pos % NumSlots();
+  }
+  // Returns whether every position a query at `q` sees is held (q itself included).
+  bool CanServe(uint64_t q) const { return q < end_pos && visibility.FirstVisible(q) >= first_pos; }
+};
+
+}  // namespace kvring
+
+#endif  // KVRING_KV_VIEW_H_

@@ -1,0 +1,33 @@
+// kvring/storage_spec.h: what one layer's storage (RingKV or GlobalKV) must hold: its shape
+// and the bookkeeping limits from the plan. Plain data; no allocation.
+#ifndef KVRING_STORAGE_SPEC_H_
+#define KVRING_STORAGE_SPEC_H_
+
+#include <cstdint>
+
+#include "kvring/layer_plan.h"
+#include "kvring/layouts/kv_shape.h"
+
+namespace kvring {
+
+struct StorageSpec {
+  KVShape shape;              // shape.num_slots: slots to allocate (layout-aligned)
+  uint64_t keep = 0;          // positions before a new batch its queries read (span - 1)
+  uint64_t max_rollback = 0;  // rollback headroom
+  uint64_t context = 0;       // the logical limit of positions
+
+  // Returns the spec of owning layer `layer` of `plan`.
+  static StorageSpec Of(const LayerPlan& plan, size_t layer) {
+    const LayerInfo& info = plan.Layer(layer);
+    StorageSpec spec;
+    spec.shape = KVShape::Of(info);
+    spec.context = plan.Runtime().context;
+    spec.keep = info.span == 0 ? spec.context : info.span - 1;
+    spec.max_rollback = plan.Runtime().rollback;
+    return spec;
+  }
+};
+
+}  // namespace kvring
+
+#endif  // KVRING_STORAGE_SPEC_H_

@@ -1,0 +1,43 @@
+// kvring/visibility.h: the one home of the visibility rule (shared/design.md section 2):
+// which positions a query at `q` may read. Caches, views and kernels all ask this type.
+// It knows positions only, not slots or storage.
+#ifndef KVRING_VISIBILITY_H_
+#define KVRING_VISIBILITY_H_
+
+#include <cstdint>
+
+#include "kvring/layer_plan.h"
+
+namespace kvring {
+
+// A layer's visibility rule: global, sliding over `span` keys, or chunked in blocks of `span`.
+// Trivially copyable.
+struct Visibility {
+  AttentionKind kind = AttentionKind::kGlobal;
+  uint64_t span = 0;  // window (sliding) or chunk (chunked); unused for global
+
+  // Returns the rule of a layer as the model specifies it (for a consumer: its own rule).
+  static Visibility Of(const LayerSpec& spec) { return Visibility{spec.kind, spec.Span()}; }
+
+  // Returns the first position a query at `q` sees; it also sees every later pos <= q.
+  uint64_t FirstVisible(uint64_t q) const {
+    switch (kind) {
+      case AttentionKind::kSliding:
+        return q + 1 >= span ? q + 1 - span : 0;
+      case AttentionKind::kChunked:
+        return q - q % span;
+      case AttentionKind::kGlobal:
+        break;
+    }
+    return 0;
+  }
+  // Returns whether a query at `q` sees position `pos`.
+  bool Visible(uint64_t q, uint64_t pos) const { return pos <= q && pos >= FirstVisible(q); }
+  // Returns how many positions before `q` the query may need (the window minus one, the
+  // chunk minus one); for global, q itself.
+  uint64_t MaxLookback(uint64_t q) const { return q - FirstVisible(q); }
+};
+
+}  // namespace kvring
+
+#endif  // KVRING_VISIBILITY_H_

@@ -1,0 +1,364 @@
+// A reference model of a KVCache and a driver of random operations against it, shared by
+// the unit tests (random generator) and the libFuzzer target (fuzz bytes). The model keeps
+// every layer's slots literally (which position each slot holds) and every position's rows,
+// so that it predicts what must be held and what each call returns without the ring
+// arithmetic under test.
+#ifndef KVRING_TESTS_REFERENCE_STORAGE_MODEL_H_
+#define KVRING_TESTS_REFERENCE_STORAGE_MODEL_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvring/kvring.h"
+
+namespace kvring {
+namespace testing {
+
+// One owning layer as the model sees it.
+struct LayerModel {
+  uint64_t keep = 0;  // window - 1 of the widest reader; the context for global owners
+  std::vector<std::optional<uint64_t>> slots;  // the position each slot holds
+  // The K and V bits last appended at each position (indexed by pos, up to the context).
+  std::vector<std::pair<std::vector<uint16_t>, std::vector<uint16_t>>> rows;
+  uint64_t end = 0;
+
+  bool Holds(uint64_t pos) const {
+    return pos < end && !slots.empty() && slots[pos % slots.size()] == pos;
+  }
+  uint64_t NumHeld() const {
+    uint64_t held = 0;
+    for (uint64_t pos = end; pos-- > 0 && Holds(pos);) ++held;
+    return held;
+  }
+  void Resize(size_t num_slots) {
+    std::vector<std::optional<uint64_t>> resized(num_slots);
+    for (const auto& pos : slots) {
+      if (pos && Holds(*pos)) resized[*pos % num_slots] = *pos;
+    }
+    slots = std::move(resized);
+  }
+};
+
+// Supplies choices: from a random generator (tests) or fuzz bytes (fuzzer).
+class ChoiceSource {
+ public:
+  virtual ~ChoiceSource() = default;
+  // Returns a value in [0, bound) (bound >= 1).
+  virtual uint64_t Below(uint64_t bound) = 0;
+  // Whether choices are exhausted (the fuzzer's input ran out).
+  virtual bool Done() const { return false; }
+  uint64_t Between(uint64_t lo, uint64_t hi) { return lo + Below(hi - lo + 1); }
+};
+
+// Drives random operations on a KVCache<Layout> and its model; Run() returns the first
+// disagreement, or an empty string.
+template <typename Layout>
+class StorageDriver {
+ public:
+  explicit StorageDriver(ChoiceSource* source) : source_(source) {}
+
+  // Plans a random model (a sliding owner, a consumer reading it with another window, a
+  // global owner, sometimes an MLA-like layer without V) and runs `num_steps` operations.
+  std::string Run(size_t num_steps) {
+    LayerPlan::Builder builder;
+    const uint32_t heads = static_cast<uint32_t>(source_->Between(1, 3));
+    const uint32_t head_dim = static_cast<uint32_t>(source_->Between(1, 20));
+    const uint64_t window = source_->Between(1, 90);
+    builder.AddLayer(LayerSpec::Sliding(window, heads, head_dim));
+    builder.AddLayer(LayerSpec::Sliding(source_->Between(1, 120), heads, head_dim).SharedFrom(0));
+    LayerSpec global = LayerSpec::Global(heads, head_dim);
+    global.v_head_dim = static_cast<uint32_t>(source_->Between(1, 24));
+    builder.AddLayer(global);
+    if (source_->Below(2)) {
+      builder.AddLayer(LayerSpec::Chunked(source_->Between(1, 70), 1, 8));
+    } else {
+      builder.AddLayer(LayerSpec::Latent(static_cast<uint32_t>(source_->Between(1, 40))));
+    }
+    RuntimeSpec runtime;
+    runtime.context = source_->Between(1, 400);
+    runtime.batch = source_->Between(1, std::min<uint64_t>(runtime.context, 40));
+    runtime.rollback = source_->Between(0, std::min<uint64_t>(runtime.context, 40));
+    runtime.backend = Layout::kBackend;
+    runtime.tile_rows = static_cast<uint32_t>(Layout::kSlotAlignment);
+    Expected<LayerPlan> plan = builder.SetRuntime(runtime).Build();
+    if (!plan.ok()) return "plan: " + plan.error().message;
+    Expected<KVCache<Layout>> cache = KVCache<Layout>::Create(*plan);
+    if (!cache.ok()) return "cache: " + cache.error().message;
+    cache_ = std::move(cache).value();
+    models_.assign(plan->NumLayers(), LayerModel());
+    for (const LayerInfo& layer : plan->Layers()) {
+      if (!layer.OwnsKV()) continue;
+      models_[layer.index].keep = layer.span == 0 ? runtime.context : layer.span - 1;
+      models_[layer.index].slots.resize(layer.num_slots);
+      models_[layer.index].rows.resize(runtime.context);
+    }
+    std::string failure = Check(cache_, models_, "after Create");
+    for (size_t step = 0; step < num_steps && failure.empty() && !source_->Done(); ++step) {
+      failure = Step();
+      if (failure.empty()) failure = Check(cache_, models_, "step " + std::to_string(step));
+      if (failure.empty() && snapshot_ && (step % 8 == 0 || step + 1 == num_steps)) {
+        failure = Check(*snapshot_, snapshot_models_, "snapshot at step " + std::to_string(step));
+      }
+    }
+    return failure;
+  }
+
+  size_t num_appends() const { return num_appends_; }
+  size_t num_wraps() const { return num_wraps_; }
+
+ private:
+  // One random operation on the cache and the model; returns a disagreement or "".
+  std::string Step() {
+    const uint64_t kind = source_->Below(100);
+    const RuntimeSpec& runtime = cache_.Plan().Runtime();
+    const uint64_t end = models_[0].end;
+    if (kind < 60) {
+      // Append the same batch to every owning layer, as an engine does token step by step;
+      // sometimes larger than planned (growth), sometimes past the context.
+      uint64_t num_tokens = source_->Between(1, runtime.batch);
+      if (source_->Below(10) == 0) num_tokens = source_->Between(1, 3 * runtime.batch + 5);
+      return AppendAll(end, num_tokens);
+    }
+    if (kind < 65) {
+      // A wrong position, an empty batch, a consumer, null rows: refused, nothing changes.
+      const uint64_t wrong = end + 1 + source_->Below(3);
+      std::vector<float> k(4096), v(4096);
+      const Status status = cache_.AppendF32(0, wrong, k.data(), v.data(), 1);
+      if (status != Status::kWrongPosition)
+        return "wrong position: " + std::string(ToString(status));
+      if (cache_.AppendF32(0, end, k.data(), v.data(), 0) != Status::kEmptyBatch) {
+        return "empty batch was not refused";
+      }
+      if (cache_.AppendF32(1, end, k.data(), v.data(), 1) != Status::kNotOwner) {
+        return "a consumer append was not refused";
+      }
+      if (cache_.AppendF32(0, end, k.data(), nullptr, 1) != Status::kBadArgument) {
+        return "null V rows were not refused";
+      }
+      return "";
+    }
+    if (kind < 80) return RollbackAll(source_->Between(0, runtime.rollback + 3));
+    if (kind < 85) {
+      // Grow for a larger batch (rings keep every held position).
+      const uint64_t batch = source_->Between(1, runtime.context);
+      const Status status = cache_.Grow(batch);
+      if (status != Status::kOk) return "grow: " + std::string(ToString(status));
+      return ResizeModels();
+    }
+    if (kind < 92) {
+      // A snapshot, or a restore: continue on the snapshot, keep the live cache as the
+      // snapshot (both must stay independent).
+      if (snapshot_ && source_->Below(2)) {
+        std::swap(*snapshot_, cache_);
+        std::swap(snapshot_models_, models_);
+        return "";
+      }
+      Expected<KVCache<Layout>> copy = cache_.Copy();
+      if (!copy.ok()) return "copy: " + copy.error().message;
+      snapshot_ = std::move(copy).value();
+      snapshot_models_ = models_;
+      return "";
+    }
+    if (kind < 95) {
+      cache_.Clear();
+      for (LayerModel& model : models_) {
+        model.end = 0;
+        std::fill(model.slots.begin(), model.slots.end(), std::nullopt);
+      }
+      return "";
+    }
+    // A rollback far past what is kept: refused.
+    return RollbackAll(runtime.rollback + 1 + source_->Below(5));
+  }
+
+  std::string AppendAll(uint64_t pos, uint64_t num_tokens) {
+    const uint64_t context = cache_.Plan().Runtime().context;
+    for (size_t layer = 0; layer < models_.size(); ++layer) {
+      if (!cache_.OwnsKV(layer)) continue;
+      const KVShape shape = cache_.View(layer).layout.Shape();
+      // Rows: BF16 or f32 (rounded on the way in), fresh values every append.
+      const bool as_bf16 = source_->Below(2) == 0;
+      std::vector<float> k(num_tokens * shape.KRowElements());
+      std::vector<float> v(num_tokens * shape.VRowElements());
+      for (float& x : k) x = NextValue();
+      for (float& x : v) x = NextValue();
+      std::vector<BF16> k16(k.size()), v16(v.size());
+      std::transform(k.begin(), k.end(), k16.begin(), BF16FromF32);
+      std::transform(v.begin(), v.end(), v16.begin(), BF16FromF32);
+      const float* v_ptr = shape.v_head_dim ? v.data() : nullptr;
+      const BF16* v16_ptr = shape.v_head_dim ? v16.data() : nullptr;
+      const Status status = as_bf16 ? cache_.AppendBF16(layer, pos, k16.data(), v16_ptr, num_tokens)
+                                    : cache_.AppendF32(layer, pos, k.data(), v_ptr, num_tokens);
+      LayerModel& model = models_[layer];
+      if (pos + num_tokens > context) {
+        if (status != Status::kContextFull) {
+          return "append past the context: " + std::string(ToString(status));
+        }
+        continue;
+      }
+      if (status != Status::kOk) return "append: " + std::string(ToString(status));
+      ++num_appends_;
+      // Growth (for a batch larger than planned) happens on the first layer's append.
+      std::string failure = ResizeModels();
+      if (!failure.empty()) return failure;
+      for (uint64_t i = 0; i < num_tokens; ++i) {
+        const uint64_t p = pos + i;
+        auto& slot = model.slots[p % model.slots.size()];
+        if (slot && *slot < p) ++num_wraps_;
+        slot = p;
+        auto& row = model.rows[p];
+        row.first.resize(shape.KRowElements());
+        row.second.resize(shape.VRowElements());
+        for (size_t e = 0; e < row.first.size(); ++e) {
+          row.first[e] = k16[i * shape.KRowElements() + e].bits;
+        }
+        for (size_t e = 0; e < row.second.size(); ++e) {
+          row.second[e] = v16[i * shape.VRowElements() + e].bits;
+        }
+      }
+      model.end = pos + num_tokens;
+    }
+    return "";
+  }
+
+  std::string RollbackAll(uint64_t num_tokens) {
+    // The model's verdict: within the headroom, within what every layer holds, and every
+    // layer still holding the positions its next query reads.
+    bool allowed = num_tokens <= cache_.Plan().Runtime().rollback;
+    for (const LayerModel& model : models_) {
+      if (model.slots.empty()) continue;
+      if (num_tokens > model.NumHeld()) {
+        allowed = false;
+        continue;
+      }
+      const uint64_t new_end = model.end - num_tokens;
+      for (uint64_t pos = new_end - std::min(new_end, model.keep); pos < new_end; ++pos) {
+        if (!model.Holds(pos)) allowed = false;
+      }
+    }
+    const Status status = cache_.Rollback(num_tokens);
+    if (status != (allowed ? Status::kOk : Status::kRollbackTooFar)) {
+      return "rollback " + std::to_string(num_tokens) + ": " + ToString(status) + ", expected " +
+             (allowed ? "Ok" : "RollbackTooFar");
+    }
+    if (allowed) {
+      for (LayerModel& model : models_) {
+        if (!model.slots.empty()) model.end -= num_tokens;
+      }
+    }
+    return "";
+  }
+
+  // Follows the cache's rings after growth: checks the new slot counts, remaps the model.
+  std::string ResizeModels() {
+    for (size_t layer = 0; layer < models_.size(); ++layer) {
+      LayerModel& model = models_[layer];
+      if (model.slots.empty()) continue;
+      const uint64_t num_slots = cache_.View(layer).NumSlots();
+      if (num_slots == model.slots.size()) continue;
+      if (num_slots < model.slots.size() || num_slots % Layout::kSlotAlignment != 0) {
+        return "layer " + std::to_string(layer) + " resized to " + std::to_string(num_slots);
+      }
+      model.Resize(num_slots);
+    }
+    if (cache_.AllocatedBytes() != cache_.Plan().TotalBytes()) {
+      return "allocated bytes differ from the plan after growth";
+    }
+    return "";
+  }
+
+  float NextValue() {
+    // Mostly ordinary values; some that round, ties, and the odd NaN or infinity.
+    const uint64_t kind = source_->Below(64);
+    if (kind == 0) return std::numeric_limits<float>::quiet_NaN();
+    if (kind == 1) return -std::numeric_limits<float>::infinity();
+    const uint32_t bits = static_cast<uint32_t>(source_->Below(uint64_t{1} << 32));
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    if (kind < 8 || value != value)
+      return static_cast<float>(static_cast<int>(bits % 2001) - 1000) / 7.0f;
+    return value;
+  }
+
+  // Checks every held position of every layer against the model, through ReadRow and
+  // through the layer's view; and that the next query's visible positions are all held.
+  static std::string Check(const KVCache<Layout>& cache, const std::vector<LayerModel>& models,
+                           const std::string& when) {
+    for (size_t layer = 0; layer < models.size(); ++layer) {
+      const size_t owner = cache.Owner(layer);
+      const LayerModel& model = models[owner];
+      const KVView<Layout> view = cache.View(layer);
+      const std::string where = when + ", layer " + std::to_string(layer) + ": ";
+      if (cache.EndPos(layer) != model.end) return where + "EndPos differs";
+      const uint64_t first = model.end - model.NumHeld();
+      if (cache.FirstPos(layer) != first || view.first_pos != first || view.end_pos != model.end) {
+        return where + "live range [" + std::to_string(cache.FirstPos(layer)) + ", " +
+               std::to_string(model.end) + ") differs from the model's first " +
+               std::to_string(first);
+      }
+      // The next query (at EndPos) must find every position it sees.
+      if (model.end > 0 && !view.CanServe(model.end - 1)) {
+        return where + "the newest query cannot be served";
+      }
+      // Every position the next query (at EndPos) sees under this layer's own rule is held.
+      if (model.end > 0 && view.visibility.FirstVisible(model.end) < first) {
+        return where + "the next query's window is not held";
+      }
+      const KVShape shape = view.layout.Shape();
+      std::vector<BF16> k(shape.KRowElements()), v(shape.VRowElements());
+      for (uint64_t pos = first; pos < model.end; ++pos) {
+        const auto& row = model.rows[pos];
+        if (cache.ReadRow(layer, pos, k.data(), v.empty() ? nullptr : v.data()) != Status::kOk) {
+          return where + "ReadRow(" + std::to_string(pos) + ") refused";
+        }
+        const uint64_t slot = view.SlotOf(pos);
+        for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
+          for (uint32_t d = 0; d < shape.head_dim; ++d) {
+            const size_t e = size_t{h} * shape.head_dim + d;
+            if (k[e].bits != row.first[e] ||
+                view.k[view.layout.K()(slot, h, d)].bits != row.first[e]) {
+              return where + "K of pos " + std::to_string(pos) + " differs";
+            }
+          }
+          for (uint32_t d = 0; d < shape.v_head_dim; ++d) {
+            const size_t e = size_t{h} * shape.v_head_dim + d;
+            if (v[e].bits != row.second[e] ||
+                view.v[view.layout.V()(slot, h, d)].bits != row.second[e]) {
+              return where + "V of pos " + std::to_string(pos) + " differs";
+            }
+          }
+        }
+      }
+      if (model.end > first && first > 0 &&
+          cache.ReadRow(layer, first - 1, k.data(), nullptr) != Status::kNotLive) {
+        return where + "a position before the live range reads back";
+      }
+      if (cache.ReadRow(layer, model.end, k.data(), nullptr) != Status::kNotLive) {
+        return where + "the end position reads back";
+      }
+    }
+    if (cache.AllocatedBytes() != cache.Plan().TotalBytes()) {
+      return when + ": allocated bytes differ from the plan";
+    }
+    return "";
+  }
+
+  ChoiceSource* source_;
+  KVCache<Layout> cache_;
+  std::vector<LayerModel> models_;
+  std::optional<KVCache<Layout>> snapshot_;
+  std::vector<LayerModel> snapshot_models_;
+  size_t num_appends_ = 0;
+  size_t num_wraps_ = 0;
+};
+
+}  // namespace testing
+}  // namespace kvring
+
+#endif  // KVRING_TESTS_REFERENCE_STORAGE_MODEL_H_

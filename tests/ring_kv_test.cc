@@ -1,0 +1,208 @@
+// Tests of kvring/ring_kv.h and kvring/global_kv.h used directly: creation errors, appends,
+// reads after wraps, growth, snapshots, clearing, and refused calls that change nothing.
+#include "kvring/ring_kv.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kvring/global_kv.h"
+#include "kvring/layouts/flash_layout.h"
+#include "kvring/layouts/tiled_layout.h"
+
+namespace kvring {
+namespace {
+
+// A spec of a sliding layer: 2 kv_heads x 8 dims, window 10 (keep 9), 32 slots.
+StorageSpec RingSpec(uint64_t num_slots = 32, uint64_t max_rollback = 4) {
+  StorageSpec spec;
+  spec.shape = KVShape{num_slots, 2, 8, 8};
+  spec.keep = 9;
+  spec.max_rollback = max_rollback;
+  spec.context = 10000;
+  return spec;
+}
+
+// Rows of `num_tokens` positions from `pos` on whose every element encodes (pos, element).
+std::vector<float> Rows(uint64_t pos, uint64_t num_tokens, float stream) {
+  std::vector<float> rows(num_tokens * 16);
+  for (uint64_t t = 0; t < num_tokens; ++t) {
+    for (uint64_t e = 0; e < 16; ++e) {
+      rows[t * 16 + e] = stream + static_cast<float>((pos + t) % 200) + static_cast<float>(e) / 32;
+    }
+  }
+  return rows;
+}
+
+template <typename Storage>
+void Append(Storage* kv, uint64_t num_tokens) {
+  const uint64_t pos = kv->EndPos();
+  const std::vector<float> k = Rows(pos, num_tokens, 0), v = Rows(pos, num_tokens, 1000);
+  ASSERT_EQ(kv->AppendF32(pos, k.data(), v.data(), num_tokens), Status::kOk);
+}
+
+template <typename Storage>
+void ExpectHolds(const Storage& kv, uint64_t first, uint64_t end) {
+  ASSERT_EQ(kv.FirstPos(), first);
+  ASSERT_EQ(kv.EndPos(), end);
+  std::vector<BF16> k(16), v(16);
+  for (uint64_t pos = first; pos < end; ++pos) {
+    ASSERT_EQ(kv.ReadRow(pos, k.data(), v.data()), Status::kOk) << pos;
+    const std::vector<float> k_want = Rows(pos, 1, 0), v_want = Rows(pos, 1, 1000);
+    for (size_t e = 0; e < 16; ++e) {
+      ASSERT_EQ(k[e].bits, BF16FromF32(k_want[e]).bits) << pos << " " << e;
+      ASSERT_EQ(v[e].bits, BF16FromF32(v_want[e]).bits) << pos << " " << e;
+    }
+  }
+}
+
+template <typename Layout>
+class RingKVTest : public ::testing::Test {};
+using Layouts = ::testing::Types<FlashLayout, TiledLayout<8>, TiledLayout<16>, TiledLayout<32>>;
+TYPED_TEST_SUITE(RingKVTest, Layouts);
+
+TYPED_TEST(RingKVTest, ViewAfterWrapReturnsLastWindowPositions) {
+  Expected<RingKV<TypeParam>> created = RingKV<TypeParam>::Create(RingSpec());
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  RingKV<TypeParam> ring = std::move(created).value();
+  EXPECT_EQ(ring.AllocatedBytes(), 32u * 2 * 8 * 2 * 2);
+  for (int i = 0; i < 13; ++i) Append(&ring, 7);  // 91 positions: wraps twice
+  ExpectHolds(ring, 91 - 32, 91);
+  const KVView<TypeParam> view = ring.View(Visibility{AttentionKind::kSliding, 10});
+  EXPECT_TRUE(view.CanServe(90));
+  EXPECT_EQ(view.SlotOf(90), 90u % 32);
+  EXPECT_EQ(view.k[view.layout.K()(view.SlotOf(85), 1, 3)].bits,
+            BF16FromF32(Rows(85, 1, 0)[8 + 3]).bits);
+}
+
+TYPED_TEST(RingKVTest, ABatchLargerThanPlannedGrowsAndKeepsHistory) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(RingSpec()).value();
+  Append(&ring, 20);
+  Append(&ring, 20);  // holds [8, 40)
+  Append(&ring, 40);  // keep 9 + 40 > 32 slots: grows to 49, padded, keeping [8, 40)
+  const uint64_t num_slots =
+      (49 + TypeParam::kSlotAlignment - 1) / TypeParam::kSlotAlignment * TypeParam::kSlotAlignment;
+  EXPECT_EQ(ring.NumSlots(), num_slots);
+  ExpectHolds(ring, std::max<uint64_t>(8, 80 - num_slots), 80);
+  EXPECT_EQ(ring.AllocatedBytes(), ring.NumSlots() * 2 * 8 * 2 * 2);
+}
+
+TYPED_TEST(RingKVTest, GrowKeepsEveryHeldPositionInOrder) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(RingSpec()).value();
+  for (int i = 0; i < 9; ++i) Append(&ring, 5);  // [13, 45), wrapped
+  ASSERT_EQ(ring.Grow(100), Status::kOk);
+  EXPECT_EQ(ring.NumSlots(), (100 + TypeParam::kSlotAlignment - 1) / TypeParam::kSlotAlignment *
+                                 TypeParam::kSlotAlignment);
+  ExpectHolds(ring, 13, 45);
+  Append(&ring, 50);
+  ExpectHolds(ring, 13, 95);                          // nothing overwritten yet
+  EXPECT_EQ(ring.Grow(10), Status::kOk);              // smaller: nothing changes
+  EXPECT_EQ(ring.Grow(20000), Status::kBadArgument);  // past the context
+  ExpectHolds(ring, 13, 95);
+}
+
+TYPED_TEST(RingKVTest, SnapshotSharesNothingWithItsSource) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(RingSpec()).value();
+  for (int i = 0; i < 6; ++i) Append(&ring, 9);  // [22, 54)
+  RingKV<TypeParam> snapshot = ring.Copy().value();
+  Append(&ring, 20);
+  ring.Clear();
+  ExpectHolds(snapshot, 22, 54);
+  Append(&snapshot, 3);
+  ExpectHolds(snapshot, 25, 57);
+  EXPECT_EQ(ring.EndPos(), 0u);
+}
+
+TYPED_TEST(RingKVTest, ClearThenReuseSeesOnlyNewPositions) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(RingSpec()).value();
+  Append(&ring, 25);
+  const uint64_t bytes = ring.AllocatedBytes();
+  ring.Clear();
+  EXPECT_EQ(ring.AllocatedBytes(), bytes);
+  std::vector<BF16> k(16);
+  EXPECT_EQ(ring.ReadRow(3, k.data(), nullptr), Status::kNotLive);
+  Append(&ring, 4);
+  ExpectHolds(ring, 0, 4);
+}
+
+TYPED_TEST(RingKVTest, RefusedCallsChangeNothing) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(RingSpec(32, 4)).value();
+  for (int i = 0; i < 5; ++i) Append(&ring, 8);  // [8, 40)
+  const std::vector<float> rows = Rows(0, 2, 0);
+  EXPECT_EQ(ring.AppendF32(39, rows.data(), rows.data(), 2), Status::kWrongPosition);
+  EXPECT_EQ(ring.AppendF32(41, rows.data(), rows.data(), 2), Status::kWrongPosition);
+  EXPECT_EQ(ring.AppendF32(40, rows.data(), rows.data(), 0), Status::kEmptyBatch);
+  EXPECT_EQ(ring.AppendF32(40, rows.data(), nullptr, 2), Status::kBadArgument);
+  EXPECT_EQ(ring.AppendF32(40, nullptr, rows.data(), 2), Status::kBadArgument);
+  EXPECT_EQ(ring.Rollback(5), Status::kRollbackTooFar);
+  std::vector<BF16> k(16);
+  EXPECT_EQ(ring.ReadRow(7, k.data(), nullptr), Status::kNotLive);
+  EXPECT_EQ(ring.ReadRow(40, k.data(), nullptr), Status::kNotLive);
+  ExpectHolds(ring, 8, 40);
+  EXPECT_EQ(ring.Rollback(4), Status::kOk);
+  ExpectHolds(ring, 8, 36);
+}
+
+TYPED_TEST(RingKVTest, CreateRejectsSpecsNoRingCanHold) {
+  StorageSpec spec = RingSpec();
+  spec.shape.num_slots = TypeParam::kSlotAlignment + 1;
+  EXPECT_EQ(RingKV<TypeParam>::Create(spec).error().field, "shape.num_slots");
+  spec = RingSpec();
+  spec.shape.num_kv_heads = 0;
+  EXPECT_EQ(RingKV<TypeParam>::Create(spec).error().field, "shape.num_kv_heads");
+  spec = RingSpec();
+  spec.shape.head_dim = 0;
+  EXPECT_EQ(RingKV<TypeParam>::Create(spec).error().field, "shape.head_dim");
+  spec = RingSpec();
+  spec.context = 0;
+  EXPECT_EQ(RingKV<TypeParam>::Create(spec).error().field, "context");
+  spec = RingSpec();
+  spec.keep = 32;  // no room for the new token itself
+  EXPECT_EQ(RingKV<TypeParam>::Create(spec).error().field, "shape.num_slots");
+  spec = RingSpec();
+  spec.shape.num_slots = uint64_t{1} << 62;  // past what can be addressed
+  EXPECT_EQ(RingKV<TypeParam>::Create(spec).error().field, "shape.num_slots");
+}
+
+TYPED_TEST(RingKVTest, GlobalKVHoldsTheContextAndRefusesPastIt) {
+  StorageSpec spec = RingSpec(64);
+  spec.context = 50;
+  spec.keep = 50;
+  Expected<GlobalKV<TypeParam>> created = GlobalKV<TypeParam>::Create(spec);
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  GlobalKV<TypeParam> flat = std::move(created).value();
+  Append(&flat, 30);
+  Append(&flat, 20);
+  ExpectHolds(flat, 0, 50);
+  const std::vector<float> rows = Rows(50, 1, 0);
+  EXPECT_EQ(flat.AppendF32(50, rows.data(), rows.data(), 1), Status::kContextFull);
+  ExpectHolds(flat, 0, 50);
+  GlobalKV<TypeParam> snapshot = flat.Copy().value();
+  flat.Clear();
+  ExpectHolds(snapshot, 0, 50);
+
+  spec.shape.num_slots = TypeParam::kSlotAlignment;  // below the context
+  spec.context = 4 * TypeParam::kSlotAlignment;
+  EXPECT_EQ(GlobalKV<TypeParam>::Create(spec).error().field, "shape.num_slots");
+}
+
+TEST(RingKV, BF16RowsAreStoredAsTheyAre) {
+  RingKV<FlashLayout> ring = RingKV<FlashLayout>::Create(RingSpec()).value();
+  std::vector<BF16> k(16), v(16);
+  for (size_t e = 0; e < 16; ++e) {
+    k[e].bits = static_cast<uint16_t>(0x7FC1 + e);  // NaN payloads survive too
+    v[e].bits = static_cast<uint16_t>(0x3F80 + e);
+  }
+  ASSERT_EQ(ring.AppendBF16(0, k.data(), v.data(), 1), Status::kOk);
+  std::vector<BF16> k_out(16), v_out(16);
+  ASSERT_EQ(ring.ReadRow(0, k_out.data(), v_out.data()), Status::kOk);
+  for (size_t e = 0; e < 16; ++e) {
+    EXPECT_EQ(k_out[e].bits, k[e].bits);
+    EXPECT_EQ(v_out[e].bits, v[e].bits);
+  }
+}
+
+}  // namespace
+}  // namespace kvring
