@@ -1,0 +1,277 @@
+// Attention benchmarks: decode and prefill, flash and tiled, ring and flat storage, each beside
+// its headroom twins in this binary: a plain vector read of the same K/V bytes (read_ratio)
+// and an f32 FMA loop of the same multiply-adds (fma_ratio). Ratios are the twin's time over
+// the benchmark's: 1.0 is as fast as the twin. Dynamic dispatch: the best target of this CPU.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+// Compile AVX3_DL (AVX-512 with BF16/VNNI) too: Highway 1.0.3 needs this opt-in.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "bench/attention_bench.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kvring/ops/attention-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvring_bench {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void FlashAttention(const kvring::KVView<kvring::FlashLayout>& kv,
+                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
+                    uint32_t num_threads) {
+  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
+                                            kvring::AttentionThreads{num_threads});
+}
+void TiledAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
+                    uint32_t num_threads) {
+  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
+                                            kvring::AttentionThreads{num_threads});
+}
+
+// The read twin: sums `count` u32 with four independent vector accumulators.
+uint32_t ReadTwin(const uint32_t* HWY_RESTRICT p, size_t count) {
+  const hn::ScalableTag<uint32_t> d;
+  const size_t n = hn::Lanes(d);
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  size_t i = 0;
+  for (; i + 4 * n <= count; i += 4 * n) {
+    a0 = hn::Add(a0, hn::LoadU(d, p + i));
+    a1 = hn::Add(a1, hn::LoadU(d, p + i + n));
+    a2 = hn::Add(a2, hn::LoadU(d, p + i + 2 * n));
+    a3 = hn::Add(a3, hn::LoadU(d, p + i + 3 * n));
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+}
+
+// The FMA twin: `count` f32 multiply-adds in vectors, with enough independent accumulators
+// to cover the FMA latency on every target.
+float FmaTwin(uint64_t count, float x) {
+  const hn::ScalableTag<float> d;
+  const uint64_t n = hn::Lanes(d);
+  constexpr size_t kAcc = 12;
+  hn::Vec<decltype(d)> acc[kAcc];
+  for (size_t i = 0; i < kAcc; ++i) acc[i] = hn::Set(d, static_cast<float>(i));
+  const auto m = hn::Set(d, x);
+  const auto a = hn::Set(d, 1e-7f);
+  const uint64_t iterations = count / (n * kAcc);
+  for (uint64_t it = 0; it < iterations; ++it) {
+    for (size_t i = 0; i < kAcc; ++i) acc[i] = hn::MulAdd(acc[i], m, a);
+  }
+  auto sum = acc[0];
+  for (size_t i = 1; i < kAcc; ++i) sum = hn::Add(sum, acc[i]);
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kvring_bench
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include "benchmark/benchmark.h"
+#include "reference/kv_fixture.h"
+
+namespace kvring_bench {
+HWY_EXPORT(FlashAttention);
+HWY_EXPORT(TiledAttention);
+HWY_EXPORT(ReadTwin);
+HWY_EXPORT(FmaTwin);
+
+using kvring::AttentionKind;
+using kvring::reference::History;
+using kvring::reference::Storage;
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  const char* kind;  // "Decode" or "Prefill"
+  uint32_t head_dim, num_q_heads, num_kv_heads, num_queries;
+  uint64_t window;  // visible positions per query (sliding window)
+  uint32_t num_threads;
+};
+
+// Returns the best of several timings of fn, in seconds.
+template <typename Fn>
+double BestSeconds(const Fn& fn, int repeats) {
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// Time of the read twin over `bytes` (cached per size).
+double ReadTwinSeconds(uint64_t bytes) {
+  static std::map<uint64_t, double> cache;
+  auto it = cache.find(bytes);
+  if (it != cache.end()) return it->second;
+  std::vector<uint32_t> buffer(bytes / 4, 1u);
+  volatile uint32_t sink = 0;
+  const double s = BestSeconds(
+                       [&] {
+                         for (int i = 0; i < 10; ++i) {
+                           sink =
+                               sink + HWY_DYNAMIC_DISPATCH(ReadTwin)(buffer.data(), buffer.size());
+                         }
+                       },
+                       5) /
+                   10;
+  cache[bytes] = s;
+  return s;
+}
+
+// Time of the FMA twin doing `fmas` multiply-adds (cached per count).
+double FmaTwinSeconds(uint64_t fmas) {
+  static std::map<uint64_t, double> cache;
+  auto it = cache.find(fmas);
+  if (it != cache.end()) return it->second;
+  volatile float sink = 0.0f;
+  const double s = BestSeconds(
+                       [&] {
+                         for (int i = 0; i < 10; ++i)
+                           sink = sink + HWY_DYNAMIC_DISPATCH(FmaTwin)(fmas, 0.999f);
+                       },
+                       5) /
+                   10;
+  cache[fmas] = s;
+  return s;
+}
+
+template <typename Layout>
+void RunAttention(const kvring::KVView<Layout>& kv, const kvring::AttentionBatch& batch,
+                  uint32_t num_threads);
+template <>
+void RunAttention(const kvring::KVView<kvring::FlashLayout>& kv,
+                  const kvring::AttentionBatch& batch, uint32_t num_threads) {
+  HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, kvring::AttentionOptions(), num_threads);
+}
+template <>
+void RunAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+                  const kvring::AttentionBatch& batch, uint32_t num_threads) {
+  HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, kvring::AttentionOptions(), num_threads);
+}
+
+template <typename Layout>
+void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
+  // Queries far enough in that the ring has wrapped several times.
+  const uint64_t first_q_pos = 3 * (shape.window + shape.num_queries) + 17;
+  const uint64_t end = first_q_pos + shape.num_queries;
+  // KVRING_BENCH_RING_PAD=n adds n tiles of 32 slots to the ring (power-of-two strides test).
+  const char* pad = std::getenv("KVRING_BENCH_RING_PAD");
+  const uint64_t ring_slots = (shape.window - 1 + shape.num_queries + 31) / 32 * 32 +
+                              (pad != nullptr ? 32 * std::strtoull(pad, nullptr, 10) : 0);
+  const uint64_t slots = ring ? ring_slots : (end + 31) / 32 * 32;
+  // Random K/V only where visible; the rest of the history stays zero.
+  History history;
+  history.num_kv_heads = shape.num_kv_heads;
+  history.head_dim = history.v_head_dim = shape.head_dim;
+  history.num_positions = end;
+  const size_t row = size_t{shape.num_kv_heads} * shape.head_dim;
+  history.k.assign(end * row, kvring::BF16FromF32(0.0f));
+  history.v.assign(end * row, kvring::BF16FromF32(0.0f));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (uint64_t pos = end - ring_slots; pos < end; ++pos) {
+    for (size_t i = 0; i < row; ++i) {
+      history.k[pos * row + i] = kvring::BF16FromF32(normal(rng));
+      history.v[pos * row + i] = kvring::BF16FromF32(normal(rng));
+    }
+  }
+  const auto storage = Storage<Layout>::Make(history, slots, end);
+  const kvring::Visibility visibility{AttentionKind::kSliding, shape.window};
+  std::vector<float> queries(size_t{shape.num_queries} * shape.num_q_heads * shape.head_dim);
+  for (float& q : queries) q = normal(rng);
+  std::vector<float> out(queries.size());
+  kvring::AttentionBatch batch;
+  batch.queries_f32 = queries.data();
+  batch.out_f32 = out.data();
+  batch.first_q_pos = first_q_pos;
+  batch.num_queries = shape.num_queries;
+  batch.num_q_heads = shape.num_q_heads;
+  const kvring::KVView<Layout> kv = storage.View(visibility);
+
+  // Work: K/V bytes the batch reads, and multiply-adds (q.k and p.v) it does.
+  uint64_t kv_positions = 0, visible_pairs = 0;
+  {
+    const uint64_t first = visibility.FirstVisible(first_q_pos);
+    kv_positions = end - first;
+    for (uint32_t i = 0; i < shape.num_queries; ++i) {
+      const uint64_t q = first_q_pos + i;
+      visible_pairs += q + 1 - visibility.FirstVisible(q);
+    }
+  }
+  const uint64_t bytes = kv_positions * row * 2 * sizeof(kvring::BF16);
+  const uint64_t fmas = visible_pairs * shape.num_q_heads * shape.head_dim * 2;
+
+  // The ratios compare best times (the twins report their best of several runs too): on a
+  // shared machine the best is the least disturbed measurement.
+  double best = 1e30;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    RunAttention(kv, batch, shape.num_threads);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double per_call = best;
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+  state.counters["read_ratio"] = ReadTwinSeconds(bytes) / per_call;
+  state.counters["fma_ratio"] = FmaTwinSeconds(fmas) / per_call;
+  state.counters["best_us"] = per_call * 1e6;
+}
+
+void RegisterAll() {
+  const Shape shapes[] = {
+      {"Decode", 128, 8, 4, 1, 4096, 1},    {"Decode", 128, 16, 2, 1, 4096, 1},
+      {"Decode", 256, 8, 4, 1, 4096, 1},    {"Decode", 128, 8, 4, 1, 32768, 1},
+      {"Decode", 128, 8, 4, 1, 32768, 2},   {"Prefill", 256, 8, 4, 512, 1024, 1},
+      {"Prefill", 256, 8, 4, 512, 1024, 2},
+  };
+  for (const Shape& s : shapes) {
+    for (int backend = 0; backend < 2; ++backend) {
+      for (bool ring : {true, false}) {
+        const std::string name =
+            std::string("BM_") + s.kind + "/" + (backend == 0 ? "flash" : "tiled") + "/" +
+            (ring ? "ring" : "flat") + "/D" + std::to_string(s.head_dim) + "/q" +
+            std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
+            std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads" +
+            std::to_string(s.num_threads);
+        if (backend == 0) {
+          benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::FlashLayout>, s, ring)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        } else {
+          benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<16>>, s, ring)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kvring_bench
+
+int main(int argc, char** argv) {
+  kvring_bench::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
+
+#endif  // HWY_ONCE

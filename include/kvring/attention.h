@@ -1,0 +1,255 @@
+// kvring/attention.h: what attention over a KVView computes and how the work is split, without
+// vector code: options (scale, soft-cap, sinks, output type), the batch of queries, the plan of
+// independent work items (query blocks x kv_heads x KV splits) and a small std::thread helper.
+// The kernels that run the items are in kvring/ops/attention-inl.h (Highway per-target code).
+#ifndef KVRING_ATTENTION_H_
+#define KVRING_ATTENTION_H_
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "kvring/base.h"
+#include "kvring/bf16.h"
+#include "kvring/kv_view.h"
+#include "kvring/layouts/kv_shape.h"
+#include "kvring/visibility.h"
+
+namespace kvring {
+
+// Largest head_dim and v_head_dim the kernels accept (DeepSeek's MLA latent is 576).
+inline constexpr uint32_t kMaxAttentionHeadDim = 576;
+// head_dim and v_head_dim must be multiples of this.
+inline constexpr uint32_t kAttentionDimMultiple = 16;
+
+// Numeric options of one attention call (shared/design.md section 6).
+struct AttentionOptions {
+  // Multiplies q . k; 0 means 1 / sqrt(head_dim).
+  float scale = 0.0f;
+  // When > 0, scores become soft_cap * tanh(score / soft_cap) (Gemma 2); 0 means off.
+  float soft_cap = 0.0f;
+  // Learned sink logits (GPT-OSS), [num_q_heads], added to each softmax denominator as
+  // exp(sink); not scaled or capped. nullptr: no sinks. Must stay valid during the call.
+  const float* sinks = nullptr;
+  // KV split length, in positions, for calls with few queries (decode): a query's visible
+  // range is cut at multiples of split_positions into independent items whose partial softmax
+  // states are merged in chronological order. Split points depend on positions only, never on
+  // the thread count. Rounded up to a multiple of the layout's tile.
+  uint64_t split_positions = 2048;
+  // Calls with at most this many queries use KV splits; larger calls (prefill) split by query
+  // blocks only. 0 turns splitting off.
+  uint32_t max_split_queries = 4;
+};
+
+// The queries of one call and where their output goes. Queries sit at the consecutive
+// positions [first_q_pos, first_q_pos + num_queries), whose K/V the view already holds.
+// Exactly one of queries_f32 / queries_bf16 and one of out_f32 / out_bf16 is set.
+struct AttentionBatch {
+  const float* queries_f32 = nullptr;  // [num_queries][num_q_heads][head_dim]
+  const BF16* queries_bf16 = nullptr;  // [num_queries][num_q_heads][head_dim]
+  float* out_f32 = nullptr;            // [num_queries][num_q_heads][v_head_dim]
+  BF16* out_bf16 = nullptr;            // [num_queries][num_q_heads][v_head_dim], rounded to
+                                       // nearest even
+  uint64_t first_q_pos = 0;
+  uint32_t num_queries = 0;
+  uint32_t num_q_heads = 0;  // a multiple of the view's num_kv_heads (MHA, GQA, MQA)
+};
+
+// How many threads AttentionOnThreads (ops/attention-inl.h) uses.
+struct AttentionThreads {
+  uint32_t num_threads = 1;
+};
+
+// One work item: the rows (query, q head) of one query block that share one kv_head, over the
+// positions [pos_begin, pos_end) (one KV split, or everything when the call does not split).
+struct AttentionItem {
+  uint64_t first_q_pos = 0;
+  uint32_t first_query = 0;  // index into the batch
+  uint32_t num_queries = 0;
+  uint32_t kv_head = 0;
+  uint32_t split = 0;  // index among the item's siblings (same block and kv_head)
+  uint64_t pos_begin = 0;
+  uint64_t pos_end = 0;
+};
+
+// The partition of one attention call into independent items. Items write disjoint memory:
+// the output rows of their block (no splits), or their slice of a partial-state buffer that
+// the merges then combine, in chronological order, into the output (splits). The partition
+// depends on the shapes, positions and options only, so the result is the same for any
+// thread count and any order of running the items. Cheap to build; never allocates.
+class AttentionWork {
+ public:
+  // Rows (query, q head) an item aims for: enough to reuse each K/V tile from L1 for a few
+  // register blocks.
+  static constexpr uint32_t kTargetRows = 16;
+
+  // Returns the plan of attending `batch` over `kv` with `options`. Checks the shapes
+  // (head dims, head ratio, positions the view must hold) in debug builds.
+  template <typename Layout>
+  static AttentionWork Plan(const KVView<Layout>& kv, const AttentionBatch& batch,
+                            const AttentionOptions& options) {
+    const KVShape& shape = kv.layout.Shape();
+    AttentionWork work;
+    work.visibility_ = kv.visibility;
+    work.tile_slots_ = Layout::kTileSlots;
+    work.num_kv_heads_ = shape.num_kv_heads;
+    work.head_dim_ = shape.head_dim;
+    work.v_head_dim_ = shape.v_head_dim;
+    work.num_q_heads_ = batch.num_q_heads;
+    work.num_queries_ = batch.num_queries;
+    work.first_q_pos_ = batch.first_q_pos;
+    KVRING_DASSERT(kv.k != nullptr && kv.v != nullptr);
+    KVRING_DASSERT(shape.num_kv_heads != 0 && batch.num_q_heads % shape.num_kv_heads == 0);
+    KVRING_DASSERT(shape.head_dim % kAttentionDimMultiple == 0 && shape.head_dim != 0 &&
+                   shape.head_dim <= kMaxAttentionHeadDim);
+    KVRING_DASSERT(shape.v_head_dim % kAttentionDimMultiple == 0 && shape.v_head_dim != 0 &&
+                   shape.v_head_dim <= kMaxAttentionHeadDim);
+    KVRING_DASSERT((batch.queries_f32 == nullptr) != (batch.queries_bf16 == nullptr));
+    KVRING_DASSERT((batch.out_f32 == nullptr) != (batch.out_bf16 == nullptr));
+    KVRING_DASSERT(batch.num_queries == 0 || (kv.CanServe(batch.first_q_pos) &&
+                                              batch.first_q_pos + batch.num_queries <= kv.end_pos));
+    if (batch.num_queries == 0 || shape.num_kv_heads == 0) return work;
+    work.group_ = batch.num_q_heads / shape.num_kv_heads;
+    work.queries_per_block_ = work.group_ >= kTargetRows ? 1 : kTargetRows / work.group_;
+    if (work.queries_per_block_ > batch.num_queries) work.queries_per_block_ = batch.num_queries;
+    work.num_blocks_ = (batch.num_queries + work.queries_per_block_ - 1) / work.queries_per_block_;
+    work.num_splits_ = 1;
+    work.split_positions_ = 0;
+    if (batch.num_queries <= options.max_split_queries && options.split_positions != 0) {
+      const uint64_t tile = Layout::kTileSlots;
+      work.split_positions_ = (options.split_positions + tile - 1) / tile * tile;
+      const uint64_t q_last = batch.first_q_pos + batch.num_queries - 1;
+      const uint64_t first = kv.visibility.FirstVisible(batch.first_q_pos);
+      work.first_split_ = first / work.split_positions_;
+      work.num_splits_ =
+          static_cast<uint32_t>(q_last / work.split_positions_ - work.first_split_ + 1);
+      if (work.num_splits_ == 1) work.split_positions_ = 0;  // nothing to merge
+    }
+    return work;
+  }
+
+  // Returns the number of items; run each once, in any order, on any thread.
+  uint64_t NumItems() const { return uint64_t{num_blocks_} * num_kv_heads_ * num_splits_; }
+  // Returns whether items write partial states that MergeAttention must combine afterwards.
+  bool Splits() const { return split_positions_ != 0; }
+  // Returns the number of merges (0 without splits); run them after every item.
+  uint64_t NumMerges() const { return Splits() ? uint64_t{num_blocks_} * num_kv_heads_ : 0; }
+
+  // Returns item `index` (< NumItems()).
+  AttentionItem Item(uint64_t index) const {
+    KVRING_DASSERT(index < NumItems());
+    AttentionItem item;
+    item.split = static_cast<uint32_t>(index % num_splits_);
+    const uint64_t block_head = index / num_splits_;
+    item.kv_head = static_cast<uint32_t>(block_head % num_kv_heads_);
+    const uint32_t block = static_cast<uint32_t>(block_head / num_kv_heads_);
+    item.first_query = block * queries_per_block_;
+    item.num_queries = queries_per_block_;
+    if (item.first_query + item.num_queries > num_queries_) {
+      item.num_queries = num_queries_ - item.first_query;
+    }
+    item.first_q_pos = first_q_pos_ + item.first_query;
+    const uint64_t q_last = item.first_q_pos + item.num_queries - 1;
+    uint64_t begin = visibility_.FirstVisible(item.first_q_pos);
+    uint64_t end = q_last + 1;
+    if (Splits()) {
+      const uint64_t split_begin = (first_split_ + item.split) * split_positions_;
+      const uint64_t split_end = split_begin + split_positions_;
+      if (begin < split_begin) begin = split_begin;
+      if (end > split_end) end = split_end;
+      if (end < begin) end = begin;
+    }
+    item.pos_begin = begin;
+    item.pos_end = end;
+    return item;
+  }
+  // Returns the first item of merge `index` (< NumMerges()); its NumSplits() items follow.
+  uint64_t MergeFirstItem(uint64_t index) const { return index * num_splits_; }
+
+  // Rows (query, q head) of an item at most.
+  uint32_t MaxItemRows() const { return queries_per_block_ * group_; }
+  // Returns the floats of scratch one thread needs to run items and merges (any alignment:
+  // the kernels align it to 64 bytes themselves).
+  uint64_t ScratchFloats() const {
+    const uint64_t tile = RoundUp16(tile_slots_);
+    const uint64_t acc = RoundUp16(v_head_dim_);
+    const uint64_t item =
+        16 + 2 * tile + 8 * tile + acc + uint64_t{MaxItemRows()} * (RoundUp16(head_dim_) + acc);
+    const uint64_t merge = 16 + 2 * acc;
+    return item > merge ? item : merge;
+  }
+  // Floats of one row's partial state: running max, running sum, then v_head_dim accumulators.
+  uint64_t PartialRowFloats() const { return RoundUp16(v_head_dim_ + 2); }
+  // Returns the floats of the partial-state buffer of a splitting plan (0 otherwise).
+  uint64_t PartialFloats() const {
+    return Splits() ? NumItems() * MaxItemRows() * PartialRowFloats() : 0;
+  }
+
+  uint32_t Group() const { return group_; }
+  uint32_t NumSplits() const { return num_splits_; }
+  uint32_t HeadDim() const { return head_dim_; }
+  uint32_t VHeadDim() const { return v_head_dim_; }
+  uint32_t NumQHeads() const { return num_q_heads_; }
+  const Visibility& GetVisibility() const { return visibility_; }
+
+ private:
+  static uint64_t RoundUp16(uint64_t n) { return (n + 15) / 16 * 16; }
+
+  Visibility visibility_;
+  uint64_t tile_slots_ = 0;
+  uint64_t first_q_pos_ = 0;
+  uint64_t split_positions_ = 0;  // 0: no splits
+  uint64_t first_split_ = 0;
+  uint32_t num_kv_heads_ = 0;
+  uint32_t head_dim_ = 0;
+  uint32_t v_head_dim_ = 0;
+  uint32_t num_q_heads_ = 0;
+  uint32_t num_queries_ = 0;
+  uint32_t group_ = 1;
+  uint32_t queries_per_block_ = 1;
+  uint32_t num_blocks_ = 0;
+  uint32_t num_splits_ = 1;
+};
+static_assert(std::is_trivially_copyable<AttentionWork>::value,
+              "AttentionWork must be trivially copyable");
+
+// Returns the score scale `options` asks for: options.scale, or 1/sqrt(head_dim) when 0.
+inline float AttentionScale(const AttentionOptions& options, uint32_t head_dim) {
+  return options.scale != 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+// Runs fn(task, thread) for every task in [0, num_tasks) on `num_threads` threads (the calling
+// thread is thread 0; num_threads - 1 std::threads are started and joined). Tasks are taken
+// from a shared atomic counter, so which thread runs a task varies; `fn` must make results
+// independent of that. Allocates the threads only; returns after every task has run.
+template <typename Fn>
+void ParallelFor(uint32_t num_threads, uint64_t num_tasks, const Fn& fn) {
+  if (num_tasks == 0) return;
+  if (num_threads <= 1 || num_tasks == 1) {
+    for (uint64_t task = 0; task < num_tasks; ++task) fn(task, uint32_t{0});
+    return;
+  }
+  if (num_threads > num_tasks) num_threads = static_cast<uint32_t>(num_tasks);
+  std::atomic<uint64_t> next{0};
+  auto worker = [&](uint32_t thread) {
+    for (;;) {
+      const uint64_t task = next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= num_tasks) return;
+      fn(task, thread);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(num_threads - 1);
+  for (uint32_t thread = 1; thread < num_threads; ++thread) threads.emplace_back(worker, thread);
+  worker(0);
+  for (std::thread& thread : threads) thread.join();
+}
+
+}  // namespace kvring
+
+#endif  // KVRING_ATTENTION_H_

@@ -1,0 +1,611 @@
+// kvring/ops/attention-inl.h: Highway kernels for exact attention over a KVView, flash
+// (FlashLayout) and tiled (TiledLayout) backends, decode and prefill. Per-target code: include
+// and call (static dispatch), or include after hwy/foreach_target.h in one translation unit and
+// export your own wrappers (see examples/dynamic_dispatch.cc and docs/attention.md).
+//
+// Numerics (shared/design.md section 6): q . k in f32 from BF16 K, online softmax in f32, V
+// accumulated in f32. Every item walks position-aligned tiles of Layout::kTileSlots positions
+// in chronological order with a fixed in-tile order, and masks invisible lanes by selection
+// (scores to -inf, invisible V rows never read into an accumulator), so ring and flat storage
+// of the same history give bit-identical outputs (design property 1).
+
+// Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
+#if defined(KVRING_OPS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVRING_OPS_ATTENTION_INL_H_
+#undef KVRING_OPS_ATTENTION_INL_H_
+#else
+#define KVRING_OPS_ATTENTION_INL_H_
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kvring/attention.h"
+#include "kvring/bf16.h"
+#include "kvring/kv_view.h"
+#include "kvring/views.h"
+
+// After highway.h: per-target helpers this file uses.
+#include "hwy/contrib/math/math-inl.h"
+#include "kvring/ops/append-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvring {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace attention_internal {
+
+// Registers for score accumulators of one register block: AVX-512 has 32 vector registers,
+// the others 16 (and SCALAR spills regardless).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+static constexpr size_t kScoreRegisters = 20;
+#else
+static constexpr size_t kScoreRegisters = 10;
+#endif
+
+// Shapes of one tile of kTile positions.
+template <uint64_t kTile>
+struct TileShape {
+  // f32 lanes of one K vector: a vector of 2 * kLanes BF16 K values of one dim covers
+  // 2 * kLanes consecutive positions, split into even and odd positions.
+  using DK = hn::CappedTag<float, static_cast<size_t>(kTile / 2)>;
+  static constexpr size_t kLanes = hn::MaxLanes(DK());
+  static constexpr size_t kPairs = static_cast<size_t>(kTile) / (2 * kLanes);
+  static constexpr size_t kVectors = 2 * kPairs;  // f32 score vectors per row
+  static_assert(kPairs * 2 * kLanes == kTile, "tile must be a whole number of BF16 vectors");
+  static constexpr size_t kRowsByRegisters = kScoreRegisters / kVectors;
+  // Rows of one register block: a power of two from 1 to 8.
+  static constexpr size_t kMaxRegRows = kRowsByRegisters >= 8   ? 8
+                                        : kRowsByRegisters >= 4 ? 4
+                                        : kRowsByRegisters >= 2 ? 2
+                                                                : 1;
+};
+
+// Loads 2 * Lanes(df) consecutive BF16 at `p` as two f32 vectors: elements 0, 2, 4, ... in
+// `even` and 1, 3, 5, ... in `odd`. A shift and a mask: cheaper than PromoteTo, which
+// crosses lanes. BF16 -> f32 is exact.
+template <class DF>
+HWY_INLINE void LoadPairs(DF df, const BF16* HWY_RESTRICT p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
+  even = hn::BitCast(df, hn::ShiftLeft<16>(bits));
+  odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xFFFF0000u)));
+}
+
+// The accumulators of a row hold V's dims permuted: each chunk of 2 * Lanes dims stores its
+// even dims, then its odd dims (what LoadPairs yields). Chunks are 2 * Lanes(ScalableTag)
+// dims, then (only on AVX-512 for dims that are 16 mod 32) 2 * Lanes(CappedTag<float, 8>).
+using DV = hn::ScalableTag<float>;
+using DVTail = hn::CappedTag<float, 8>;
+
+// Returns where dim `dim` of a row of `num_dims` sits in the permuted accumulators.
+HWY_INLINE size_t PermutedIndex(size_t dim, size_t num_dims) {
+  const size_t lanes = hn::Lanes(DV());
+  const size_t main_dims = num_dims / (2 * lanes) * (2 * lanes);
+  const size_t chunk_lanes = dim < main_dims ? lanes : hn::Lanes(DVTail());
+  const size_t chunk_begin =
+      dim < main_dims ? dim / (2 * lanes) * (2 * lanes)
+                      : main_dims + (dim - main_dims) / (2 * chunk_lanes) * (2 * chunk_lanes);
+  const size_t in_chunk = dim - chunk_begin;
+  return chunk_begin + (in_chunk % 2) * chunk_lanes + in_chunk / 2;
+}
+
+// Where a row's query and state live while an item runs.
+struct Row {
+  const float* q = nullptr;  // [head_dim], pre-scaled
+  float* acc = nullptr;      // [v_head_dim], permuted
+  uint64_t lo = 0;           // first visible position (inclusive)
+  uint64_t hi = 0;           // one past the last visible position
+  float m = 0.0f;            // running max
+  float l = 0.0f;            // running sum
+};
+
+// K and V of the tile kPrefetchTiles after the current one (same kv_head): prefetched while
+// the current tile's scores are computed. Always inside the buffers (slots wrap).
+struct Ahead {
+  const BF16* k = nullptr;
+  const BF16* v = nullptr;
+  size_t v_elements = 0;  // of the tile's V block
+};
+static constexpr uint64_t kPrefetchTiles = 4;
+static constexpr size_t kPrefetchStride = 32;  // BF16 per 64-byte line
+
+// Computes raw scores q . k of kRows rows for one tile: scores[r * kTile + i] for the lane
+// order of TileShape (vector 2p + e, lane j: position 2 * kLanes * p + 2 * j + e).
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_RESTRICT k_tile,
+                           size_t dim_stride, size_t head_dim, const Ahead& ahead,
+                           float* HWY_RESTRICT scores) {
+  using Shape = TileShape<kTile>;
+  const typename Shape::DK dk;
+  using V = hn::Vec<decltype(dk)>;
+  V acc[kRows][Shape::kVectors];
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t i = 0; i < Shape::kVectors; ++i) acc[r][i] = hn::Zero(dk);
+  }
+  for (size_t dim = 0; dim < head_dim; ++dim) {
+    const BF16* HWY_RESTRICT row = k_tile + dim * dim_stride;
+    // Flash K rows of one dim are num_slots apart, too many streams for the hardware
+    // prefetcher, and decode does little work per byte: fetch a later tile's K and V now.
+    hwy::Prefetch(ahead.k + dim * dim_stride);
+    if (dim * kPrefetchStride < ahead.v_elements) hwy::Prefetch(ahead.v + dim * kPrefetchStride);
+    V even[Shape::kPairs], odd[Shape::kPairs];
+    for (size_t p = 0; p < Shape::kPairs; ++p) {
+      LoadPairs(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
+    }
+    for (size_t r = 0; r < kRows; ++r) {
+      const V qd = hn::Set(dk, q[r][dim]);
+      for (size_t p = 0; p < Shape::kPairs; ++p) {
+        acc[r][2 * p] = hn::MulAdd(qd, even[p], acc[r][2 * p]);
+        acc[r][2 * p + 1] = hn::MulAdd(qd, odd[p], acc[r][2 * p + 1]);
+      }
+    }
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t i = 0; i < Shape::kVectors; ++i) {
+      hn::StoreU(acc[r][i], dk, scores + r * kTile + i * Shape::kLanes);
+    }
+  }
+}
+
+// Turns one row's raw scores of a tile into probabilities in place and updates the row's
+// running max and sum; returns the factor the row's accumulators must be multiplied by.
+// Lanes outside [lo_off, hi_off] (offsets in the tile) are invisible: their score becomes
+// -inf by selection, whatever the slot holds, so they contribute exactly 0. A NaN score of a
+// visible lane stays NaN (Exp would flush it to 0) so that NaN in K reaches the output.
+template <uint64_t kTile>
+HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT lane_offsets,
+                            int32_t lo_off, int32_t hi_off, float soft_cap, Row& row) {
+  using Shape = TileShape<kTile>;
+  const typename Shape::DK dk;
+  const hn::RebindToSigned<decltype(dk)> di;
+  using V = hn::Vec<decltype(dk)>;
+  const V neg_inf = hn::Set(dk, -std::numeric_limits<float>::infinity());
+  const auto lo = hn::Set(di, lo_off - 1);
+  const auto hi = hn::Set(di, hi_off + 1);
+  V max = neg_inf;
+  for (size_t i = 0; i < Shape::kVectors; ++i) {
+    V x = hn::LoadU(dk, s + i * Shape::kLanes);
+    if (soft_cap > 0.0f) {
+      x = hn::Mul(hn::Set(dk, soft_cap), hn::Tanh(dk, hn::Mul(x, hn::Set(dk, 1.0f / soft_cap))));
+    }
+    const auto offsets = hn::LoadU(di, lane_offsets + i * Shape::kLanes);
+    const auto visible = hn::RebindMask(dk, hn::And(hn::Gt(offsets, lo), hn::Lt(offsets, hi)));
+    x = hn::IfThenElse(visible, x, neg_inf);
+    hn::StoreU(x, dk, s + i * Shape::kLanes);
+    max = hn::Max(max, x);
+  }
+  const float tile_max = hn::GetLane(hn::MaxOfLanes(dk, max));
+  const float m_new = tile_max > row.m ? tile_max : row.m;
+  const float correction =
+      row.m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(row.m - m_new);
+  const V vm = hn::Set(dk, m_new);
+  V sum = hn::Zero(dk);
+  for (size_t i = 0; i < Shape::kVectors; ++i) {
+    const V x = hn::Sub(hn::LoadU(dk, s + i * Shape::kLanes), vm);
+    const V p = hn::IfThenElse(hn::Eq(x, x), hn::Exp(dk, x), x);
+    hn::StoreU(p, dk, s + i * Shape::kLanes);
+    sum = hn::Add(sum, p);
+  }
+  row.l = row.l * correction + hn::GetLane(hn::SumOfLanes(dk, sum));
+  row.m = m_new;
+  return correction;
+}
+
+// acc[r] = acc[r] * correction[r] + sum over the tile's positions of p[r][pos] * V[pos] for
+// one chunk of 2 * Lanes(df) dims starting at `dim0`. Positions run in chronological order.
+// kMasked: one row, positions outside [lo_off, hi_off] skipped (never read: a slot outside
+// the visible range may hold anything, NaN included, and NaN * 0 is NaN).
+template <size_t kRows, bool kMasked, uint64_t kTile, class DF>
+HWY_INLINE void AccumulateChunk(DF df, size_t dim0, const BF16* HWY_RESTRICT v_tile,
+                                size_t v_stride, const float* const* p,
+                                const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
+                                const float* correction, int32_t lo_off, int32_t hi_off) {
+  using V = hn::Vec<DF>;
+  const size_t lanes = hn::Lanes(df);
+  V even_acc[kRows], odd_acc[kRows];
+  for (size_t r = 0; r < kRows; ++r) {
+    const V c = hn::Set(df, correction[r]);
+    even_acc[r] = hn::Mul(hn::LoadU(df, acc[r] + dim0), c);
+    odd_acc[r] = hn::Mul(hn::LoadU(df, acc[r] + dim0 + lanes), c);
+  }
+  const int32_t first = kMasked ? lo_off : 0;
+  const int32_t last = kMasked ? hi_off : static_cast<int32_t>(kTile) - 1;
+  for (int32_t off = first; off <= last; ++off) {
+    V even, odd;
+    LoadPairs(df, v_tile + static_cast<size_t>(off) * v_stride + dim0, even, odd);
+    const size_t index = static_cast<size_t>(index_of_offset[off]);
+    for (size_t r = 0; r < kRows; ++r) {
+      const V pr = hn::Set(df, p[r][index]);
+      even_acc[r] = hn::MulAdd(pr, even, even_acc[r]);
+      odd_acc[r] = hn::MulAdd(pr, odd, odd_acc[r]);
+    }
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    hn::StoreU(even_acc[r], df, acc[r] + dim0);
+    hn::StoreU(odd_acc[r], df, acc[r] + dim0 + lanes);
+  }
+}
+
+template <size_t kRows, bool kMasked, uint64_t kTile>
+HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride, size_t v_head_dim,
+                               const float* const* p, const int32_t* HWY_RESTRICT index_of_offset,
+                               float* const* acc, const float* correction, int32_t lo_off,
+                               int32_t hi_off) {
+  const DV dv;
+  const size_t chunk = 2 * hn::Lanes(dv);
+  size_t dim0 = 0;
+  for (; dim0 + chunk <= v_head_dim; dim0 += chunk) {
+    AccumulateChunk<kRows, kMasked, kTile>(dv, dim0, v_tile, v_stride, p, index_of_offset, acc,
+                                           correction, lo_off, hi_off);
+  }
+  const DVTail dt;
+  const size_t tail_chunk = 2 * hn::Lanes(dt);
+  for (; dim0 + tail_chunk <= v_head_dim; dim0 += tail_chunk) {
+    AccumulateChunk<kRows, kMasked, kTile>(dt, dim0, v_tile, v_stride, p, index_of_offset, acc,
+                                           correction, lo_off, hi_off);
+  }
+}
+
+// Scores, softmax and V accumulation of one register block of kRows rows over one tile.
+// `rows` has kRows entries; entries past num_real are padding (they repeat a real row's
+// query and write to a scratch accumulator nobody reads).
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
+                          const BF16* HWY_RESTRICT k_tile, size_t dim_stride, const Ahead& ahead,
+                          const BF16* HWY_RESTRICT v_tile, size_t v_stride, size_t head_dim,
+                          size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
+                          const int32_t* index_of_offset, float* HWY_RESTRICT scores) {
+  const float* q[kRows];
+  const float* p[kRows];
+  float* acc[kRows];
+  float correction[kRows];
+  int32_t lo_off[kRows], hi_off[kRows];
+  bool active[kRows];
+  bool all_full = true, any_active = false;
+  for (size_t r = 0; r < kRows; ++r) {
+    q[r] = rows[r].q;
+    p[r] = scores + r * kTile;
+    acc[r] = rows[r].acc;
+    correction[r] = 0.0f;
+    const uint64_t lo = rows[r].lo > tile_pos ? rows[r].lo : tile_pos;
+    const uint64_t hi = rows[r].hi < tile_pos + kTile ? rows[r].hi : tile_pos + kTile;
+    active[r] = r < num_real && lo < hi;
+    lo_off[r] = active[r] ? static_cast<int32_t>(lo - tile_pos) : 0;
+    hi_off[r] = active[r] ? static_cast<int32_t>(hi - 1 - tile_pos) : -1;
+    if (r < num_real) {
+      any_active |= active[r];
+      all_full &= active[r] && lo_off[r] == 0 && hi_off[r] == static_cast<int32_t>(kTile) - 1;
+    }
+  }
+  if (!any_active) return;
+  TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, ahead, scores);
+  for (size_t r = 0; r < num_real; ++r) {
+    if (!active[r]) continue;
+    correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
+                                      soft_cap, rows[r]);
+  }
+  if (all_full) {
+    AccumulateTile<kRows, false, kTile>(v_tile, v_stride, v_head_dim, p, index_of_offset, acc,
+                                        correction, 0, 0);
+    return;
+  }
+  // A partly visible tile: each row reads only the V rows it sees, so that an invisible slot
+  // never enters its accumulator (the order over the visible ones is the full path's).
+  for (size_t r = 0; r < num_real; ++r) {
+    if (!active[r]) continue;
+    AccumulateTile<1, true, kTile>(v_tile, v_stride, v_head_dim, &p[r], index_of_offset, &acc[r],
+                                   &correction[r], lo_off[r], hi_off[r]);
+  }
+}
+
+template <uint64_t kTile>
+HWY_INLINE void BlockTileDispatch(Row* rows, size_t num_real, Row* padded, uint64_t tile_pos,
+                                  const BF16* k_tile, size_t dim_stride, const Ahead& ahead,
+                                  const BF16* v_tile, size_t v_stride, size_t head_dim,
+                                  size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
+                                  const int32_t* index_of_offset, float* scores, float* dummy_acc) {
+  // Round the block up to a power of two; the extra rows reuse the last real query.
+  size_t k_rows = 1;
+  while (k_rows < num_real) k_rows *= 2;
+  Row* block = rows;
+  if (k_rows != num_real) {
+    for (size_t r = 0; r < k_rows; ++r) {
+      padded[r] = r < num_real ? rows[r] : rows[num_real - 1];
+      if (r >= num_real) padded[r].acc = dummy_acc;
+    }
+    block = padded;
+  }
+  switch (k_rows) {
+    case 1:
+      BlockTile<1, kTile>(block, num_real, tile_pos, k_tile, dim_stride, ahead, v_tile, v_stride,
+                          head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
+      break;
+    case 2:
+      BlockTile<2, kTile>(block, num_real, tile_pos, k_tile, dim_stride, ahead, v_tile, v_stride,
+                          head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
+      break;
+    case 4:
+      BlockTile<4, kTile>(block, num_real, tile_pos, k_tile, dim_stride, ahead, v_tile, v_stride,
+                          head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
+      break;
+    default:
+      BlockTile<8, kTile>(block, num_real, tile_pos, k_tile, dim_stride, ahead, v_tile, v_stride,
+                          head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
+      break;
+  }
+  if (block == padded) {
+    for (size_t r = 0; r < num_real; ++r) rows[r] = padded[r];
+  }
+}
+
+// Calls fn(tile_pos, slot) for the position-aligned tiles of a flash view, oldest first.
+template <uint64_t kTile, class Fn>
+HWY_INLINE void ForEachTile(const FlashView& view, const Fn& fn) {
+  for (uint32_t run = 0; run < view.num_runs; ++run) {
+    const SlotRun& r = view.runs[run];
+    const uint64_t end = r.first_pos + r.num_positions;
+    uint64_t tile_pos = r.first_pos - r.first_pos % kTile;
+    uint64_t slot = r.first_slot - (r.first_pos - tile_pos);
+    for (; tile_pos < end; tile_pos += kTile, slot += kTile) fn(tile_pos, slot);
+  }
+}
+template <uint64_t kTile, class Layout, class Fn>
+HWY_INLINE void ForEachTile(const TiledView<Layout>& view, const Fn& fn) {
+  for (uint64_t i = 0; i < view.num_tiles; ++i) {
+    const TileRef tile = view.Tile(i);
+    fn(tile.first_pos, tile.slot);
+  }
+}
+
+// Returns a 64-byte aligned pointer at or after `p`.
+HWY_INLINE float* Align64(float* p) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<float*>((bits + 63) & ~uintptr_t{63});
+}
+
+// Writes one output row from a row's merged state (max m, sum l, permuted acc): divides by the
+// softmax denominator, after adding the sink's exp(sink - max) to it when there is one.
+HWY_INLINE void FinalizeRow(float m, float l, const float* acc, const float* sink,
+                            size_t v_head_dim, float* tmp, float* out_f32, BF16* out_bf16) {
+  float factor = 1.0f;
+  if (sink != nullptr) {
+    const float m_new = *sink > m ? *sink : m;
+    factor = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m - m_new);
+    l = l * factor + std::exp(*sink - m_new);
+  }
+  const float scale = l != 0.0f ? factor / l : 0.0f;
+  float* dst = out_f32 != nullptr ? out_f32 : tmp;
+  for (size_t dim = 0; dim < v_head_dim; ++dim) {
+    dst[dim] = acc[PermutedIndex(dim, v_head_dim)] * scale;
+  }
+  if (out_bf16 != nullptr) F32ToBF16(tmp, out_bf16, v_head_dim);
+}
+
+template <class Layout>
+using ViewOf = typename std::conditional<Layout::kBackend == Backend::kFlash, FlashView,
+                                         TiledView<Layout>>::type;
+
+}  // namespace attention_internal
+
+// Runs item `item_index` of `work` (AttentionWork::Plan of the same kv, batch and options):
+// the rows of one query block that share one kv_head, over one KV split. Writes the block's
+// output rows, or, when work.Splits(), the item's partial states into `partial`
+// (work.PartialFloats() floats), for MergeAttention. `scratch`: work.ScratchFloats() floats
+// owned by the calling thread. Does not allocate; reads each visible K/V tile of its kv_head
+// once from memory for all the block's rows.
+template <class Layout>
+HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                 const AttentionOptions& options, const AttentionWork& work,
+                                 uint64_t item_index, float* HWY_RESTRICT scratch,
+                                 float* HWY_RESTRICT partial) {
+  namespace ai = attention_internal;
+  constexpr uint64_t kTile = Layout::kTileSlots;
+  using Shape = ai::TileShape<kTile>;
+  const AttentionItem item = work.Item(item_index);
+  const size_t head_dim = work.HeadDim();
+  const size_t v_head_dim = work.VHeadDim();
+  const size_t group = work.Group();
+  const size_t num_rows = size_t{item.num_queries} * group;
+  const float scale = AttentionScale(options, work.HeadDim());
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+  // Scratch: lane tables, scores of one register block, a dummy accumulator, then per row
+  // its scaled query and its accumulators.
+  const size_t q_stride = (head_dim + 15) / 16 * 16;
+  const size_t acc_stride = (v_head_dim + 15) / 16 * 16;
+  float* cursor = ai::Align64(scratch);
+  int32_t* lane_offsets = reinterpret_cast<int32_t*>(cursor);
+  int32_t* index_of_offset = lane_offsets + kTile;
+  cursor += (2 * kTile + 15) / 16 * 16;
+  float* scores = cursor;
+  cursor += Shape::kMaxRegRows * kTile;
+  float* dummy_acc = cursor;
+  cursor += acc_stride;
+  float* q_rows = cursor;
+  cursor += num_rows * q_stride;
+  float* acc_rows = cursor;
+  cursor += num_rows * acc_stride;
+  KVRING_DASSERT(static_cast<uint64_t>(cursor - scratch) <= work.ScratchFloats());
+
+  for (size_t v = 0; v < Shape::kVectors; ++v) {
+    for (size_t j = 0; j < Shape::kLanes; ++j) {
+      const size_t offset = (v / 2) * 2 * Shape::kLanes + 2 * j + v % 2;
+      lane_offsets[v * Shape::kLanes + j] = static_cast<int32_t>(offset);
+      index_of_offset[offset] = static_cast<int32_t>(v * Shape::kLanes + j);
+    }
+  }
+
+  ai::Row rows[AttentionWork::kTargetRows > 64 ? AttentionWork::kTargetRows : 64];
+  ai::Row padded[8];
+  // Rows: query-major, then the q heads of the kv_head's group.
+  const size_t max_rows_here = sizeof(rows) / sizeof(rows[0]);
+  for (size_t row0 = 0; row0 < num_rows; row0 += max_rows_here) {
+    const size_t rows_here = num_rows - row0 < max_rows_here ? num_rows - row0 : max_rows_here;
+    uint64_t pos_begin = item.pos_end, pos_end = item.pos_begin;
+    for (size_t r = 0; r < rows_here; ++r) {
+      const size_t row = row0 + r;
+      const size_t query = item.first_query + row / group;
+      const size_t q_head = size_t{item.kv_head} * group + row % group;
+      const uint64_t q_pos = batch.first_q_pos + query;
+      ai::Row& state = rows[r];
+      float* q = q_rows + row * q_stride;
+      const size_t src = (query * batch.num_q_heads + q_head) * head_dim;
+      if (batch.queries_f32 != nullptr) {
+        for (size_t dim = 0; dim < head_dim; ++dim) q[dim] = batch.queries_f32[src + dim] * scale;
+      } else {
+        for (size_t dim = 0; dim < head_dim; ++dim) {
+          q[dim] = BF16ToF32(batch.queries_bf16[src + dim]) * scale;
+        }
+      }
+      state.q = q;
+      state.acc = acc_rows + row * acc_stride;
+      std::memset(state.acc, 0, acc_stride * sizeof(float));
+      const uint64_t first = kv.visibility.FirstVisible(q_pos);
+      state.lo = first > item.pos_begin ? first : item.pos_begin;
+      state.hi = q_pos + 1 < item.pos_end ? q_pos + 1 : item.pos_end;
+      if (state.hi < state.lo) state.hi = state.lo;
+      state.m = neg_inf;
+      state.l = 0.0f;
+      if (state.lo < state.hi) {
+        if (state.lo < pos_begin) pos_begin = state.lo;
+        if (state.hi > pos_end) pos_end = state.hi;
+      }
+    }
+    if (pos_begin < pos_end) {
+      const ai::ViewOf<Layout> view = ai::ViewOf<Layout>::OfPositions(kv, pos_begin, pos_end);
+      const auto k_mapping = kv.layout.K();
+      const auto v_mapping = kv.layout.V();
+      const size_t dim_stride = static_cast<size_t>(k_mapping.DimStride());
+      const size_t v_stride = static_cast<size_t>(v_mapping.SlotStride());
+      const uint64_t num_slots = kv.NumSlots();
+      ai::Ahead ahead;
+      ahead.v_elements = static_cast<size_t>(kTile) * v_head_dim;
+      ai::ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
+        const BF16* k_tile = kv.k + k_mapping(slot, item.kv_head, 0);
+        const BF16* v_tile = kv.v + v_mapping(slot, item.kv_head, 0);
+        const uint64_t slot_ahead = (slot + ai::kPrefetchTiles * kTile) % num_slots;
+        ahead.k = kv.k + k_mapping(slot_ahead, item.kv_head, 0);
+        ahead.v = kv.v + v_mapping(slot_ahead, item.kv_head, 0);
+        for (size_t r0 = 0; r0 < rows_here; r0 += Shape::kMaxRegRows) {
+          const size_t num_real =
+              rows_here - r0 < Shape::kMaxRegRows ? rows_here - r0 : Shape::kMaxRegRows;
+          ai::BlockTileDispatch<kTile>(rows + r0, num_real, padded, tile_pos, k_tile, dim_stride,
+                                       ahead, v_tile, v_stride, head_dim, v_head_dim,
+                                       options.soft_cap, lane_offsets, index_of_offset, scores,
+                                       dummy_acc);
+        }
+      });
+    }
+    for (size_t r = 0; r < rows_here; ++r) {
+      const size_t row = row0 + r;
+      const ai::Row& state = rows[r];
+      if (work.Splits()) {
+        float* dst = partial + (item_index * work.MaxItemRows() + row) * work.PartialRowFloats();
+        dst[0] = state.m;
+        dst[1] = state.l;
+        std::memcpy(dst + 2, state.acc, v_head_dim * sizeof(float));
+        continue;
+      }
+      const size_t query = item.first_query + row / group;
+      const size_t q_head = size_t{item.kv_head} * group + row % group;
+      const size_t dst = (query * batch.num_q_heads + q_head) * v_head_dim;
+      ai::FinalizeRow(state.m, state.l, state.acc,
+                      options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim,
+                      dummy_acc, batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
+                      batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr);
+    }
+  }
+}
+
+// Combines the partial states of merge `merge_index` (< work.NumMerges()) in chronological
+// order and writes its output rows. Run after every item of the call. `scratch` as for
+// RunAttentionItem. Does not allocate.
+HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptions& options,
+                               const AttentionWork& work, uint64_t merge_index,
+                               const float* HWY_RESTRICT partial, float* HWY_RESTRICT scratch) {
+  const uint64_t first_item = work.MergeFirstItem(merge_index);
+  const AttentionItem item = work.Item(first_item);
+  const size_t group = work.Group();
+  const size_t v_head_dim = work.VHeadDim();
+  const size_t num_rows = size_t{item.num_queries} * group;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float* acc = attention_internal::Align64(scratch);
+  float* tmp = acc + (v_head_dim + 15) / 16 * 16;
+  for (size_t row = 0; row < num_rows; ++row) {
+    float m = neg_inf;
+    for (uint32_t split = 0; split < work.NumSplits(); ++split) {
+      const float* src =
+          partial + ((first_item + split) * work.MaxItemRows() + row) * work.PartialRowFloats();
+      if (src[0] > m) m = src[0];
+    }
+    float l = 0.0f;
+    for (size_t dim = 0; dim < v_head_dim; ++dim) acc[dim] = 0.0f;
+    for (uint32_t split = 0; split < work.NumSplits(); ++split) {
+      const float* src =
+          partial + ((first_item + split) * work.MaxItemRows() + row) * work.PartialRowFloats();
+      if (src[0] == neg_inf) continue;  // the split holds nothing this row sees
+      const float factor = std::exp(src[0] - m);
+      l += src[1] * factor;
+      for (size_t dim = 0; dim < v_head_dim; ++dim) acc[dim] += src[2 + dim] * factor;
+    }
+    const size_t query = item.first_query + row / group;
+    const size_t q_head = size_t{item.kv_head} * group + row % group;
+    const size_t dst = (query * batch.num_q_heads + q_head) * v_head_dim;
+    attention_internal::FinalizeRow(
+        m, l, acc, options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim, tmp,
+        batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
+        batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr);
+  }
+}
+
+// Computes attention of `batch` over `kv` on threads.num_threads threads (a std::thread
+// helper for users without a pool; an engine with a pool runs AttentionWork's items and
+// merges itself). Allocates scratch for each thread (and the partial states of a split call)
+// per call. The output is bit-identical for every thread count.
+template <class Layout>
+HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                   const AttentionOptions& options,
+                                   const AttentionThreads& threads) {
+  const AttentionWork work = AttentionWork::Plan(kv, batch, options);
+  if (work.NumItems() == 0) return;
+  uint32_t num_threads = threads.num_threads == 0 ? 1 : threads.num_threads;
+  if (num_threads > work.NumItems()) num_threads = static_cast<uint32_t>(work.NumItems());
+  const size_t scratch_floats = static_cast<size_t>(work.ScratchFloats());
+  hwy::AlignedFreeUniquePtr<float[]> scratch =
+      hwy::AllocateAligned<float>(scratch_floats * num_threads);
+  hwy::AlignedFreeUniquePtr<float[]> partial;
+  if (work.Splits()) partial = hwy::AllocateAligned<float>(work.PartialFloats());
+  KVRING_CHECK(scratch != nullptr && (!work.Splits() || partial != nullptr));
+  float* scratch_base = scratch.get();
+  float* partial_base = partial.get();
+  ParallelFor(num_threads, work.NumItems(), [&](uint64_t item, uint32_t thread) {
+    RunAttentionItem(kv, batch, options, work, item, scratch_base + thread * scratch_floats,
+                     partial_base);
+  });
+  ParallelFor(num_threads, work.NumMerges(), [&](uint64_t merge, uint32_t thread) {
+    MergeAttention(batch, options, work, merge, partial_base,
+                   scratch_base + thread * scratch_floats);
+  });
+}
+
+// Computes attention of `batch` over `kv` on the calling thread. Allocates scratch per call.
+template <class Layout>
+HWY_INLINE void Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                          const AttentionOptions& options) {
+  AttentionOnThreads(kv, batch, options, AttentionThreads{1});
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kvring
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVRING_OPS_ATTENTION_INL_H_

@@ -1,0 +1,146 @@
+// kvring/views.h: read views of the positions a range of queries sees, in the shapes the
+// attention kernels walk: FlashView (at most two chronological runs of contiguous slots; a
+// ring splits at its wrap) and TiledView (a chronological sequence of position-aligned tiles).
+// Built from a KVView; trivially copyable, never allocate, valid as long as the KVView is.
+// Shared-KV consumers pass their own Visibility in the KVView. No vector code.
+#ifndef KVRING_VIEWS_H_
+#define KVRING_VIEWS_H_
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kvring/base.h"
+#include "kvring/bf16.h"
+#include "kvring/kv_view.h"
+#include "kvring/layouts/flash_layout.h"
+#include "kvring/layouts/tiled_layout.h"
+#include "kvring/visibility.h"
+
+namespace kvring {
+
+// Returns the positions [begin, end) that some query in [q_first, q_last] sees under `kv`'s
+// visibility. Every rule's first visible position grows with q, so the union is one range.
+// Requires kv.CanServe(q_first) and q_last < kv.end_pos (checked in debug builds).
+template <typename Layout>
+inline void VisibleRange(const KVView<Layout>& kv, uint64_t q_first, uint64_t q_last,
+                         uint64_t* begin, uint64_t* end) {
+  KVRING_DASSERT(q_first <= q_last);
+  KVRING_DASSERT(kv.CanServe(q_first) && q_last < kv.end_pos);
+  *begin = kv.visibility.FirstVisible(q_first);
+  *end = q_last + 1;
+}
+
+// A chronological run of positions stored in consecutive slots.
+struct SlotRun {
+  uint64_t first_pos = 0;
+  uint64_t first_slot = 0;
+  uint64_t num_positions = 0;
+};
+
+// The positions [pos_begin, pos_end) of one flash-layout layer as at most two runs of
+// contiguous slots, oldest first. A ring splits where its slots wrap to 0; that point is a
+// multiple of num_slots and so of FlashLayout::kTileSlots, so every position-aligned tile of
+// kTileSlots positions lies inside one run (kernels walk whole tiles and mask the lanes
+// outside [pos_begin, pos_end)).
+struct FlashView {
+  const BF16* k = nullptr;  // K: [kv_head][dim][slot]
+  const BF16* v = nullptr;  // V: [kv_head][slot][dim]
+  FlashLayout layout;
+  uint64_t pos_begin = 0;
+  uint64_t pos_end = 0;
+  SlotRun runs[2];
+  uint32_t num_runs = 0;
+
+  // Returns the view of the held positions [pos_begin, pos_end) of `kv` (both in
+  // [kv.first_pos, kv.end_pos]). O(1), does not allocate.
+  static FlashView OfPositions(const KVView<FlashLayout>& kv, uint64_t pos_begin,
+                               uint64_t pos_end) {
+    KVRING_DASSERT(pos_begin <= pos_end);
+    KVRING_DASSERT(pos_begin >= kv.first_pos && pos_end <= kv.end_pos);
+    FlashView view;
+    view.k = kv.k;
+    view.v = kv.v;
+    view.layout = kv.layout;
+    view.pos_begin = pos_begin;
+    view.pos_end = pos_end;
+    if (pos_begin == pos_end) return view;
+    const uint64_t num_slots = kv.NumSlots();
+    const uint64_t first_slot = pos_begin % num_slots;
+    const uint64_t count = pos_end - pos_begin;
+    const uint64_t until_wrap = num_slots - first_slot;
+    view.runs[0] = SlotRun{pos_begin, first_slot, count < until_wrap ? count : until_wrap};
+    view.num_runs = 1;
+    if (count > until_wrap) {
+      view.runs[1] = SlotRun{pos_begin + until_wrap, 0, count - until_wrap};
+      view.num_runs = 2;
+    }
+    return view;
+  }
+  // Returns the view of what the queries [q_first, q_last] see.
+  static FlashView Of(const KVView<FlashLayout>& kv, uint64_t q_first, uint64_t q_last) {
+    uint64_t begin, end;
+    VisibleRange(kv, q_first, q_last, &begin, &end);
+    return OfPositions(kv, begin, end);
+  }
+  uint64_t NumPositions() const { return pos_end - pos_begin; }
+};
+static_assert(std::is_trivially_copyable<FlashView>::value, "FlashView must be trivially copyable");
+
+// One position-aligned tile: positions [first_pos, first_pos + kTileSlots) in consecutive slots
+// from `slot` (the lanes outside the view's range belong to other history and are masked).
+struct TileRef {
+  uint64_t first_pos = 0;
+  uint64_t slot = 0;
+};
+
+// The positions [pos_begin, pos_end) of one layer as the chronological sequence of the
+// position-aligned tiles of Layout::kTileSlots that hold them (for TiledLayout a tile is one
+// contiguous K block of kTileRows x head_dim per kv_head).
+template <typename Layout>
+struct TiledView {
+  static constexpr uint64_t kTileSlots = Layout::kTileSlots;
+
+  const BF16* k = nullptr;
+  const BF16* v = nullptr;
+  Layout layout;
+  uint64_t pos_begin = 0;
+  uint64_t pos_end = 0;
+  uint64_t first_tile_pos = 0;  // pos_begin rounded down to a multiple of kTileSlots
+  uint64_t num_tiles = 0;
+
+  // Returns the view of the held positions [pos_begin, pos_end) of `kv`. O(1), no allocation.
+  static TiledView OfPositions(const KVView<Layout>& kv, uint64_t pos_begin, uint64_t pos_end) {
+    KVRING_DASSERT(pos_begin <= pos_end);
+    KVRING_DASSERT(pos_begin >= kv.first_pos && pos_end <= kv.end_pos);
+    KVRING_DASSERT(kv.NumSlots() % kTileSlots == 0);
+    TiledView view;
+    view.k = kv.k;
+    view.v = kv.v;
+    view.layout = kv.layout;
+    view.pos_begin = pos_begin;
+    view.pos_end = pos_end;
+    view.first_tile_pos = pos_begin - pos_begin % kTileSlots;
+    view.num_tiles =
+        pos_begin == pos_end ? 0 : (pos_end - view.first_tile_pos + kTileSlots - 1) / kTileSlots;
+    return view;
+  }
+  // Returns the view of what the queries [q_first, q_last] see.
+  static TiledView Of(const KVView<Layout>& kv, uint64_t q_first, uint64_t q_last) {
+    uint64_t begin, end;
+    VisibleRange(kv, q_first, q_last, &begin, &end);
+    return OfPositions(kv, begin, end);
+  }
+  // Returns tile `i` (0 is the oldest).
+  TileRef Tile(uint64_t i) const {
+    KVRING_DASSERT(i < num_tiles);
+    const uint64_t first_pos = first_tile_pos + i * kTileSlots;
+    return TileRef{first_pos, first_pos % layout.Shape().num_slots};
+  }
+  uint64_t NumPositions() const { return pos_end - pos_begin; }
+};
+static_assert(std::is_trivially_copyable<TiledView<TiledLayout<16>>>::value,
+              "TiledView must be trivially copyable");
+
+}  // namespace kvring
+
+#endif  // KVRING_VIEWS_H_

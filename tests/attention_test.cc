@@ -1,0 +1,764 @@
+// Tests of kvring/ops/attention-inl.h (and views.h, attention.h, ops/append-inl.h) on every
+// compiled Highway target, against the float64 reference of tests/reference/. This is the one
+// test translation unit that instantiates the kernels for all targets (foreach_target).
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+// Compile AVX3_DL (AVX-512 with BF16/VNNI) too: Highway 1.0.3 needs this opt-in.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "tests/attention_test.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kvring/ops/append-inl.h"
+#include "kvring/ops/attention-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvring_test {
+namespace HWY_NAMESPACE {
+
+void FlashAttention(const kvring::KVView<kvring::FlashLayout>& kv,
+                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
+                    uint32_t num_threads) {
+  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
+                                            kvring::AttentionThreads{num_threads});
+}
+void TiledAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
+                    uint32_t num_threads) {
+  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
+                                            kvring::AttentionThreads{num_threads});
+}
+void ConvertF32ToBF16(const float* in, kvring::BF16* out, size_t count) {
+  kvring::HWY_NAMESPACE::F32ToBF16(in, out, count);
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kvring_test
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include "gtest/gtest.h"
+#include "kvring/attention.h"
+#include "kvring/views.h"
+#include "reference/kv_fixture.h"
+#include "reference/reference_attention.h"
+
+namespace kvring_test {
+HWY_EXPORT(FlashAttention);
+HWY_EXPORT(TiledAttention);
+HWY_EXPORT(ConvertF32ToBF16);
+
+using kvring::AttentionKind;
+using kvring::AttentionOptions;
+using kvring::BF16;
+using kvring::FlashLayout;
+using kvring::Visibility;
+using Tiled = kvring::TiledLayout<16>;
+using kvring::reference::History;
+using kvring::reference::Storage;
+
+constexpr double kTolerance = 1e-3;
+
+// Runs `body` once per compiled target this CPU supports, with dispatch pinned to it.
+template <typename Body>
+void ForEachTarget(const Body& body) {
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    body(target);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+Visibility Global() { return Visibility{AttentionKind::kGlobal, 0}; }
+Visibility Sliding(uint64_t window) { return Visibility{AttentionKind::kSliding, window}; }
+Visibility Chunked(uint64_t chunk) { return Visibility{AttentionKind::kChunked, chunk}; }
+
+std::string Describe(const Visibility& v) {
+  return std::string(kvring::ToString(v.kind)) + "(" + std::to_string(v.span) + ")";
+}
+
+struct Case {
+  uint32_t head_dim = 64;
+  uint32_t v_head_dim = 0;  // 0: head_dim
+  uint32_t num_kv_heads = 1;
+  uint32_t group = 1;
+  Visibility visibility;
+  uint64_t first_q_pos = 0;
+  uint32_t num_queries = 1;
+  float soft_cap = 0.0f;
+  bool sinks = false;
+  bool bf16_queries = false;
+  float query_scale = 1.0f;  // multiplies the random queries (large scores)
+  uint64_t extra_ring_slots = 0;
+  uint32_t seed = 1;
+
+  uint32_t VHeadDim() const { return v_head_dim != 0 ? v_head_dim : head_dim; }
+  uint32_t NumQHeads() const { return num_kv_heads * group; }
+  uint64_t EndPos() const { return first_q_pos + num_queries; }
+  std::string Name() const {
+    return "D=" + std::to_string(head_dim) + "/" + std::to_string(VHeadDim()) +
+           " kv_heads=" + std::to_string(num_kv_heads) + " group=" + std::to_string(group) + " " +
+           Describe(visibility) + " q=" + std::to_string(first_q_pos) + "+" +
+           std::to_string(num_queries) + " cap=" + std::to_string(soft_cap) +
+           " sinks=" + std::to_string(sinks) + " bf16q=" + std::to_string(bf16_queries) +
+           " seed=" + std::to_string(seed);
+  }
+  // Slots of the smallest ring that serves the batch (design section 3), plus the extra.
+  uint64_t RingSlots() const {
+    const uint64_t span = visibility.kind == AttentionKind::kGlobal ? EndPos() : visibility.span;
+    uint64_t capacity = span - 1 + num_queries;
+    if (capacity > EndPos()) capacity = EndPos();
+    return (capacity + 31) / 32 * 32 + extra_ring_slots;
+  }
+};
+
+// The inputs of one case: history, queries, sinks.
+struct Inputs {
+  History history;
+  std::vector<float> queries;  // as the kernels see them (BF16-exact when bf16_queries)
+  std::vector<BF16> queries_bf16;
+  std::vector<float> sinks;
+};
+
+Inputs MakeInputs(const Case& c) {
+  Inputs in;
+  in.history = History::Random(c.num_kv_heads, c.head_dim, c.VHeadDim(), c.EndPos(), c.seed);
+  std::mt19937 rng(c.seed * 7919u + 13u);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  in.queries.resize(size_t{c.num_queries} * c.NumQHeads() * c.head_dim);
+  for (float& q : in.queries) q = normal(rng) * c.query_scale;
+  if (c.bf16_queries) {
+    in.queries_bf16.resize(in.queries.size());
+    for (size_t i = 0; i < in.queries.size(); ++i) {
+      in.queries_bf16[i] = kvring::BF16FromF32(in.queries[i]);
+      in.queries[i] = kvring::BF16ToF32(in.queries_bf16[i]);
+    }
+  }
+  if (c.sinks) {
+    in.sinks.resize(c.NumQHeads());
+    for (float& s : in.sinks) s = normal(rng) * 2.0f;
+  }
+  return in;
+}
+
+AttentionOptions OptionsOf(const Case& c, const Inputs& in) {
+  AttentionOptions options;
+  options.soft_cap = c.soft_cap;
+  options.sinks = c.sinks ? in.sinks.data() : nullptr;
+  return options;
+}
+
+kvring::AttentionBatch BatchOf(const Case& c, const Inputs& in, float* out) {
+  kvring::AttentionBatch batch;
+  if (c.bf16_queries) {
+    batch.queries_bf16 = in.queries_bf16.data();
+  } else {
+    batch.queries_f32 = in.queries.data();
+  }
+  batch.out_f32 = out;
+  batch.first_q_pos = c.first_q_pos;
+  batch.num_queries = c.num_queries;
+  batch.num_q_heads = c.NumQHeads();
+  return batch;
+}
+
+std::vector<double> Reference(const Case& c, const Inputs& in, const AttentionOptions& options) {
+  kvring::reference::ReferenceOptions ro;
+  ro.scale = kvring::AttentionScale(options, c.head_dim);
+  ro.soft_cap = c.soft_cap;
+  ro.sinks = options.sinks;
+  return kvring::reference::ReferenceAttention(in.history.Reference(), c.visibility, in.queries,
+                                               c.first_q_pos, c.num_queries, c.NumQHeads(), ro);
+}
+
+std::vector<float> RunKernel(const Case& c, const Inputs& in, const Storage<FlashLayout>& storage,
+                             const AttentionOptions& options, uint32_t num_threads = 1) {
+  std::vector<float> out(size_t{c.num_queries} * c.NumQHeads() * c.VHeadDim(),
+                         std::numeric_limits<float>::quiet_NaN());
+  HWY_DYNAMIC_DISPATCH(FlashAttention)
+  (storage.View(c.visibility), BatchOf(c, in, out.data()), options, num_threads);
+  return out;
+}
+std::vector<float> RunKernel(const Case& c, const Inputs& in, const Storage<Tiled>& storage,
+                             const AttentionOptions& options, uint32_t num_threads = 1) {
+  std::vector<float> out(size_t{c.num_queries} * c.NumQHeads() * c.VHeadDim(),
+                         std::numeric_limits<float>::quiet_NaN());
+  HWY_DYNAMIC_DISPATCH(TiledAttention)
+  (storage.View(c.visibility), BatchOf(c, in, out.data()), options, num_threads);
+  return out;
+}
+
+// Expects every row of `out` within kTolerance (normwise relative) of `ref`.
+void ExpectNearReference(const Case& c, const std::vector<float>& out,
+                         const std::vector<double>& ref, const char* what) {
+  const size_t row = c.VHeadDim();
+  size_t failures = 0;
+  double worst = 0.0;
+  for (size_t i = 0; i < out.size() / row; ++i) {
+    const double err = kvring::reference::NormwiseRelativeError(&out[i * row], &ref[i * row], row);
+    if (!(err <= kTolerance)) {
+      if (failures++ < 3) {
+        ADD_FAILURE() << what << " row " << i << " (query " << i / c.NumQHeads() << ", q head "
+                      << i % c.NumQHeads() << ") error " << err << " in " << c.Name();
+      }
+    }
+    if (err > worst) worst = err;
+  }
+  EXPECT_EQ(failures, 0u) << what << " worst error " << worst << " in " << c.Name();
+}
+
+bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The core check of one case: flash and tiled, ring and flat, against the reference; ring
+// and flat bit-identical; flash and tiled within the tolerance of each other.
+void CheckCase(const Case& c) {
+  const Inputs in = MakeInputs(c);
+  const AttentionOptions options = OptionsOf(c, in);
+  const std::vector<double> ref = Reference(c, in, options);
+  const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
+  const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
+  const auto flash_flat = Storage<FlashLayout>::Make(in.history, flat_slots, c.EndPos());
+  const auto flash_ring = Storage<FlashLayout>::Make(in.history, ring_slots, c.EndPos());
+  const auto tiled_flat = Storage<Tiled>::Make(in.history, flat_slots, c.EndPos());
+  const auto tiled_ring = Storage<Tiled>::Make(in.history, ring_slots, c.EndPos());
+  const std::vector<float> a = RunKernel(c, in, flash_flat, options);
+  const std::vector<float> b = RunKernel(c, in, flash_ring, options);
+  const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
+  const std::vector<float> u = RunKernel(c, in, tiled_ring, options);
+  ExpectNearReference(c, a, ref, "flash/flat");
+  ExpectNearReference(c, t, ref, "tiled/flat");
+  EXPECT_TRUE(BitIdentical(a, b)) << "flash ring != flat: " << c.Name();
+  EXPECT_TRUE(BitIdentical(t, u)) << "tiled ring != flat: " << c.Name();
+  const size_t row = c.VHeadDim();
+  for (size_t i = 0; i < a.size() / row; ++i) {
+    std::vector<double> flash_row(a.begin() + static_cast<std::ptrdiff_t>(i * row),
+                                  a.begin() + static_cast<std::ptrdiff_t>((i + 1) * row));
+    const double err = kvring::reference::NormwiseRelativeError(&t[i * row], flash_row.data(), row);
+    if (!(err <= kTolerance)) {
+      ADD_FAILURE() << "flash and tiled differ by " << err << " in row " << i << " of " << c.Name();
+      break;
+    }
+  }
+}
+
+TEST(Attention, HeadDimsAndGroupsMatchReferenceOnEveryTarget) {
+  ForEachTarget([](int64_t) {
+    const uint32_t dims[] = {16, 64, 80, 96, 128, 256, 576};
+    const uint32_t groups[] = {1, 2, 4, 8, 16};
+    uint32_t seed = 1;
+    for (uint32_t dim : dims) {
+      for (uint32_t group : groups) {
+        Case c;
+        c.head_dim = dim;
+        c.group = group;
+        c.num_kv_heads = group >= 8 ? 1 : 2;
+        c.visibility = Sliding(100);
+        c.first_q_pos = 333;  // a ring of 128 slots has wrapped twice
+        c.num_queries = dim >= 256 ? 2 : 5;
+        c.seed = seed++;
+        CheckCase(c);
+      }
+    }
+  });
+}
+
+TEST(Attention, WindowsChunksAndBatchesMatchReferenceOnEveryTarget) {
+  ForEachTarget([](int64_t) {
+    std::vector<Case> cases;
+    const uint64_t windows[] = {1, 7, 128, 512, 1024, 4096};
+    uint32_t seed = 100;
+    for (uint64_t window : windows) {
+      Case c;
+      c.head_dim = 64;
+      c.num_kv_heads = 2;
+      c.group = 2;
+      c.visibility = Sliding(window);
+      c.num_queries = window >= 1024 ? 3 : 40;
+      c.first_q_pos = 2 * window + 3 * c.num_queries + 77;  // wraps the ring at least twice
+      c.seed = seed++;
+      cases.push_back(c);
+    }
+    for (uint64_t chunk : {uint64_t{1}, uint64_t{32}, uint64_t{100}, uint64_t{257}}) {
+      Case c;
+      c.head_dim = 80;
+      c.num_kv_heads = 1;
+      c.group = 4;
+      c.visibility = Chunked(chunk);
+      c.num_queries = 70;
+      c.first_q_pos = 3 * chunk + 190;
+      c.seed = seed++;
+      cases.push_back(c);
+    }
+    {
+      Case c;  // a long prefill batch from position 0
+      c.head_dim = 32;
+      c.num_kv_heads = 1;
+      c.group = 2;
+      c.visibility = Global();
+      c.num_queries = 600;
+      c.seed = seed++;
+      cases.push_back(c);
+      c.visibility = Sliding(7);  // and over a wrapped small ring
+      c.first_q_pos = 1000;
+      c.seed = seed++;
+      cases.push_back(c);
+    }
+    {
+      Case c;  // decode over a long global context: several KV splits
+      c.head_dim = 128;
+      c.num_kv_heads = 2;
+      c.group = 4;
+      c.visibility = Global();
+      c.first_q_pos = 5000;
+      c.num_queries = 1;
+      c.seed = seed++;
+      cases.push_back(c);
+      c.num_queries = 4;  // a small draft batch, still split
+      c.seed = seed++;
+      cases.push_back(c);
+    }
+    for (const Case& c : cases) CheckCase(c);
+  });
+}
+
+TEST(Attention, SoftCapSinksAndBF16QueriesMatchReferenceOnEveryTarget) {
+  ForEachTarget([](int64_t) {
+    uint32_t seed = 200;
+    for (int variant = 0; variant < 8; ++variant) {
+      Case c;
+      c.head_dim = variant % 2 == 0 ? 128 : 96;
+      c.v_head_dim = variant == 5 ? 64 : 0;
+      c.num_kv_heads = 2;
+      c.group = variant < 4 ? 2 : 8;
+      c.visibility = variant % 3 == 0 ? Global() : Sliding(300);
+      c.first_q_pos = 700;
+      c.num_queries = variant % 4 == 0 ? 1 : 9;
+      c.soft_cap = (variant & 1) != 0 ? 5.0f : 0.0f;
+      c.query_scale = c.soft_cap > 0 ? 4.0f : 1.0f;
+      c.sinks = (variant & 2) != 0;
+      c.bf16_queries = (variant & 4) != 0;
+      c.seed = seed++;
+      CheckCase(c);
+    }
+  });
+}
+
+TEST(Attention, RandomShapesMatchReferenceOnEveryTarget) {
+  std::mt19937 rng(12345);
+  std::vector<Case> cases;
+  while (cases.size() < 24) {
+    Case c;
+    c.head_dim = 16 * (1 + static_cast<uint32_t>(rng() % 36));
+    c.v_head_dim = rng() % 4 == 0 ? 16 * (1 + static_cast<uint32_t>(rng() % 36)) : 0;
+    c.num_kv_heads = 1 + static_cast<uint32_t>(rng() % 3);
+    c.group = 1u << (rng() % 5);
+    switch (rng() % 3) {
+      case 0:
+        c.visibility = Global();
+        break;
+      case 1:
+        c.visibility = Sliding(1 + rng() % 700);
+        break;
+      default:
+        c.visibility = Chunked(1 + rng() % 300);
+        break;
+    }
+    c.num_queries = rng() % 3 == 0 ? 1 + static_cast<uint32_t>(rng() % 4)
+                                   : 1 + static_cast<uint32_t>(rng() % 200);
+    c.first_q_pos = rng() % 2000;
+    c.soft_cap = rng() % 3 == 0 ? 10.0f : 0.0f;
+    c.sinks = rng() % 3 == 0;
+    c.bf16_queries = rng() % 4 == 0;
+    c.extra_ring_slots = 32 * (rng() % 3);
+    c.seed = static_cast<uint32_t>(rng());
+    // Keep each case below ~4M multiply-adds so slow targets stay fast.
+    const uint64_t span = c.visibility.kind == AttentionKind::kGlobal
+                              ? c.EndPos()
+                              : (c.visibility.span < c.EndPos() ? c.visibility.span : c.EndPos());
+    const uint64_t cost =
+        uint64_t{c.num_queries} * c.NumQHeads() * span * (c.head_dim + c.VHeadDim());
+    if (cost > 4000000) continue;
+    cases.push_back(c);
+  }
+  ForEachTarget([&](int64_t) {
+    for (const Case& c : cases) CheckCase(c);
+  });
+}
+
+TEST(Attention, WindowOfOneReturnsTheQueryOwnValue) {
+  ForEachTarget([](int64_t) {
+    Case c;
+    c.head_dim = 96;
+    c.num_kv_heads = 2;
+    c.group = 2;
+    c.visibility = Sliding(1);
+    c.first_q_pos = 95;
+    c.num_queries = 10;
+    const Inputs in = MakeInputs(c);
+    const auto ring = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
+    const std::vector<float> out = RunKernel(c, in, ring, OptionsOf(c, in));
+    for (uint32_t query = 0; query < c.num_queries; ++query) {
+      for (uint32_t q_head = 0; q_head < c.NumQHeads(); ++q_head) {
+        for (uint32_t dim = 0; dim < c.head_dim; ++dim) {
+          const float expected = kvring::BF16ToF32(
+              in.history
+                  .v[((c.first_q_pos + query) * c.num_kv_heads + q_head / c.group) * c.head_dim +
+                     dim]);
+          ASSERT_EQ(out[(size_t{query} * c.NumQHeads() + q_head) * c.head_dim + dim], expected);
+        }
+      }
+    }
+  });
+}
+
+TEST(Attention, EqualScoresAverageTheValues) {
+  ForEachTarget([](int64_t) {
+    Case c;
+    c.head_dim = 64;
+    c.num_kv_heads = 1;
+    c.group = 2;
+    c.visibility = Chunked(50);
+    c.first_q_pos = 120;
+    c.num_queries = 30;
+    Inputs in = MakeInputs(c);
+    for (BF16& k : in.history.k) k = kvring::BF16FromF32(0.5f);
+    const auto flat = Storage<FlashLayout>::Make(in.history, 160, c.EndPos());
+    const std::vector<float> out = RunKernel(c, in, flat, OptionsOf(c, in));
+    for (uint32_t query = 0; query < c.num_queries; ++query) {
+      const uint64_t q_pos = c.first_q_pos + query;
+      const uint64_t first = c.visibility.FirstVisible(q_pos);
+      for (uint32_t dim = 0; dim < c.head_dim; ++dim) {
+        double mean = 0.0;
+        for (uint64_t pos = first; pos <= q_pos; ++pos) {
+          mean += kvring::BF16ToF32(in.history.V(pos, 0, dim));
+        }
+        mean /= static_cast<double>(q_pos - first + 1);
+        for (uint32_t q_head = 0; q_head < c.NumQHeads(); ++q_head) {
+          ASSERT_NEAR(out[(size_t{query} * c.NumQHeads() + q_head) * c.head_dim + dim], mean, 1e-5);
+        }
+      }
+    }
+  });
+}
+
+TEST(Attention, HugeScoresAndHugeCappedLogitsStayFinite) {
+  ForEachTarget([](int64_t) {
+    for (int variant = 0; variant < 2; ++variant) {
+      Case c;
+      c.head_dim = 128;
+      c.num_kv_heads = 1;
+      c.group = 4;
+      c.visibility = Sliding(200);
+      c.first_q_pos = 400;
+      c.num_queries = 3;
+      c.query_scale = variant == 0 ? 300.0f : 1e6f;  // scores of ~3e3, then ~1e7
+      c.soft_cap = variant == 0 ? 0.0f : 30.0f;
+      c.seed = 77 + static_cast<uint32_t>(variant);
+      CheckCase(c);
+      const Inputs in = MakeInputs(c);
+      const auto flat = Storage<FlashLayout>::Make(in.history, 416, c.EndPos());
+      for (float x : RunKernel(c, in, flat, OptionsOf(c, in))) ASSERT_TRUE(std::isfinite(x));
+    }
+  });
+}
+
+TEST(Attention, NaNAndInfInVisibleKVReachOnlyTheOutputsThatSeeThem) {
+  ForEachTarget([](int64_t) {
+    Case c;
+    c.head_dim = 64;
+    c.num_kv_heads = 2;
+    c.group = 2;
+    c.visibility = Sliding(40);
+    c.first_q_pos = 200;
+    c.num_queries = 50;
+    const uint64_t bad_pos = 215;  // seen by queries 215 .. 254 (query index 15 .. 49)
+    for (int what = 0; what < 2; ++what) {
+      Inputs in = MakeInputs(c);
+      if (what == 0) {
+        in.history.K(bad_pos, 1, 5) = kvring::BF16FromF32(std::nanf(""));
+      } else {
+        in.history.V(bad_pos, 1, 7) = kvring::BF16FromF32(std::numeric_limits<float>::infinity());
+      }
+      const AttentionOptions options = OptionsOf(c, in);
+      const auto flash = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
+      const auto tiled = Storage<Tiled>::Make(in.history, c.RingSlots(), c.EndPos());
+      for (const std::vector<float>& out :
+           {RunKernel(c, in, flash, options), RunKernel(c, in, tiled, options)}) {
+        for (uint32_t query = 0; query < c.num_queries; ++query) {
+          const bool sees = c.visibility.Visible(c.first_q_pos + query, bad_pos);
+          for (uint32_t q_head = 0; q_head < c.NumQHeads(); ++q_head) {
+            const float* row = &out[(size_t{query} * c.NumQHeads() + q_head) * c.head_dim];
+            bool all_finite = true, any_nan = false;
+            for (uint32_t dim = 0; dim < c.head_dim; ++dim) {
+              all_finite &= std::isfinite(row[dim]);
+              any_nan |= std::isnan(row[dim]);
+            }
+            if (sees && q_head / c.group == 1) {
+              EXPECT_FALSE(all_finite) << "query " << query << " head " << q_head;
+              if (what == 0) EXPECT_TRUE(any_nan);
+            } else {
+              EXPECT_TRUE(all_finite) << "query " << query << " head " << q_head;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(Attention, NaNInSlotsOutsideTheVisibleRangeNeverReachesOutputs) {
+  ForEachTarget([](int64_t) {
+    for (const Visibility& visibility : {Sliding(45), Chunked(40), Global()}) {
+      Case c;
+      c.head_dim = 80;
+      c.num_kv_heads = 1;
+      c.group = 4;
+      c.visibility = visibility;
+      c.first_q_pos = 300;
+      c.num_queries = 9;
+      c.extra_ring_slots = 64;
+      const Inputs in = MakeInputs(c);
+      const AttentionOptions options = OptionsOf(c, in);
+      const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32 + 32;
+      auto clean = Storage<FlashLayout>::Make(in.history, flat_slots, c.EndPos());
+      auto flash_ring = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
+      auto flash_flat = Storage<FlashLayout>::Make(in.history, flat_slots, c.EndPos());
+      auto tiled_clean = Storage<Tiled>::Make(in.history, flat_slots, c.EndPos());
+      auto tiled_ring = Storage<Tiled>::Make(in.history, c.RingSlots(), c.EndPos());
+      const uint64_t keep_begin = visibility.FirstVisible(c.first_q_pos);
+      flash_ring.PoisonOutside(keep_begin, c.EndPos());
+      flash_flat.PoisonOutside(keep_begin, c.EndPos());
+      tiled_ring.PoisonOutside(keep_begin, c.EndPos());
+      const std::vector<float> expected = RunKernel(c, in, clean, options);
+      for (float x : expected) ASSERT_TRUE(std::isfinite(x)) << Describe(visibility);
+      EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash_ring, options), expected))
+          << Describe(visibility);
+      EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash_flat, options), expected))
+          << Describe(visibility);
+      EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_ring, options),
+                               RunKernel(c, in, tiled_clean, options)))
+          << Describe(visibility);
+    }
+  });
+}
+
+TEST(Attention, RingAndFlatAreBitIdenticalAtEveryWrapPoint) {
+  ForEachTarget([](int64_t target) {
+    // Slide one decode query and a 3-query batch across several wraps of a 64-slot ring.
+    const bool slow = target == HWY_SCALAR || target == HWY_EMU128;
+    for (uint64_t q = 40; q < 330; q += slow ? 23 : 7) {
+      for (uint32_t num_queries : {1u, 3u}) {
+        Case c;
+        c.head_dim = 48;
+        c.num_kv_heads = 1;
+        c.group = 2;
+        c.visibility = Sliding(33);
+        c.first_q_pos = q;
+        c.num_queries = num_queries;
+        c.seed = static_cast<uint32_t>(q);
+        CheckCase(c);
+      }
+    }
+  });
+}
+
+TEST(Attention, BF16OutputIsTheRoundedF32Output) {
+  ForEachTarget([](int64_t) {
+    Case c;
+    c.head_dim = 80;
+    c.num_kv_heads = 2;
+    c.group = 2;
+    c.visibility = Sliding(100);
+    c.first_q_pos = 150;
+    c.num_queries = 20;
+    c.sinks = true;
+    const Inputs in = MakeInputs(c);
+    const AttentionOptions options = OptionsOf(c, in);
+    const auto ring = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
+    const std::vector<float> f32 = RunKernel(c, in, ring, options);
+    std::vector<BF16> bf16(f32.size());
+    kvring::AttentionBatch batch = BatchOf(c, in, nullptr);
+    batch.out_bf16 = bf16.data();
+    HWY_DYNAMIC_DISPATCH(FlashAttention)(ring.View(c.visibility), batch, options, 1);
+    for (size_t i = 0; i < f32.size(); ++i) {
+      ASSERT_EQ(bf16[i].bits, kvring::BF16FromF32(f32[i]).bits) << i;
+    }
+  });
+}
+
+TEST(Attention, ResultsDoNotDependOnTheSplitLengthBeyondTolerance) {
+  ForEachTarget([](int64_t) {
+    Case c;
+    c.head_dim = 64;
+    c.num_kv_heads = 1;
+    c.group = 4;
+    c.visibility = Global();
+    c.first_q_pos = 3000;
+    c.num_queries = 2;
+    const Inputs in = MakeInputs(c);
+    const std::vector<double> ref = Reference(c, in, OptionsOf(c, in));
+    const auto flat = Storage<FlashLayout>::Make(in.history, 3008, c.EndPos());
+    for (uint64_t split : {uint64_t{0}, uint64_t{32}, uint64_t{100}, uint64_t{2048}}) {
+      AttentionOptions options = OptionsOf(c, in);
+      options.split_positions = split;
+      ExpectNearReference(c, RunKernel(c, in, flat, options), ref, "split");
+    }
+  });
+}
+
+// Threading tests: the TSan preset runs only these (filter "AttentionThreads").
+TEST(AttentionThreads, ThreadCountsAndRepeatedRunsGiveIdenticalBits) {
+  ForEachTarget([](int64_t target) {
+    if (target != hwy::SupportedAndGeneratedTargets()[0]) return;  // the best target only
+    for (uint32_t num_queries : {1u, 2u, 64u}) {
+      Case c;
+      c.head_dim = 64;
+      c.num_kv_heads = 2;
+      c.group = 4;
+      c.visibility = num_queries == 1 ? Global() : Sliding(500);
+      c.first_q_pos = 4500;
+      c.num_queries = num_queries;
+      c.sinks = true;
+      const Inputs in = MakeInputs(c);
+      AttentionOptions options = OptionsOf(c, in);
+      options.split_positions = 512;
+      const auto flash = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
+      const auto tiled = Storage<Tiled>::Make(in.history, c.RingSlots(), c.EndPos());
+      const std::vector<float> one = RunKernel(c, in, flash, options, 1);
+      const std::vector<float> tiled_one = RunKernel(c, in, tiled, options, 1);
+      for (uint32_t threads : {1u, 2u, 3u, 8u}) {
+        EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash, options, threads), one)) << threads;
+        EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled, options, threads), tiled_one)) << threads;
+      }
+      ExpectNearReference(c, one, Reference(c, in, options), "threads");
+    }
+  });
+}
+
+TEST(AttentionThreads, ParallelForRunsEveryTaskOnce) {
+  for (uint32_t threads : {1u, 2u, 5u}) {
+    std::vector<std::atomic<int>> counts(1000);
+    kvring::ParallelFor(threads, counts.size(), [&](uint64_t task, uint32_t thread) {
+      EXPECT_LT(thread, threads);
+      counts[task].fetch_add(1);
+    });
+    for (const auto& count : counts) ASSERT_EQ(count.load(), 1);
+  }
+}
+
+TEST(AttentionAppend, VectorConversionMatchesScalarRounding) {
+  std::vector<float> values;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 5000; ++i) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    values.push_back(f);
+  }
+  for (uint32_t bits : {0x3F808000u, 0x3F818000u, 0x7F800000u, 0xFF800000u, 0x7F800001u,
+                        0xFFC00001u, 0x7F7FFFFFu, 0x00000001u, 0x80000000u, 0x7FFFFFFFu}) {
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    values.push_back(f);  // ties, infinities, NaNs with low payloads, overflow, denormals
+  }
+  ForEachTarget([&](int64_t) {
+    for (size_t count : {values.size(), size_t{7}, size_t{0}}) {
+      std::vector<BF16> out(values.size());
+      HWY_DYNAMIC_DISPATCH(ConvertF32ToBF16)(values.data(), out.data(), count);
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(out[i].bits, kvring::BF16FromF32(values[i]).bits) << i;
+      }
+    }
+  });
+}
+
+TEST(AttentionViews, FlashViewSplitsAtTheWrapIntoTwoChronologicalRuns) {
+  kvring::KVShape shape{64, 1, 16, 16};
+  kvring::KVView<FlashLayout> kv;
+  kv.layout = FlashLayout(shape);
+  kv.first_pos = 136;
+  kv.end_pos = 200;
+  kv.visibility = Sliding(50);
+  const kvring::FlashView view = kvring::FlashView::Of(kv, 186, 199);
+  ASSERT_EQ(view.num_runs, 2u);
+  EXPECT_EQ(view.runs[0].first_pos, 137u);
+  EXPECT_EQ(view.runs[0].first_slot, 137u % 64u);
+  EXPECT_EQ(view.runs[0].num_positions, 192u - 137u);
+  EXPECT_EQ(view.runs[1].first_pos, 192u);
+  EXPECT_EQ(view.runs[1].first_slot, 0u);
+  EXPECT_EQ(view.runs[1].num_positions, 8u);
+  const kvring::FlashView one = kvring::FlashView::Of(kv, 186, 190);
+  ASSERT_EQ(one.num_runs, 1u);
+  EXPECT_EQ(one.runs[0].first_pos, 137u);
+  EXPECT_EQ(one.runs[0].num_positions, 54u);
+}
+
+TEST(AttentionViews, TiledViewListsPositionAlignedTilesOldestFirst) {
+  kvring::KVShape shape{48, 1, 16, 16};
+  kvring::KVView<Tiled> kv;
+  kv.layout = Tiled(shape);
+  kv.first_pos = 60;
+  kv.end_pos = 108;
+  kv.visibility = Chunked(40);
+  const auto view = kvring::TiledView<Tiled>::Of(kv, 85, 100);
+  EXPECT_EQ(view.pos_begin, 80u);
+  EXPECT_EQ(view.pos_end, 101u);
+  ASSERT_EQ(view.num_tiles, 2u);
+  EXPECT_EQ(view.Tile(0).first_pos, 80u);
+  EXPECT_EQ(view.Tile(0).slot, 32u);
+  EXPECT_EQ(view.Tile(1).first_pos, 96u);
+  EXPECT_EQ(view.Tile(1).slot, 0u);
+}
+
+TEST(AttentionWork, SplitPointsDependOnPositionsOnly) {
+  kvring::KVShape shape{8192, 2, 64, 64};
+  kvring::KVView<FlashLayout> kv;
+  kv.layout = FlashLayout(shape);
+  kv.end_pos = 5001;
+  kv.visibility = Global();
+  std::vector<float> q(16 * 64);
+  std::vector<float> out(16 * 64);
+  kvring::AttentionBatch batch;
+  batch.queries_f32 = q.data();
+  batch.out_f32 = out.data();
+  batch.first_q_pos = 5000;
+  batch.num_queries = 1;
+  batch.num_q_heads = 8;
+  AttentionOptions options;
+  options.split_positions = 1000;  // rounded up to 1024
+  kv.k = reinterpret_cast<const BF16*>(q.data());
+  kv.v = kv.k;
+  const kvring::AttentionWork work = kvring::AttentionWork::Plan(kv, batch, options);
+  ASSERT_TRUE(work.Splits());
+  EXPECT_EQ(work.NumSplits(), 5u);
+  EXPECT_EQ(work.NumItems(), 10u);
+  EXPECT_EQ(work.NumMerges(), 2u);
+  EXPECT_EQ(work.Item(0).pos_begin, 0u);
+  EXPECT_EQ(work.Item(0).pos_end, 1024u);
+  EXPECT_EQ(work.Item(4).pos_begin, 4096u);
+  EXPECT_EQ(work.Item(4).pos_end, 5001u);
+  EXPECT_EQ(work.Item(5).kv_head, 1u);
+  batch.num_queries = 1;
+  batch.first_q_pos = 1000;
+  kv.end_pos = 1001;
+  EXPECT_FALSE(kvring::AttentionWork::Plan(kv, batch, options).Splits());
+}
+
+}  // namespace kvring_test
+
+#endif  // HWY_ONCE

@@ -1,0 +1,156 @@
+// tests/reference/kv_fixture.h: K/V storage for attention tests and benchmarks that does not
+// depend on kvring's storage classes: a history of BF16 K/V rows, written through a layout's
+// mappings into a ring (few slots, pos % num_slots) or flat buffer, and viewed as a KVView.
+// Slots that hold no written position are zero unless poisoned on purpose. Allocates.
+#ifndef KVRING_TESTS_REFERENCE_KV_FIXTURE_H_
+#define KVRING_TESTS_REFERENCE_KV_FIXTURE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "hwy/aligned_allocator.h"
+#include "kvring/bf16.h"
+#include "kvring/kv_view.h"
+#include "kvring/layouts/kv_shape.h"
+#include "kvring/visibility.h"
+#include "reference/reference_attention.h"
+
+namespace kvring {
+namespace reference {
+
+// K and V of positions [0, num_positions): rows [pos][kv_head][dim], BF16.
+struct History {
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t v_head_dim = 0;
+  uint64_t num_positions = 0;
+  std::vector<BF16> k, v;
+
+  // Returns a history of values drawn from N(0, 1) (then rounded to BF16).
+  static History Random(uint32_t num_kv_heads, uint32_t head_dim, uint32_t v_head_dim,
+                        uint64_t num_positions, uint32_t seed) {
+    History h;
+    h.num_kv_heads = num_kv_heads;
+    h.head_dim = head_dim;
+    h.v_head_dim = v_head_dim;
+    h.num_positions = num_positions;
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    h.k.resize(num_positions * num_kv_heads * head_dim);
+    h.v.resize(num_positions * num_kv_heads * v_head_dim);
+    for (BF16& x : h.k) x = BF16FromF32(normal(rng));
+    for (BF16& x : h.v) x = BF16FromF32(normal(rng));
+    return h;
+  }
+  BF16& K(uint64_t pos, uint32_t kv_head, uint32_t dim) {
+    return k[(pos * num_kv_heads + kv_head) * head_dim + dim];
+  }
+  BF16& V(uint64_t pos, uint32_t kv_head, uint32_t dim) {
+    return v[(pos * num_kv_heads + kv_head) * v_head_dim + dim];
+  }
+  // Returns the oracle's view of this history.
+  ReferenceKV Reference() const {
+    ReferenceKV r;
+    r.num_kv_heads = num_kv_heads;
+    r.head_dim = head_dim;
+    r.v_head_dim = v_head_dim;
+    const History* self = this;
+    r.k = [self](uint64_t pos, uint32_t kv_head, uint32_t dim) {
+      return BF16ToF32(self->k[(pos * self->num_kv_heads + kv_head) * self->head_dim + dim]);
+    };
+    r.v = [self](uint64_t pos, uint32_t kv_head, uint32_t dim) {
+      return BF16ToF32(self->v[(pos * self->num_kv_heads + kv_head) * self->v_head_dim + dim]);
+    };
+    return r;
+  }
+};
+
+// One layer's K/V buffers in `Layout`, holding positions [first_pos, end_pos) of a History
+// in slots pos % num_slots.
+template <typename Layout>
+struct Storage {
+  Layout layout;
+  hwy::AlignedFreeUniquePtr<BF16[]> k, v;
+  uint64_t first_pos = 0;
+  uint64_t end_pos = 0;
+
+  // Returns storage of `num_slots` (a multiple of Layout::kTileSlots) holding the newest
+  // min(num_slots, end_pos) positions before end_pos, as a ring that has wrapped would.
+  static Storage Make(const History& history, uint64_t num_slots, uint64_t end_pos) {
+    Storage s;
+    KVShape shape;
+    shape.num_slots = num_slots;
+    shape.num_kv_heads = history.num_kv_heads;
+    shape.head_dim = history.head_dim;
+    shape.v_head_dim = history.v_head_dim;
+    s.layout = Layout(shape);
+    const size_t k_size = static_cast<size_t>(s.layout.K().RequiredSpanSize());
+    const size_t v_size = static_cast<size_t>(s.layout.V().RequiredSpanSize());
+    s.k = hwy::AllocateAligned<BF16>(k_size);
+    s.v = hwy::AllocateAligned<BF16>(v_size);
+    std::memset(s.k.get(), 0, k_size * sizeof(BF16));
+    std::memset(s.v.get(), 0, v_size * sizeof(BF16));
+    s.end_pos = end_pos;
+    s.first_pos = end_pos > num_slots ? end_pos - num_slots : 0;
+    for (uint64_t pos = s.first_pos; pos < end_pos; ++pos) s.Write(history, pos);
+    return s;
+  }
+  // Copies position `pos` of `history` into its slot.
+  void Write(const History& history, uint64_t pos) {
+    const KVShape& shape = layout.Shape();
+    const uint64_t slot = pos % shape.num_slots;
+    const auto km = layout.K();
+    const auto vm = layout.V();
+    for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
+      for (uint32_t d = 0; d < shape.head_dim; ++d) {
+        k[km(slot, h, d)] = history.k[(pos * shape.num_kv_heads + h) * shape.head_dim + d];
+      }
+      for (uint32_t d = 0; d < shape.v_head_dim; ++d) {
+        v[vm(slot, h, d)] = history.v[(pos * shape.num_kv_heads + h) * shape.v_head_dim + d];
+      }
+    }
+  }
+  // Fills every slot whose position (if any) lies outside [keep_begin, keep_end) with NaN in
+  // K and V: what a kernel must never let reach an output.
+  void PoisonOutside(uint64_t keep_begin, uint64_t keep_end) {
+    const KVShape& shape = layout.Shape();
+    BF16 nan = BF16FromF32(std::numeric_limits<float>::quiet_NaN());
+    const auto km = layout.K();
+    const auto vm = layout.V();
+    for (uint64_t slot = 0; slot < shape.num_slots; ++slot) {
+      // The position a slot holds: the newest pos < end_pos with pos % num_slots == slot.
+      bool keep = false;
+      if (end_pos > 0) {
+        const uint64_t last = end_pos - 1;
+        const uint64_t back = (last % shape.num_slots + shape.num_slots - slot) % shape.num_slots;
+        if (back <= last) {
+          const uint64_t pos = last - back;
+          keep = pos >= first_pos && pos >= keep_begin && pos < keep_end;
+        }
+      }
+      if (keep) continue;
+      for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
+        for (uint32_t d = 0; d < shape.head_dim; ++d) k[km(slot, h, d)] = nan;
+        for (uint32_t d = 0; d < shape.v_head_dim; ++d) v[vm(slot, h, d)] = nan;
+      }
+    }
+  }
+  KVView<Layout> View(const Visibility& visibility) const {
+    KVView<Layout> view;
+    view.k = k.get();
+    view.v = v.get();
+    view.layout = layout;
+    view.first_pos = first_pos;
+    view.end_pos = end_pos;
+    view.visibility = visibility;
+    return view;
+  }
+};
+
+}  // namespace reference
+}  // namespace kvring
+
+#endif  // KVRING_TESTS_REFERENCE_KV_FIXTURE_H_
