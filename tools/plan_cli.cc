@@ -7,9 +7,11 @@
 #include <cstdarg>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "hf_config.h"
 #include "kvring/layer_plan.h"
 #include "kvring/model_presets.h"
 
@@ -25,24 +27,33 @@ constexpr const char* kUsage =
 Prints the per-layer KV cache plan of a model: what each layer must hold (sliding layers keep
 window - 1 + max(batch, rollback) slots, global layers the whole context) and what it costs.
 
-Model:
+Model (one of):
   --preset NAME        a built-in model (default gemma-3-27b); --list-presets lists them
+  --config PATH        a Hugging Face config.json, read as transformers reads it (families
+                       and keys understood: docs/configs.md)
   --list-presets       print the preset names with their layer counts and contexts
 Runtime:
-  --context N          context in tokens (default: the model's maximum)
+  --context N          context in tokens (default: the model's maximum, for --config the
+                       file's max_position_embeddings)
   --batch N            largest append batch (default 512, capped by the context)
   --rollback N         rollback headroom in tokens (default 0)
   --sequences N        number of sequences (default 1)
   --backend B          flash or tiled (default flash)
   --tile-rows N        tile height of the tiled backend: 8, 16, 32 or 64 (default 16)
   --dtype T            bf16, f16, f32, fp8 or int8 element size for accounting (default bf16)
+  --tensor-parallel N  plan one rank of N: KV heads split across the ranks (refused when they
+                       do not divide; one replicated head per rank when fewer than N); MLA
+                       latents replicated (default 1)
 Capacity report (given --memory):
   --memory BYTES       device memory
   --weights BYTES      model weights (default 0)
   --workspace BYTES    activations and scratch (default 0)
   --margin BYTES       memory kept free (default 0)
 Output:
-  --json               one JSON object instead of the table (schema: docs/planning.md)
+  --sweep              bytes of the kvring plan and of a flat cache at contexts 1024, 2048,
+                       ... up to the context, one CSV line each (columns: docs/planning.md)
+  --sweep-step N       sweep the contexts N, 2N, ... up to the context instead
+  --json               one JSON object instead of the table or CSV (schema: docs/planning.md)
   --help               this text
 
 Numbers take suffixes: k, m, g, t are powers of 1024 (128k = 131072); KiB, MiB, GiB, TiB too;
@@ -51,7 +62,12 @@ KB, MB, GB, TB are powers of 1000.
 
 struct Options {
   std::string preset = kDefaultPreset;
+  bool has_preset = false;
+  std::string config;  // empty: a preset
   bool has_context = false, has_batch = false;
+  uint64_t tensor_parallel = 1;
+  bool sweep = false;
+  uint64_t sweep_step = 0;  // 0: doubling
   RuntimeSpec runtime;
   bool has_memory = false;
   MemoryBudget budget;
@@ -103,6 +119,23 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
       error = flag(&options->list_presets);
     } else if (name == "--preset") {
       error = text(&options->preset);
+      options->has_preset = true;
+    } else if (name == "--config") {
+      error = text(&options->config);
+      if (error.empty() && options->config.empty()) error = "option --config: the path is empty";
+    } else if (name == "--tensor-parallel") {
+      error = size(&options->tensor_parallel);
+      if (error.empty() && options->tensor_parallel == 0) {
+        error = "option --tensor-parallel: 0 is invalid: one rank at least";
+      }
+    } else if (name == "--sweep") {
+      error = flag(&options->sweep);
+    } else if (name == "--sweep-step") {
+      error = size(&options->sweep_step);
+      if (error.empty() && options->sweep_step == 0) {
+        error = "option --sweep-step: 0 is invalid: the step must be at least 1";
+      }
+      options->sweep = true;
     } else if (name == "--context") {
       error = size(&options->runtime.context);
       options->has_context = true;
@@ -158,6 +191,12 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
     }
     if (!error.empty()) return error;
   }
+  if (options->has_preset && !options->config.empty()) {
+    return "options --preset and --config both name the model; give one";
+  }
+  if (options->sweep && options->has_memory) {
+    return "option --memory makes a capacity report, which --sweep does not print; drop one";
+  }
   return "";
 }
 
@@ -209,17 +248,51 @@ std::vector<std::string> RowCells(const LayerInfo& layer) {
           layer.OwnsKV() ? FormatBytes(layer.bytes) : "0 (shared)"};
 }
 
-std::string TextReport(const std::string& model, const LayerPlan& plan, const Options& options,
+// The model being planned: a preset, or a config.json that hf_config read.
+struct Model {
+  std::string name;  // the preset's name, or the config file's path
+  uint64_t max_context = 0;
+  std::vector<LayerSpec> layers;     // one rank's, under --tensor-parallel
+  uint32_t num_attention_heads = 0;  // 0 when unknown (presets)
+  std::optional<HfModel> config;
+};
+
+// The lines under the report's first line that say where the layers came from.
+std::string SourceLines(const Model& model, const Options& options) {
+  std::string out;
+  if (model.config) {
+    out += "read as model_type " + model.config->model_type + " (transformers' " +
+           model.config->class_name + ")\n";
+    if (!model.config->defaults.empty()) {
+      std::string list;
+      for (const HfDefault& entry : model.config->defaults) {
+        list += (list.empty() ? "" : ", ") + entry.key + " = " + entry.value;
+      }
+      out += "class defaults for keys the file leaves out: " + list + "\n";
+    }
+  }
+  if (options.tensor_parallel > 1) {
+    out += Format("tensor parallel: one rank of %" PRIu64
+                  "; KV heads split across the ranks, MLA latents replicated\n",
+                  options.tensor_parallel);
+  }
+  return out;
+}
+
+std::string TextReport(const Model& model, const LayerPlan& plan, const Options& options,
                        uint64_t max_context) {
   const RuntimeSpec& runtime = plan.Runtime();
-  std::string out = Format(
-      "kvring plan: %s, context %" PRIu64 ", batch %" PRIu64 ", rollback %" PRIu64
-      ", backend %s, %s, %" PRIu64 " sequence%s\n\n",
-      model.c_str(), runtime.context, runtime.batch, runtime.rollback,
-      runtime.backend == Backend::kTiled
-          ? ("tiled (" + std::to_string(runtime.tile_rows) + "-row tiles)").c_str()
-          : "flash",
-      ToString(runtime.element_type), runtime.num_sequences, runtime.num_sequences == 1 ? "" : "s");
+  // The name (a path, for --config) stays out of Format's fixed-size buffer.
+  std::string out = "kvring plan: " + model.name;
+  out += Format(", context %" PRIu64 ", batch %" PRIu64 ", rollback %" PRIu64
+                ", backend %s, %s, %" PRIu64 " sequence%s\n",
+                runtime.context, runtime.batch, runtime.rollback,
+                runtime.backend == Backend::kTiled
+                    ? ("tiled (" + std::to_string(runtime.tile_rows) + "-row tiles)").c_str()
+                    : "flash",
+                ToString(runtime.element_type), runtime.num_sequences,
+                runtime.num_sequences == 1 ? "" : "s");
+  out += SourceLines(model, options) + "\n";
 
   // Fold runs of consecutive layers whose rows read the same.
   std::vector<std::vector<std::string>> rows;
@@ -290,20 +363,35 @@ std::string TextReport(const std::string& model, const LayerPlan& plan, const Op
   return out;
 }
 
-std::string JsonReport(const std::string& model, const LayerPlan& plan, const Options& options,
-                       uint64_t max_context) {
-  const RuntimeSpec& runtime = plan.Runtime();
+// The keys every JSON report starts with: the model and the runtime (its context only when
+// `with_context`; a sweep has many).
+nlohmann::ordered_json JsonHead(const Model& model, const RuntimeSpec& runtime,
+                                const Options& options, bool with_context) {
   nlohmann::ordered_json json;
-  json["model"] = model;
-  json["context"] = runtime.context;
+  json["model"] = model.name;
+  if (model.config) {
+    json["config"] = model.name;
+    json["model_type"] = model.config->model_type;
+    nlohmann::ordered_json defaults = nlohmann::ordered_json::object();
+    for (const HfDefault& entry : model.config->defaults) defaults[entry.key] = entry.value;
+    json["defaults"] = defaults;
+  }
+  json["tensor_parallel"] = options.tensor_parallel;
+  if (with_context) json["context"] = runtime.context;
   json["batch"] = runtime.batch;
   json["rollback"] = runtime.rollback;
   json["backend"] = ToString(runtime.backend);
   json["tile_rows"] = runtime.backend == Backend::kTiled ? runtime.tile_rows : 0;
   json["dtype"] = ToString(runtime.element_type);
-  json["element_bytes"] = plan.ElementBytes();
+  json["element_bytes"] = ElementBytes(runtime.element_type);
   json["num_sequences"] = runtime.num_sequences;
-  json["slot_alignment"] = plan.SlotAlignment();
+  json["slot_alignment"] = SlotAlignment(runtime);
+  return json;
+}
+
+std::string JsonReport(const Model& model, const LayerPlan& plan, const Options& options,
+                       uint64_t max_context) {
+  nlohmann::ordered_json json = JsonHead(model, plan.Runtime(), options, /*with_context=*/true);
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const LayerInfo& layer : plan.Layers()) {
     nlohmann::ordered_json entry;
@@ -343,6 +431,62 @@ std::string JsonReport(const std::string& model, const LayerPlan& plan, const Op
                         {"max_context", report.max_context}};
   }
   return json.dump(2) + "\n";
+}
+
+constexpr uint64_t kMaxSweepPoints = 100000;
+
+// Returns the contexts a sweep visits: `step`, 2 * `step`, ... (1024, 2048, ... when `step` is
+// 0) below `context`, and `context` itself last. Empty when that makes too many points.
+std::vector<uint64_t> SweepContexts(uint64_t context, uint64_t step) {
+  std::vector<uint64_t> contexts;
+  if (step == 0) {
+    for (uint64_t c = 1024; c < context; c *= 2) {
+      contexts.push_back(c);
+      if (c > UINT64_MAX / 2) break;
+    }
+  } else {
+    if (context / step >= kMaxSweepPoints) return {};
+    for (uint64_t c = step; c < context; c += step) contexts.push_back(c);
+  }
+  contexts.push_back(context);
+  return contexts;
+}
+
+// Fills *out with the sweep of `plan`'s layers: one line (or JSON point) per context, the
+// batch and rollback capped at each point's context as the default batch is. Returns the
+// error of a context the planner rejects, or "".
+std::string SweepReport(const Model& model, const LayerPlan& plan, const Options& options,
+                        std::string* out) {
+  const RuntimeSpec& runtime = plan.Runtime();
+  const std::vector<uint64_t> contexts = SweepContexts(runtime.context, options.sweep_step);
+  if (contexts.empty()) {
+    return Format("option --sweep-step: %" PRIu64 " makes more than %" PRIu64
+                  " points up to context %" PRIu64 "; take a larger step",
+                  options.sweep_step, kMaxSweepPoints, runtime.context);
+  }
+  nlohmann::ordered_json points = nlohmann::ordered_json::array();
+  std::string csv = "context,kvring_bytes,flat_bytes\n";
+  for (uint64_t context : contexts) {
+    RuntimeSpec point = runtime;
+    point.context = context;
+    point.batch = std::min(runtime.batch, context);
+    point.rollback = std::min(runtime.rollback, context);
+    Expected<LayerPlan> at = plan.WithRuntime(point);
+    if (!at.ok()) return at.error().message;
+    csv +=
+        Format("%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n", context, at->TotalBytes(), at->FlatBytes());
+    points.push_back({{"context", context},
+                      {"kvring_bytes", at->TotalBytes()},
+                      {"flat_bytes", at->FlatBytes()}});
+  }
+  if (options.json) {
+    nlohmann::ordered_json json = JsonHead(model, runtime, options, /*with_context=*/false);
+    json["points"] = points;
+    *out = json.dump(2) + "\n";
+  } else {
+    *out = csv;
+  }
+  return "";
 }
 
 std::string ListPresets() {
@@ -413,6 +557,44 @@ std::string FormatBytes(uint64_t bytes) {
   return Format("%.2f %s", scaled, kUnits[unit]);
 }
 
+Expected<std::vector<LayerSpec>> SplitAcrossRanks(const std::vector<LayerSpec>& layers,
+                                                  uint32_t num_attention_heads,
+                                                  uint64_t tensor_parallel) {
+  using std::to_string;
+  const std::string ranks = to_string(tensor_parallel);
+  if (tensor_parallel == 0) {
+    return Error{"tensor_parallel", "tensor_parallel: 0 is invalid: one rank at least"};
+  }
+  if (num_attention_heads != 0 && num_attention_heads % tensor_parallel != 0) {
+    return Error{"tensor_parallel",
+                 "tensor_parallel: " + ranks + " does not divide num_attention_heads " +
+                     to_string(num_attention_heads) + "; every rank needs whole query heads"};
+  }
+  std::vector<LayerSpec> rank_layers = layers;
+  for (size_t i = 0; i < rank_layers.size(); ++i) {
+    LayerSpec& spec = rank_layers[i];
+    if (spec.IsLatent() || tensor_parallel == 1) continue;  // MLA: every rank keeps the latent
+    const std::string field = "layers[" + to_string(i) + "].num_kv_heads";
+    const uint64_t kv_heads = spec.num_kv_heads;
+    if (kv_heads >= tensor_parallel) {
+      if (kv_heads % tensor_parallel != 0) {
+        return Error{field, "tensor_parallel: " + ranks + " does not divide the " +
+                                to_string(kv_heads) + " KV heads of layer " + to_string(i)};
+      }
+      spec.num_kv_heads = static_cast<uint32_t>(kv_heads / tensor_parallel);
+    } else {
+      // Fewer KV heads than ranks: each rank holds one head, replicated on ranks / heads ranks.
+      if (tensor_parallel % kv_heads != 0) {
+        return Error{field, "tensor_parallel: " + ranks + " ranks cannot hold the " +
+                                to_string(kv_heads) + " KV heads of layer " + to_string(i) +
+                                " in whole replicas (ranks must be a multiple of the heads)"};
+      }
+      spec.num_kv_heads = 1;
+    }
+  }
+  return rank_layers;
+}
+
 int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::string* err) {
   out->clear();
   err->clear();
@@ -432,18 +614,47 @@ int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::stri
     *out = ListPresets();
     return 0;
   }
-  Expected<ModelPreset> preset = FindModelPreset(options.preset);
-  if (!preset.ok()) return fail(preset.error().message);
+  Model model;
+  if (!options.config.empty()) {
+    Expected<HfModel> config = ReadHfConfig(options.config);
+    if (!config.ok()) return fail(config.error().message);
+    model.name = options.config;
+    model.max_context = config->max_context;
+    model.layers = config->layers;
+    model.num_attention_heads = config->num_attention_heads;
+    model.config = config.value();
+  } else {
+    Expected<ModelPreset> preset = FindModelPreset(options.preset);
+    if (!preset.ok()) return fail(preset.error().message);
+    model.name = preset->name;
+    model.max_context = preset->max_context;
+    model.layers = preset->layers;
+  }
+  Expected<std::vector<LayerSpec>> rank_layers =
+      SplitAcrossRanks(model.layers, model.num_attention_heads, options.tensor_parallel);
+  if (!rank_layers.ok()) return fail(rank_layers.error().message);
+  model.layers = rank_layers.value();
+
   RuntimeSpec runtime = options.runtime;
-  if (!options.has_context) runtime.context = preset->max_context;
-  if (!options.has_batch)
+  if (!options.has_context) runtime.context = model.max_context;
+  if (!options.has_batch) {
     runtime.batch = std::min(kDefaultBatch, std::max<uint64_t>(runtime.context, 1));
-  Expected<LayerPlan> plan = BuilderFor(*preset).SetRuntime(runtime).Build();
+  }
+  LayerPlan::Builder builder;
+  for (const LayerSpec& spec : model.layers) builder.AddLayer(spec);
+  Expected<LayerPlan> plan = builder.SetRuntime(runtime).Build();
   if (!plan.ok()) return fail(plan.error().message);
+  if (options.sweep) {
+    std::string report;
+    const std::string sweep_error = SweepReport(model, *plan, options, &report);
+    if (!sweep_error.empty()) return fail(sweep_error);
+    *out = report;
+    return 0;
+  }
   // The capacity report searches contexts up to the larger of the model's and the plan's.
-  const uint64_t max_context = std::max(preset->max_context, runtime.context);
-  *out = options.json ? JsonReport(preset->name, *plan, options, max_context)
-                      : TextReport(preset->name, *plan, options, max_context);
+  const uint64_t max_context = std::max(model.max_context, runtime.context);
+  *out = options.json ? JsonReport(model, *plan, options, max_context)
+                      : TextReport(model, *plan, options, max_context);
   return 0;
 }
 

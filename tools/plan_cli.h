@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "kvring/base.h"
+#include "kvring/layer_plan.h"
+
 namespace kvring {
 namespace tools {
 
@@ -18,6 +21,16 @@ int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::stri
 // "24GiB" (KiB, MiB, GiB, TiB), "24GB" (KB, MB, GB, TB are powers of 1000), "512B".
 // Returns false (and leaves *value alone) on a malformed or overflowing text.
 bool ParseSize(const std::string& text, uint64_t* value);
+
+// Returns the layers one rank holds when `tensor_parallel` ranks share the model, as vLLM
+// splits attention: each rank keeps num_kv_heads / tensor_parallel KV heads, or one (a
+// replica) when there are fewer KV heads than ranks; MLA latents are replicated whole.
+// Refused (an Error naming the field) when the heads do not divide, the ranks do not divide
+// into replicas, or `num_attention_heads` (0: unknown, as for presets) is not a multiple of
+// the ranks. Allocates the returned list; cost O(layers).
+Expected<std::vector<LayerSpec>> SplitAcrossRanks(const std::vector<LayerSpec>& layers,
+                                                  uint32_t num_attention_heads,
+                                                  uint64_t tensor_parallel);
 
 // Returns `bytes` in binary units with two decimals ("10.41 GiB"), or "N B" below 1 KiB.
 std::string FormatBytes(uint64_t bytes);
