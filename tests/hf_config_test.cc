@@ -275,10 +275,11 @@ TEST(HfConfig, PublishedGemma3_27BConfigGivesTheDesignsWorkedCheck) {
   const HfModel model = Read("presets/gemma-3-27b.json");
   EXPECT_TRUE(HasDefault(model, "text_config.max_position_embeddings", "131072"));
   EXPECT_TRUE(HasDefault(model, "text_config.sliding_window_pattern", "6"));
-  // design.md section 3: 52 sliding layers of 1535 slots (1536 padded), 10 of 131072, 8 KiB
-  // a slot.
+  // design.md section 3: 52 sliding layers of 1535 slots, 10 of 131072, 8 KiB a slot; the
+  // flash layout pads them to odd numbers of 32-slot tiles: 1568 and 131104.
   const LayerPlan plan = Plan(model.layers, 131072, 512);
-  EXPECT_EQ(plan.TotalBytes(), (52 * 1536 + 10 * 131072) * 8 * kKiB);
+  EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), (52 * 1535 + 10 * 131072) * 8 * kKiB);
+  EXPECT_EQ(plan.TotalBytes(), (52 * 1568 + 10 * 131104) * 8 * kKiB);
 }
 
 // --- Bad files: one line naming the file and the key, exit status 2 ------------------------
@@ -408,7 +409,9 @@ TEST(HfConfig, CapacityReportFromAConfigMatchesThePlanArithmetic) {
   const CliRun preset = RunCli({"--preset", "llama-3.1-8b", "--memory", "80GiB", "--weights",
                                 "16GiB", "--workspace", "4GiB", "--margin", "1GiB", "--json"});
   ASSERT_EQ(preset.status, 0);
-  EXPECT_EQ(nlohmann::json::parse(preset.out)["capacity"]["bytes_per_sequence"], 16 * kGiB);
+  // 131072 positions of 128 KiB, in 131104 slots (4096 tiles of 32, made odd).
+  EXPECT_EQ(nlohmann::json::parse(preset.out)["capacity"]["bytes_per_sequence"],
+            16 * kGiB + 32 * 128 * kKiB);
 }
 
 // --- Tensor parallelism -------------------------------------------------------------------
@@ -452,15 +455,18 @@ TEST(HfConfig, TensorParallelPlansOneRank) {
   const nlohmann::json json = nlohmann::json::parse(two.out);
   EXPECT_EQ(json["tensor_parallel"], 2);
   EXPECT_EQ(json["layers"][0]["num_kv_heads"], 8);
-  EXPECT_EQ(json["total_bytes"].get<uint64_t>(), (52 * 1536 + 10 * 131072) * 4 * kKiB);
+  EXPECT_EQ(json["total_bytes"].get<uint64_t>(), (52 * 1568 + 10 * 131104) * 4 * kKiB);
 
   // DeepSeek-V3 over 8 ranks: every rank keeps the 576-element latent.
   const CliRun mla = RunCli({"--config", ConfigPath("presets/deepseek-v3.json"), "--json",
                              "--tensor-parallel", "8", "--context", "32768"});
   ASSERT_EQ(mla.status, 0) << mla.err;
-  // 61 layers x 32768 x 576 x 2 bytes = 2196 MiB, as on one rank (shared/models.md).
-  EXPECT_EQ(nlohmann::json::parse(mla.out)["total_bytes"].get<uint64_t>(), 61ull * 32768 * 576 * 2);
-  EXPECT_EQ(61ull * 32768 * 576 * 2, 2196ull << 20);
+  // 61 layers x 32768 x 576 x 2 bytes = 2196 MiB apart from padding, as on one rank
+  // (shared/models.md); 32768 positions sit in 32800 slots (1024 tiles, made odd).
+  const nlohmann::json mla_json = nlohmann::json::parse(mla.out);
+  EXPECT_EQ(mla_json["total_bytes"].get<uint64_t>(), 61ull * 32800 * 576 * 2);
+  EXPECT_EQ(mla_json["total_bytes"].get<uint64_t>() - mla_json["padding_bytes"].get<uint64_t>(),
+            2196ull << 20);
 
   // 32 query heads over 3 ranks: refused, naming the heads.
   const CliRun three =
@@ -486,12 +492,12 @@ TEST(HfConfig, SweepPrintsKvringAndFlatBytesPerContext) {
   ASSERT_EQ(llama.status, 0) << llama.err;
   EXPECT_EQ(llama.out,
             "context,kvring_bytes,flat_bytes\n"
-            "1024,134217728,134217728\n"
-            "2048,268435456,268435456\n"
-            "4096,536870912,536870912\n");
+            "1024,138412032,138412032\n"    // 1056 slots: 32 tiles, made odd
+            "2048,272629760,272629760\n"    // 2080 slots
+            "4096,541065216,541065216\n");  // 4128 slots
 
-  // Gemma 3 27B (8 KiB a slot, batch 512): at 1024 the sliding layers hold all 1024 tokens;
-  // from 2048 on they hold 1535 (1536 padded).
+  // Gemma 3 27B (8 KiB a slot, batch 512): at 1024 the sliding layers hold all 1024 tokens
+  // (1056 slots: 32 tiles of 32, made odd); from 2048 on they hold 1535 (1568 slots).
   const CliRun gemma = RunCli({"--config", ConfigPath("presets/gemma-3-27b.json"), "--sweep",
                                "--sweep-step", "1024", "--context", "3000", "--json"});
   ASSERT_EQ(gemma.status, 0) << gemma.err;
@@ -499,25 +505,27 @@ TEST(HfConfig, SweepPrintsKvringAndFlatBytesPerContext) {
   EXPECT_EQ(json["model_type"], "gemma3_text");
   EXPECT_FALSE(json.contains("context"));
   const nlohmann::json& points = json["points"];
-  ASSERT_EQ(points.size(), 3u);  // 1024, 2048 and the context 3000 (3008 padded)
+  // 1024, 2048 and the context 3000 (94 tiles, made odd: 3040 slots); 2048 is in 2080.
+  ASSERT_EQ(points.size(), 3u);
   const uint64_t slot = 8 * kKiB;
   EXPECT_EQ(points[0]["context"], 1024);
-  EXPECT_EQ(points[0]["kvring_bytes"].get<uint64_t>(), 62 * 1024 * slot);
-  EXPECT_EQ(points[0]["flat_bytes"].get<uint64_t>(), 62 * 1024 * slot);
-  EXPECT_EQ(points[1]["kvring_bytes"].get<uint64_t>(), (52 * 1536 + 10 * 2048) * slot);
-  EXPECT_EQ(points[1]["flat_bytes"].get<uint64_t>(), 62 * 2048 * slot);
+  EXPECT_EQ(points[0]["kvring_bytes"].get<uint64_t>(), 62 * 1056 * slot);
+  EXPECT_EQ(points[0]["flat_bytes"].get<uint64_t>(), 62 * 1056 * slot);
+  EXPECT_EQ(points[1]["kvring_bytes"].get<uint64_t>(), (52 * 1568 + 10 * 2080) * slot);
+  EXPECT_EQ(points[1]["flat_bytes"].get<uint64_t>(), 62 * 2080 * slot);
   EXPECT_EQ(points[2]["context"], 3000);
-  EXPECT_EQ(points[2]["kvring_bytes"].get<uint64_t>(), (52 * 1536 + 10 * 3008) * slot);
-  EXPECT_EQ(points[2]["flat_bytes"].get<uint64_t>(), 62 * 3008 * slot);
+  EXPECT_EQ(points[2]["kvring_bytes"].get<uint64_t>(), (52 * 1568 + 10 * 3040) * slot);
+  EXPECT_EQ(points[2]["flat_bytes"].get<uint64_t>(), 62 * 3040 * slot);
 }
 
 TEST(HfConfig, SweepBelowTheBatchCapsItAndBadSweepsAreRefused) {
   // Context 100: one point, the default batch capped at 100; gpt-oss-20b's sliding layers then
-  // hold all 100 tokens (127 + 100 > 100), 128 padded: 24 layers x 128 x 8 x 64 x 4 bytes.
+  // hold all 100 tokens (127 + 100 > 100), in 160 slots (4 tiles of 32, made odd):
+  // 24 layers x 160 x 8 x 64 x 4 bytes.
   const CliRun small = RunCli({"--preset", "gpt-oss-20b", "--sweep", "--context", "100"});
   ASSERT_EQ(small.status, 0) << small.err;
-  EXPECT_EQ(small.out, "context,kvring_bytes,flat_bytes\n100,6291456,6291456\n");
-  EXPECT_EQ(24ull * 128 * 8 * 64 * 4, 6291456ull);
+  EXPECT_EQ(small.out, "context,kvring_bytes,flat_bytes\n100,7864320,7864320\n");
+  EXPECT_EQ(24ull * 160 * 8 * 64 * 4, 7864320ull);
 
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--sweep-step", "1", "--preset", "llama-4-scout"},

@@ -14,6 +14,14 @@ namespace {
 
 constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
 
+// The flash layout's slots for a capacity, worked out here: whole 32-slot tiles, made an odd
+// number of tiles.
+uint64_t FlashSlots(uint64_t capacity) {
+  uint64_t tiles = (capacity + 31) / 32;
+  if (tiles % 2 == 0) ++tiles;
+  return tiles * 32;
+}
+
 LayerPlan MustBuild(const LayerPlan::Builder& builder) {
   Expected<LayerPlan> plan = builder.Build();
   EXPECT_TRUE(plan.ok()) << plan.error().message;
@@ -27,9 +35,10 @@ TEST(LayerPlan, SlidingLayerHoldsWindowMinusOnePlusBatch) {
                                        .SetBatch(512));
   const LayerInfo& layer = plan.Layer(0);
   EXPECT_EQ(layer.capacity, 1024u - 1 + 512);  // 1535
-  EXPECT_EQ(layer.num_slots, 1536u);           // next multiple of 32
+  EXPECT_EQ(layer.num_slots, 1568u);           // 48 tiles of 32 is even: 49 tiles
   EXPECT_EQ(layer.slot_bytes, 16u * 128 * 2 * 2);
-  EXPECT_EQ(layer.bytes, 1536u * 8192);
+  EXPECT_EQ(layer.bytes, 1568u * 8192);
+  EXPECT_EQ(layer.padding_bytes, (1568u - 1535) * 8192);
   EXPECT_EQ(layer.span, 1024u);
   EXPECT_TRUE(layer.OwnsKV());
 }
@@ -41,7 +50,7 @@ TEST(LayerPlan, RollbackAndBatchTakeTheirMaximumNotTheirSum) {
                                        .SetBatch(4)
                                        .SetRollback(16));
   EXPECT_EQ(plan.Layer(0).capacity, 1023u + 16);
-  EXPECT_EQ(plan.Layer(0).num_slots, 1056u);  // 1039 rounded up to 32
+  EXPECT_EQ(plan.Layer(0).num_slots, 1056u);  // 1039 rounded up to 33 tiles of 32
 
   const LayerPlan batch_wins = MustBuild(LayerPlan::Builder()
                                              .AddLayer(LayerSpec::Sliding(1024, 1, 64))
@@ -68,10 +77,11 @@ TEST(LayerPlan, GlobalLayerHoldsTheContextAndPaddingIsNotContext) {
   const LayerPlan plan = MustBuild(
       LayerPlan::Builder().AddLayer(LayerSpec::Global(8, 128)).SetContext(1000).SetBatch(1));
   EXPECT_EQ(plan.Layer(0).capacity, 1000u);
-  EXPECT_EQ(plan.Layer(0).num_slots, 1024u);
+  EXPECT_EQ(plan.Layer(0).num_slots, 1056u);  // 32 tiles is even: 33
   EXPECT_EQ(plan.Runtime().context, 1000u);
   EXPECT_EQ(plan.ContextTokenBytes(), 8u * 128 * 4);
-  EXPECT_EQ(plan.FlatBytes(), 1024u * 8 * 128 * 4);
+  EXPECT_EQ(plan.FlatBytes(), 1056u * 8 * 128 * 4);
+  EXPECT_EQ(plan.PaddingBytes(), 56u * 8 * 128 * 4);
 }
 
 TEST(LayerPlan, TiledBackendPadsToItsTileRows) {
@@ -88,7 +98,7 @@ TEST(LayerPlan, TiledBackendPadsToItsTileRows) {
   }
   const LayerPlan flash =
       MustBuild(LayerPlan::Builder().AddLayer(LayerSpec::Sliding(1000, 4, 64)).SetContext(8192));
-  EXPECT_EQ(flash.Layer(0).num_slots, 1024u);
+  EXPECT_EQ(flash.Layer(0).num_slots, 1056u);
 }
 
 TEST(LayerPlan, ChunkedLayerHoldsChunkMinusOnePlusBatch) {
@@ -97,7 +107,7 @@ TEST(LayerPlan, ChunkedLayerHoldsChunkMinusOnePlusBatch) {
                                        .SetContext(10485760)
                                        .SetBatch(512));
   EXPECT_EQ(plan.Layer(0).capacity, 8191u + 512);
-  EXPECT_EQ(plan.Layer(0).num_slots, 8704u);
+  EXPECT_EQ(plan.Layer(0).num_slots, 8736u);  // 272 tiles is even: 273
   EXPECT_EQ(plan.Layer(0).span, 8192u);
 }
 
@@ -157,7 +167,8 @@ TEST(LayerPlan, LatentLayerStoresOneStream) {
   const uint64_t latent = 61ull * 32768 * 512 * 2, rope = 61ull * 32768 * 64 * 2;
   EXPECT_EQ(latent, 1952 * kMiB);
   EXPECT_EQ(rope, 244 * kMiB);
-  EXPECT_EQ(plan.TotalBytes(), latent + rope);
+  EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), latent + rope);
+  EXPECT_EQ(plan.TotalBytes(), 61ull * FlashSlots(32768) * 576 * 2);
 }
 
 TEST(LayerPlan, ElementTypesScaleTheBytes) {
@@ -175,7 +186,9 @@ TEST(LayerPlan, ElementTypesScaleTheBytes) {
                                          .SetContext(4096)
                                          .SetElementType(c.type));
     EXPECT_EQ(plan.ElementBytes(), c.bytes);
-    EXPECT_EQ(plan.TotalBytes(), 4096u * 8 * 128 * 2 * c.bytes) << ToString(c.type);
+    EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), 4096u * 8 * 128 * 2 * c.bytes)
+        << ToString(c.type);
+    EXPECT_EQ(plan.TotalBytes(), FlashSlots(4096) * 8 * 128 * 2 * c.bytes) << ToString(c.type);
   }
 }
 
@@ -212,9 +225,11 @@ TEST(LayerPlan, BytesAtContextMatchesAPlanBuiltAtThatContext) {
 }
 
 TEST(LayerPlan, CapacityReportOfLlama8BOnAn80GiBDevice) {
+  // Tiled tiles of 16 add no padding here, which keeps the arithmetic round.
   const LayerPlan plan = MustBuild(LayerPlan::Builder()
                                        .AddLayers(32, LayerSpec::Global(8, 128))
                                        .SetContext(131072)
+                                       .SetBackend(Backend::kTiled, 16)
                                        .SetNumSequences(8));
   MemoryBudget budget;
   budget.device_bytes = 80 * kGiB;
@@ -227,8 +242,14 @@ TEST(LayerPlan, CapacityReportOfLlama8BOnAn80GiBDevice) {
   EXPECT_EQ(report.bytes_per_sequence, 16 * kGiB);
   EXPECT_EQ(report.max_sequences, 3u);
   EXPECT_EQ(report.max_tokens, 3u * 131072);
-  // 8 sequences share 59 GiB: 59 GiB / 8 / 128 KiB = 60416 tokens each, a multiple of 32.
+  // 8 sequences share 59 GiB: 59 GiB / 8 / 128 KiB = 60416 tokens each, a multiple of 16.
   EXPECT_EQ(report.max_context, 60416u);
+
+  // Flash: 60416 slots are 1888 tiles, an even number, so the last context that fits has
+  // 1887 tiles: 60384 positions.
+  RuntimeSpec flash = plan.Runtime();
+  flash.backend = Backend::kFlash;
+  EXPECT_EQ(plan.WithRuntime(flash)->Capacity(budget, 131072).max_context, 60384u);
 }
 
 TEST(LayerPlan, CapacityReportWhenNothingFits) {
@@ -250,8 +271,8 @@ TEST(LayerPlan, SlidingOnlyModelFitsAnyContextOnceItsRingsFit) {
                                        .SetBatch(512));
   MemoryBudget budget;
   budget.device_bytes = 1 * kGiB;
-  // 32 layers * 4608 slots * 4 KiB = 576 MiB, whatever the context.
-  EXPECT_EQ(plan.TotalBytes(), 576 * kMiB);
+  // 32 layers * 4640 slots (4607 is 144 tiles, even: 145) * 4 KiB, whatever the context.
+  EXPECT_EQ(plan.TotalBytes(), 32 * 4640 * 4 * kKiB);
   EXPECT_EQ(plan.ContextTokenBytes(), 0u);
   EXPECT_EQ(plan.Capacity(budget, 10485760).max_context, 10485760u);
 }
@@ -267,7 +288,8 @@ TEST(LayerPlan, TenMillionTokenContextsDoNotOverflow) {
   const LayerPlan plan = MustBuild(builder.SetContext(context).SetBatch(512).SetNumSequences(4096));
   const unsigned __int128 slot_bytes = 8 * 128 * 2 * 2;
   const unsigned __int128 per_sequence =
-      (36 * 8704 + 12 * static_cast<unsigned __int128>(context)) * slot_bytes;
+      (36 * FlashSlots(8703) + 12 * static_cast<unsigned __int128>(FlashSlots(context))) *
+      slot_bytes;
   EXPECT_EQ(plan.TotalBytes(), static_cast<uint64_t>(per_sequence));
   EXPECT_EQ(plan.TotalBytesAllSequences(), static_cast<uint64_t>(per_sequence * 4096));
 
@@ -276,9 +298,9 @@ TEST(LayerPlan, TenMillionTokenContextsDoNotOverflow) {
   budget.device_bytes = 64ull << 40;
   const CapacityReport report = plan.Capacity(budget, context);
   const auto bytes_at = [&](uint64_t t) -> unsigned __int128 {
-    const auto round = [](unsigned __int128 v) { return (v + 31) / 32 * 32; };
-    const unsigned __int128 chunked = t < 8703 ? t : 8703;
-    return 4096 * (36 * round(chunked) + 12 * round(t)) * slot_bytes;
+    const uint64_t chunked = t < 8703 ? t : 8703;
+    return 4096 * (36 * static_cast<unsigned __int128>(FlashSlots(chunked)) + 12 * FlashSlots(t)) *
+           slot_bytes;
   };
   ASSERT_GT(report.max_context, 0u);
   ASSERT_LT(report.max_context, context);

@@ -326,8 +326,12 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
 
   const uint64_t total = plan.TotalBytes();
   const uint64_t flat = plan.FlatBytes();
-  out += Format("\nowning layers: %zu of %zu; slots padded to multiples of %" PRIu64 "\n",
-                plan.NumOwningLayers(), plan.NumLayers(), plan.SlotAlignment());
+  out += Format("\nowning layers: %zu of %zu; slots padded to %s (padding: %s)\n",
+                plan.NumOwningLayers(), plan.NumLayers(),
+                runtime.backend == Backend::kFlash
+                    ? "odd numbers of 32-slot tiles"
+                    : ("tiles of " + std::to_string(plan.SlotAlignment()) + " rows").c_str(),
+                FormatBytes(plan.PaddingBytes()).c_str());
   out += Format("kvring, per sequence:     %12s  (%s bytes)\n", FormatBytes(total).c_str(),
                 WithSeparators(total).c_str());
   out += Format("flat cache, per sequence: %12s  (%s bytes)\n", FormatBytes(flat).c_str(),
@@ -408,11 +412,13 @@ std::string JsonReport(const Model& model, const LayerPlan& plan, const Options&
     entry["num_slots"] = layer.num_slots;
     entry["slot_bytes"] = layer.slot_bytes;
     entry["bytes"] = layer.bytes;
+    entry["padding_bytes"] = layer.padding_bytes;
     layers.push_back(entry);
   }
   json["layers"] = layers;
   json["num_owning_layers"] = plan.NumOwningLayers();
   json["total_bytes"] = plan.TotalBytes();
+  json["padding_bytes"] = plan.PaddingBytes();
   json["total_bytes_all_sequences"] = plan.TotalBytesAllSequences();
   json["flat_bytes"] = plan.FlatBytes();
   json["saving_bytes"] = plan.FlatBytes() - plan.TotalBytes();

@@ -85,7 +85,9 @@ class [[nodiscard]] Expected {
     return std::move(value_);
   }
   const T& operator*() const& { return value(); }
+  T& operator*() & { return value(); }
   const T* operator->() const { return &value(); }
+  T* operator->() { return &value(); }
 
   // Returns the error; empty when ok().
   const Error& error() const { return error_; }

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/detail/aligned_buffer.h"
 #include "kvring/detail/checked_math.h"
+#include "kvring/detail/transpose.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/ring_index.h"
@@ -139,10 +141,7 @@ class LayerStorage {
   // past the context.
   uint64_t SlotsFor(uint64_t capacity) const {
     uint64_t num_slots = 0;
-    if (capacity > index_.Context() ||
-        !CheckedRoundUp(capacity, Layout::kSlotAlignment, &num_slots)) {
-      return 0;
-    }
+    if (capacity > index_.Context() || !Layout::NumSlotsFor(capacity, &num_slots)) return 0;
     return num_slots;
   }
 
@@ -199,34 +198,57 @@ class LayerStorage {
     // (An empty K can only come from a zero shape, which ValidateStorageSpec rejects.)
   }
 
-  // Writes `len` K rows into slots [slot, slot + len), which do not wrap. K is transposed
-  // (slots adjacent, dims strided) in both layouts: write blocks of dims x tokens so that
-  // reads and writes both stay in L1.
+  // Writes `len` K rows into slots [slot, slot + len), which do not wrap. K is slot-major per
+  // dim in both layouts, so rows are transposed in 8 x 8 blocks.
   template <typename T>
   void WriteK(uint64_t slot, const T* rows, uint64_t len) {
-    constexpr uint64_t kBlock = 16;
     const KVShape& shape = layout_.Shape();
     const auto map = layout_.K();
     const uint64_t row_stride = shape.KRowElements();
-    const uint64_t dim_stride = map.DimStride();
     for (uint64_t i = 0; i < len;) {
       // Slots stay adjacent up to the end of a tile (tiled) or of the buffer (flash).
       const uint64_t run = std::min(len - i, map.ContiguousSlotsFrom(slot + i));
       for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
-        BF16* base = k_.data() + map(slot + i, kv_head, 0);
-        const T* src = rows + i * row_stride + uint64_t{kv_head} * shape.head_dim;
-        for (uint64_t d0 = 0; d0 < shape.head_dim; d0 += kBlock) {
-          const uint64_t d_end = std::min<uint64_t>(d0 + kBlock, shape.head_dim);
-          for (uint64_t t0 = 0; t0 < run; t0 += kBlock) {
-            const uint64_t t_end = std::min(t0 + kBlock, run);
-            for (uint64_t dim = d0; dim < d_end; ++dim) {
-              BF16* dst = base + dim * dim_stride;
-              for (uint64_t t = t0; t < t_end; ++t) dst[t] = ToBF16(src[t * row_stride + dim]);
-            }
-          }
-        }
+        TransposeRows(rows + i * row_stride + uint64_t{kv_head} * shape.head_dim, row_stride,
+                      k_.data() + map(slot + i, kv_head, 0), map.DimStride(), run, shape.head_dim);
       }
       i += run;
+    }
+  }
+
+  // Writes dst[dim * dst_stride + t] = src[t * src_stride + dim] as BF16, for t < num_tokens
+  // and dim < num_dims.
+  template <typename T>
+  static void TransposeRows(const T* src, uint64_t src_stride, BF16* dst, uint64_t dst_stride,
+                            uint64_t num_tokens, uint64_t num_dims) {
+    static_assert(sizeof(BF16) == sizeof(uint16_t), "BF16 is 16 bits");
+    uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+    uint64_t t0 = 0;
+    for (; t0 + 8 <= num_tokens; t0 += 8) {
+      uint64_t d0 = 0;
+      for (; d0 + 8 <= num_dims; d0 += 8) {
+        uint16_t* block_out = out + d0 * dst_stride + t0;
+        if constexpr (std::is_same<T, BF16>::value) {
+          Transpose8x8(reinterpret_cast<const uint16_t*>(src + t0 * src_stride + d0), src_stride,
+                       block_out, dst_stride);
+        } else {
+          uint16_t block[64];
+          for (uint64_t t = 0; t < 8; ++t) {
+            for (uint64_t d = 0; d < 8; ++d) {
+              block[t * 8 + d] = ToBF16(src[(t0 + t) * src_stride + d0 + d]).bits;
+            }
+          }
+          Transpose8x8(block, 8, block_out, dst_stride);
+        }
+      }
+      for (uint64_t d = d0; d < num_dims; ++d) {
+        for (uint64_t t = t0; t < t0 + 8; ++t)
+          out[d * dst_stride + t] = ToBF16(src[t * src_stride + d]).bits;
+      }
+    }
+    for (uint64_t t = t0; t < num_tokens; ++t) {
+      for (uint64_t d = 0; d < num_dims; ++d)
+        out[d * dst_stride + t] = ToBF16(src[t * src_stride + d]).bits;
     }
   }
 
@@ -240,7 +262,11 @@ class LayerStorage {
       for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
         BF16* dst = v_.data() + map(slot + t, kv_head, 0);
         const T* src = rows + t * row_stride + uint64_t{kv_head} * shape.v_head_dim;
-        for (uint32_t dim = 0; dim < shape.v_head_dim; ++dim) dst[dim] = ToBF16(src[dim]);
+        if constexpr (std::is_same<T, BF16>::value) {
+          std::memcpy(dst, src, shape.v_head_dim * sizeof(BF16));
+        } else {
+          for (uint32_t dim = 0; dim < shape.v_head_dim; ++dim) dst[dim] = ToBF16(src[dim]);
+        }
       }
     }
   }

@@ -37,6 +37,12 @@ class FlashLayout {
   };
   using VMapping = detail::HeadSlotDimMapping;
 
+  // Sets *num_slots to the slots that hold `capacity` positions (an odd number of tiles, see
+  // detail::FlashNumSlots); false on overflow.
+  static bool NumSlotsFor(uint64_t capacity, uint64_t* num_slots) {
+    return detail::FlashNumSlots(capacity, num_slots);
+  }
+
   FlashLayout() = default;
   explicit FlashLayout(const KVShape& shape) : shape_(shape) {}
 

@@ -59,12 +59,14 @@ struct IsMapping<
 }  // namespace detail
 
 // True for a kvring layout: a value type built from a KVShape with K() and V() mappings
-// (slot, kv_head, dim) -> element offset, a slot alignment and the backend it serves.
+// (slot, kv_head, dim) -> element offset, a slot alignment, the rule NumSlotsFor(capacity)
+// that pads a capacity to its slots, and the backend it serves.
 template <typename Layout, typename = void>
 struct IsLayout : std::false_type {};
 template <typename Layout>
 struct IsLayout<Layout, std::void_t<decltype(Layout::kSlotAlignment), decltype(Layout::kBackend),
                                     decltype(Layout::kTileSlots),
+                                    decltype(Layout::NumSlotsFor(uint64_t{}, nullptr)),
                                     decltype(Layout(std::declval<const KVShape&>())),
                                     decltype(std::declval<const Layout&>().Shape()),
                                     decltype(std::declval<const Layout&>().K()),

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kvring/detail/checked_math.h"
 #include "kvring/layer_plan.h"
 #include "kvring/layouts/kv_shape.h"
 
@@ -43,6 +44,12 @@ class TiledLayout {
     KVShape shape_;
   };
   using VMapping = detail::HeadSlotDimMapping;
+
+  // Sets *num_slots to the slots that hold `capacity` positions (whole tiles); false on
+  // overflow.
+  static bool NumSlotsFor(uint64_t capacity, uint64_t* num_slots) {
+    return detail::CheckedRoundUp(capacity, kTileRows, num_slots);
+  }
 
   TiledLayout() = default;
   explicit TiledLayout(const KVShape& shape) : shape_(shape) {}

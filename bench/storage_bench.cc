@@ -1,0 +1,225 @@
+// Storage benchmarks: appends of 1 and 512 tokens into ring and flat storage of each layout,
+// Copy() and growth, each beside its memcpy headroom twin of the same bytes in this binary.
+// memcpy_ratio is the twin's time over the benchmark's: 1.0 is as fast as memcpy.
+// Shape: 8 kv_heads x 128 dims (Llama 3.1 8B, Mistral), BF16; a ring of window 4096 planned
+// for batches of 512 (4608 slots, 18 MiB); flat storage of 32768 positions.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kvring/kvring.h"
+
+namespace {
+
+using kvring::BF16;
+
+constexpr uint32_t kKVHeads = 8, kHeadDim = 128;
+constexpr uint64_t kRowElements = uint64_t{kKVHeads} * kHeadDim;  // K (or V) of one position
+constexpr uint64_t kRowBytes = 2 * kRowElements * sizeof(BF16);   // K and V of one position
+constexpr uint64_t kWindow = 4096, kBatch = 512, kFlatContext = 32768;
+
+enum class Storage { kRing, kFlat };
+
+// Returns the spec of a ring (window 4096, batch 512) or of flat storage (32768 positions).
+template <typename Layout>
+kvring::StorageSpec SpecOf(Storage storage) {
+  kvring::StorageSpec spec;
+  spec.shape = kvring::KVShape{0, kKVHeads, kHeadDim, kHeadDim};
+  const uint64_t capacity = storage == Storage::kRing ? kWindow - 1 + kBatch : kFlatContext;
+  if (!Layout::NumSlotsFor(capacity, &spec.shape.num_slots)) std::abort();
+  spec.keep = storage == Storage::kRing ? kWindow - 1 : kFlatContext;
+  spec.context = storage == Storage::kRing ? uint64_t{1} << 40 : kFlatContext;
+  return spec;
+}
+
+// Returns the best time of one call of `fn`, over 5 runs of `calls` calls.
+template <typename Fn>
+double BestSeconds(int calls, const Fn& fn) {
+  double best = 1e30;
+  for (int run = 0; run < 5; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) fn();
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    best = std::min(best, elapsed.count() / calls);
+  }
+  return best;
+}
+
+// The memcpy twin of an append: copies the K and V bytes of `num_tokens` positions into a
+// destination as large as the storage, at a moving offset, as the storage writes them.
+double MemcpyAppendSeconds(uint64_t num_tokens, uint64_t num_slots) {
+  const uint64_t bytes = num_tokens * kRowBytes;
+  std::vector<uint8_t> src(bytes, 1), dst(num_slots * kRowBytes);
+  uint64_t offset = 0;
+  return BestSeconds(static_cast<int>(std::max<uint64_t>(1, 4096 / num_tokens)), [&] {
+    if (offset + bytes > dst.size()) offset = 0;
+    std::memcpy(dst.data() + offset, src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    offset += bytes;
+  });
+}
+
+// The memcpy twin of a copy: a fresh zeroed allocation as large as the copy's buffers
+// (`allocated_bytes`, as the storage allocates them) and a memcpy of the `bytes` held into it.
+// A snapshot must write into new memory too, and first writes to new pages cost page faults
+// (about 14 us per 4 KiB page on this VM), so both sides pay them for the bytes they write.
+double MemcpySeconds(uint64_t bytes, uint64_t allocated_bytes) {
+  std::vector<uint8_t> src(bytes, 1);
+  return BestSeconds(5, [&] {
+    void* dst = std::calloc(allocated_bytes, 1);
+    if (dst == nullptr) std::abort();
+    std::memcpy(dst, src.data(), bytes);
+    benchmark::DoNotOptimize(dst);
+    std::free(dst);
+  });
+}
+
+template <typename Layout, typename Kind>
+Kind Create(Storage storage) {
+  kvring::Expected<Kind> created = Kind::Create(SpecOf<Layout>(storage));
+  if (!created.ok()) std::abort();
+  return std::move(created).value();
+}
+
+// Appends `num_tokens` BF16 rows per call; the flat storage is cleared when it is full.
+template <typename Layout, typename Kind>
+void AppendLoop(benchmark::State& state, Storage storage, uint64_t num_tokens) {
+  Kind kv = Create<Layout, Kind>(storage);
+  std::vector<BF16> k(num_tokens * kRowElements), v(num_tokens * kRowElements);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = kvring::BF16FromF32(static_cast<float>(i % 97));
+    v[i] = kvring::BF16FromF32(static_cast<float>(i % 89));
+  }
+  const uint64_t limit = SpecOf<Layout>(storage).context;
+  // Steady state: write every slot once first, so that first-touch page faults (the lazily
+  // zeroed buffers are mapped on first write) are not timed.
+  for (uint64_t written = 0; written < kv.NumSlots(); written += num_tokens) {
+    if (kv.EndPos() + num_tokens > limit) kv.Clear();
+    if (kv.AppendBF16(kv.EndPos(), k.data(), v.data(), num_tokens) != kvring::Status::kOk) {
+      std::abort();
+    }
+  }
+  double seconds = 0;
+  for (auto _ : state) {
+    if (kv.EndPos() + num_tokens > limit) kv.Clear();
+    const auto start = std::chrono::steady_clock::now();
+    const kvring::Status status = kv.AppendBF16(kv.EndPos(), k.data(), v.data(), num_tokens);
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    state.SetIterationTime(elapsed.count());
+    seconds += elapsed.count();
+    if (status != kvring::Status::kOk) state.SkipWithError("append refused");
+  }
+  const double per_call = seconds / static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * num_tokens * kRowBytes));
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * num_tokens));
+  state.counters["memcpy_ratio"] = MemcpyAppendSeconds(num_tokens, kv.NumSlots()) / per_call;
+}
+
+template <typename Layout>
+void BM_Append(benchmark::State& state, Storage storage, uint64_t num_tokens) {
+  if (storage == Storage::kRing) {
+    AppendLoop<Layout, kvring::RingKV<Layout>>(state, storage, num_tokens);
+  } else {
+    AppendLoop<Layout, kvring::GlobalKV<Layout>>(state, storage, num_tokens);
+  }
+}
+
+// Returns storage filled with BF16 rows up to `end` positions (in appends of 512).
+template <typename Layout, typename Kind>
+Kind Filled(Storage storage, uint64_t end) {
+  Kind kv = Create<Layout, Kind>(storage);
+  std::vector<BF16> rows(kBatch * kRowElements, kvring::BF16FromF32(1.0f));
+  while (kv.EndPos() < end) {
+    if (kv.AppendBF16(kv.EndPos(), rows.data(), rows.data(), kBatch) != kvring::Status::kOk) {
+      std::abort();
+    }
+  }
+  return kv;
+}
+
+// Times `call` per iteration and sets memcpy_ratio against a memcpy of the held bytes into a
+// fresh allocation of `allocated_bytes`.
+template <typename Kind, typename Fn>
+void CopyLoop(benchmark::State& state, const Kind& kv, uint64_t allocated_bytes, const Fn& call) {
+  const uint64_t held_bytes = (kv.EndPos() - kv.FirstPos()) * kRowBytes;
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    call();
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    state.SetIterationTime(elapsed.count());
+    seconds += elapsed.count();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * held_bytes));
+  state.counters["held_MiB"] = static_cast<double>(held_bytes) / (1 << 20);
+  state.counters["memcpy_ratio"] = MemcpySeconds(held_bytes, allocated_bytes) /
+                                   (seconds / static_cast<double>(state.iterations()));
+}
+
+// Copy() of a full ring, and of flat storage holding 4096 of its 32768 positions: it should
+// cost the held bytes, not the context.
+template <typename Layout, typename Kind>
+void BM_Copy(benchmark::State& state, Storage storage) {
+  const Kind kv = Filled<Layout, Kind>(storage, storage == Storage::kRing ? 3 * kWindow : kWindow);
+  CopyLoop(state, kv, kv.AllocatedBytes(), [&] {
+    kvring::Expected<Kind> copy = kv.Copy();
+    benchmark::DoNotOptimize(copy.value().View(kvring::Visibility{}).k);
+  });
+}
+
+// Growth of a full ring from 4608 to 9216 slots (what KVCache::Grow does per ring).
+template <typename Layout>
+void BM_Grow(benchmark::State& state) {
+  using Ring = kvring::RingKV<Layout>;
+  const Ring ring = Filled<Layout, Ring>(Storage::kRing, 3 * kWindow);
+  CopyLoop(state, ring, 2 * ring.AllocatedBytes(), [&] {
+    kvring::Expected<Ring> grown = ring.GrownCopy(2 * ring.NumSlots());
+    benchmark::DoNotOptimize(grown.value().View(kvring::Visibility{}).k);
+  });
+}
+
+template <typename Layout>
+void RegisterLayout(const std::string& name) {
+  for (Storage storage : {Storage::kRing, Storage::kFlat}) {
+    const std::string storage_name = storage == Storage::kRing ? "ring" : "flat";
+    for (uint64_t num_tokens : {uint64_t{1}, kBatch}) {
+      benchmark::RegisterBenchmark(
+          ("BM_Append/" + name + "/" + storage_name + "/" + std::to_string(num_tokens)).c_str(),
+          [=](benchmark::State& state) { BM_Append<Layout>(state, storage, num_tokens); })
+          ->UseManualTime();
+    }
+  }
+  benchmark::RegisterBenchmark(
+      ("BM_Copy/" + name + "/ring").c_str(),
+      [](benchmark::State& s) { BM_Copy<Layout, kvring::RingKV<Layout>>(s, Storage::kRing); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark(
+      ("BM_Copy/" + name + "/flat").c_str(),
+      [](benchmark::State& s) { BM_Copy<Layout, kvring::GlobalKV<Layout>>(s, Storage::kFlat); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark(("BM_Grow/" + name + "/ring").c_str(),
+                               [](benchmark::State& s) { BM_Grow<Layout>(s); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  RegisterLayout<kvring::FlashLayout>("flash");
+  RegisterLayout<kvring::TiledLayout<16>>("tiled16");
+  RegisterLayout<kvring::TiledLayout<32>>("tiled32");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
