@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The main job: builds kvring's tools and examples in release mode and plans the embedded
-# default model (gemma-3-27b at its full context, batch 512).
+# The main job: builds kvring's tools and examples in release mode, plans the embedded default
+# model (gemma-3-27b at its full context, batch 512; arguments go to kvring-plan), then runs the
+# mini engine (examples/mini_engine): a complete decode loop on kvring whose rings wrap about
+# 24 times, checked bit for bit against flat storage. Exits non-zero if any check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --preset release >/dev/null
-cmake --build --preset release --target kvring-plan plan_custom_model
+cmake --build --preset release --target kvring-plan plan_custom_model mini_engine
 ./build/release/tools/kvring-plan "$@"
+echo
+./build/release/examples/mini_engine

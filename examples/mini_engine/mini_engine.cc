@@ -1,0 +1,828 @@
+// mini_engine: a complete decode loop on kvring. A small decoder-only transformer with seeded
+// random weights and a Gemma 3n-like layer pattern (sliding and global layers, GQA, shared-KV
+// consumer layers), whose KV cache is kvring's KVCache and whose attention is kvring's kernels
+// by dynamic dispatch (kernels.cc). It prefills a prompt in batches, decodes greedily, and
+// checks every engine feature against a run on flat storage (every layer at full context) or a
+// fresh recomputation, bit for bit: the plain decode loop, a snapshot restored after the ring
+// has wrapped, speculative decoding with rollback of rejected drafts, a prefill batch larger
+// than planned (growth) and Clear() between conversations. Exits 1 if any check fails.
+//
+//   mini_engine [--backend=flash|tiled] [--prompt=N] [--decode=N] [--batch=N] [--window=N]
+//               [--draft=N] [--threads=N] [--seed=N] ...   (--help lists every option)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvring/attention.h"
+#include "kvring/kvring.h"
+#include "mini_engine/kernels.h"
+
+namespace mini_engine {
+namespace {
+
+using kvring::Status;
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+struct Config {
+  // Model.
+  uint32_t vocab = 384;
+  uint32_t hidden = 256;
+  uint32_t mlp = 512;
+  uint32_t num_q_heads = 4;
+  uint32_t num_kv_heads = 2;  // GQA: two q heads per kv_head
+  uint32_t head_dim = 64;     // kvring's kernels take multiples of 16
+  uint64_t window = 64;       // sliding layers' window
+  uint32_t seed = 1;
+  // Runtime.
+  std::string backend = "flash";
+  uint64_t prompt = 300;        // tokens of the first prompt
+  uint64_t decode = 2048;       // tokens generated after it
+  uint64_t batch = 32;          // planned prefill batch
+  uint64_t draft = 4;           // draft tokens per speculative round (the planned rollback)
+  uint64_t suffix = 48;         // tokens of the second user turn after the snapshot
+  uint64_t continuation = 256;  // tokens generated after that turn, and in conversation 2
+  uint64_t prompt2 = 384;       // tokens of conversation 2's prompt
+  uint64_t grow_factor = 4;     // conversation 2 prefills in batches of batch * grow_factor
+  uint32_t threads = 1;         // attention threads
+  uint64_t split_positions = kvring::AttentionOptions().split_positions;  // decode KV splits
+};
+
+bool ParseUint(const char* text, uint64_t* value) {
+  char* end = nullptr;
+  const unsigned long long parsed = std::strtoull(text, &end, 10);  // NOLINT(runtime/int)
+  if (end == text || *end != '\0') return false;
+  *value = parsed;
+  return true;
+}
+
+void PrintUsage() {
+  std::printf(
+      "usage: mini_engine [--option=value ...]\n"
+      "  --backend=flash|tiled  kvring layout and kernels (default flash)\n"
+      "  --prompt=N             first prompt's tokens (300)\n"
+      "  --decode=N             tokens generated greedily after it (2048)\n"
+      "  --batch=N              planned prefill batch (32)\n"
+      "  --window=N             sliding layers' window (64)\n"
+      "  --draft=N              draft tokens per speculative round = planned rollback (4)\n"
+      "  --suffix=N             second turn's tokens after the restored snapshot (48)\n"
+      "  --continuation=N       tokens generated after it and in conversation 2 (256)\n"
+      "  --prompt2=N            conversation 2's prompt, prefilled in larger batches (384)\n"
+      "  --grow-factor=N        conversation 2's batch is batch * N (4)\n"
+      "  --threads=N            attention threads (1)\n"
+      "  --split-positions=N    KV split length of decode calls (kvring's default, 2048)\n"
+      "  --seed=N               weights and prompts (1)\n");
+}
+
+// Returns false (after printing why) on a bad command line.
+bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+      return true;
+    }
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
+      std::fprintf(stderr, "mini_engine: expected --option=value, got '%s'\n", arg.c_str());
+      return false;
+    }
+    const std::string name = arg.substr(2, eq - 2), text = arg.substr(eq + 1);
+    if (name == "backend") {
+      if (text != "flash" && text != "tiled") {
+        std::fprintf(stderr, "mini_engine: --backend must be flash or tiled\n");
+        return false;
+      }
+      config->backend = text;
+      continue;
+    }
+    uint64_t value = 0;
+    if (!ParseUint(text.c_str(), &value)) {
+      std::fprintf(stderr, "mini_engine: --%s needs a number, got '%s'\n", name.c_str(),
+                   text.c_str());
+      return false;
+    }
+    if (name == "prompt") {
+      config->prompt = value;
+    } else if (name == "decode") {
+      config->decode = value;
+    } else if (name == "batch") {
+      config->batch = value;
+    } else if (name == "window") {
+      config->window = value;
+    } else if (name == "draft") {
+      config->draft = value;
+    } else if (name == "suffix") {
+      config->suffix = value;
+    } else if (name == "continuation") {
+      config->continuation = value;
+    } else if (name == "prompt2") {
+      config->prompt2 = value;
+    } else if (name == "grow-factor") {
+      config->grow_factor = value;
+    } else if (name == "threads") {
+      config->threads = static_cast<uint32_t>(value);
+    } else if (name == "split-positions") {
+      config->split_positions = value;
+    } else if (name == "seed") {
+      config->seed = static_cast<uint32_t>(value);
+    } else {
+      std::fprintf(stderr, "mini_engine: unknown option --%s (see --help)\n", name.c_str());
+      return false;
+    }
+  }
+  if (config->prompt < 1 || config->decode < 2 || config->batch < 1 || config->window < 1 ||
+      config->draft < 1 || config->suffix < 1 || config->continuation < 1 || config->prompt2 < 1 ||
+      config->grow_factor < 2 || config->threads < 1) {
+    std::fprintf(stderr,
+                 "mini_engine: prompt, batch, window, draft, suffix, continuation, prompt2 and "
+                 "threads must be >= 1, decode and grow-factor >= 2\n");
+    return false;
+  }
+  return true;
+}
+
+// The positions one sequence may reach in any phase of the run: kvring's logical limit T.
+uint64_t ContextOf(const Config& c) {
+  return std::max({c.prompt + c.decode + c.draft + 1, c.prompt + c.suffix + c.continuation,
+                   c.prompt2 + c.continuation});
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model: Gemma 3n's pattern in ten layers. Layers 0-5 own their K/V (sliding, sliding,
+// sliding, sliding, global, sliding); layers 6-9 compute queries only and read the K/V of the
+// last owner of their kind (6-8 sliding read layer 5, 9 global reads layer 4), as Gemma 3n's
+// last num_kv_shared_layers do.
+
+constexpr size_t kNumLayers = 10;
+constexpr int32_t kSharedSource[kNumLayers] = {-1, -1, -1, -1, -1, -1, 5, 5, 5, 4};
+constexpr bool kGlobal[kNumLayers] = {false, false, false, false, true,
+                                      false, false, false, false, true};
+
+// Returns the model's attention layers as kvring describes them.
+std::vector<kvring::LayerSpec> LayerSpecs(const Config& c) {
+  std::vector<kvring::LayerSpec> specs;
+  for (size_t layer = 0; layer < kNumLayers; ++layer) {
+    kvring::LayerSpec spec = kGlobal[layer]
+                                 ? kvring::LayerSpec::Global(c.num_kv_heads, c.head_dim)
+                                 : kvring::LayerSpec::Sliding(c.window, c.num_kv_heads, c.head_dim);
+    if (kSharedSource[layer] >= 0) spec = spec.SharedFrom(kSharedSource[layer]);
+    specs.push_back(spec);
+  }
+  return specs;
+}
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [hidden]
+  std::vector<float> wq;         // [hidden][num_q_heads * head_dim]
+  std::vector<float> wk, wv;     // [hidden][num_kv_heads * head_dim]; empty for consumers
+  std::vector<float> wo;         // [num_q_heads * head_dim][hidden]
+  std::vector<float> mlp_norm;   // [hidden]
+  std::vector<float> w_up;       // [hidden][mlp]
+  std::vector<float> w_down;     // [mlp][hidden]
+};
+
+struct Model {
+  Config config;
+  std::vector<float> embed;  // [vocab][hidden]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;                       // [hidden]
+  std::vector<float> lm_head;                          // [hidden][vocab]
+  std::vector<float> inv_freq_local, inv_freq_global;  // RoPE, [head_dim / 2]
+
+  uint32_t QDim() const { return config.num_q_heads * config.head_dim; }
+  uint32_t KVDim() const { return config.num_kv_heads * config.head_dim; }
+};
+
+std::vector<float> RandomMatrix(std::mt19937* rng, size_t rows, size_t cols) {
+  // Uniform with variance 1 / rows: activations keep their scale through a product.
+  const float bound = std::sqrt(3.0f / static_cast<float>(rows));
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  std::vector<float> m(rows * cols);
+  for (float& x : m) x = dist(*rng);
+  return m;
+}
+
+std::vector<float> RandomNorm(std::mt19937* rng, size_t n) {
+  std::uniform_real_distribution<float> dist(0.8f, 1.2f);
+  std::vector<float> w(n);
+  for (float& x : w) x = dist(*rng);
+  return w;
+}
+
+std::vector<float> InvFreq(uint32_t head_dim, double base) {
+  std::vector<float> inv(head_dim / 2);
+  for (uint32_t i = 0; i < head_dim / 2; ++i) {
+    inv[i] = static_cast<float>(1.0 / std::pow(base, 2.0 * i / head_dim));
+  }
+  return inv;
+}
+
+Model MakeModel(const Config& c) {
+  Model model;
+  model.config = c;
+  std::mt19937 rng(c.seed);
+  model.embed = RandomMatrix(&rng, 1, size_t{c.vocab} * c.hidden);  // unit variance
+  for (size_t layer = 0; layer < kNumLayers; ++layer) {
+    LayerWeights w;
+    w.attn_norm = RandomNorm(&rng, c.hidden);
+    w.wq = RandomMatrix(&rng, c.hidden, model.QDim());
+    if (kSharedSource[layer] < 0) {
+      w.wk = RandomMatrix(&rng, c.hidden, model.KVDim());
+      w.wv = RandomMatrix(&rng, c.hidden, model.KVDim());
+    }
+    w.wo = RandomMatrix(&rng, model.QDim(), c.hidden);
+    w.mlp_norm = RandomNorm(&rng, c.hidden);
+    w.w_up = RandomMatrix(&rng, c.hidden, c.mlp);
+    w.w_down = RandomMatrix(&rng, c.mlp, c.hidden);
+    model.layers.push_back(std::move(w));
+  }
+  model.final_norm = RandomNorm(&rng, c.hidden);
+  model.lm_head = RandomMatrix(&rng, c.hidden, c.vocab);
+  // Gemma 3: local layers rotate with base 10k, global layers with 1M.
+  model.inv_freq_local = InvFreq(c.head_dim, 10000.0);
+  model.inv_freq_global = InvFreq(c.head_dim, 1000000.0);
+  return model;
+}
+
+std::vector<int32_t> RandomTokens(uint32_t seed, uint64_t count, uint32_t vocab) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> tokens(count);
+  for (int32_t& t : tokens) t = dist(rng);
+  return tokens;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The forward pass on a kvring cache
+
+void RMSNorm(const float* x, const float* weight, size_t num_tokens, size_t dim, float* out) {
+  for (size_t t = 0; t < num_tokens; ++t) {
+    const float* row = x + t * dim;
+    float sum = 0.0f;
+    for (size_t i = 0; i < dim; ++i) sum += row[i] * row[i];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(dim) + 1e-6f);
+    for (size_t i = 0; i < dim; ++i) out[t * dim + i] = row[i] * scale * weight[i];
+  }
+}
+
+// Rotates rows [num_tokens][num_heads][head_dim] at positions first_pos, first_pos + 1, ...
+// (the half-split rotation of Llama and Gemma).
+void Rope(float* rows, size_t num_tokens, size_t num_heads, size_t head_dim, uint64_t first_pos,
+          const std::vector<float>& inv_freq) {
+  const size_t half = head_dim / 2;
+  for (size_t t = 0; t < num_tokens; ++t) {
+    const float pos = static_cast<float>(first_pos + t);
+    for (size_t i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[i];
+      const float cos = std::cos(angle), sin = std::sin(angle);
+      for (size_t head = 0; head < num_heads; ++head) {
+        float* x = rows + (t * num_heads + head) * head_dim;
+        const float a = x[i], b = x[i + half];
+        x[i] = a * cos - b * sin;
+        x[i + half] = a * sin + b * cos;
+      }
+    }
+  }
+}
+
+float Gelu(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+int32_t ArgMax(const float* logits, size_t vocab) {
+  return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+}
+
+// Counts and times the tokens an engine run processes.
+struct Meter {
+  uint64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_seconds = 0.0, decode_seconds = 0.0;
+};
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Prints a progress line to stderr every two seconds of a long run (nothing for short runs).
+class Progress {
+ public:
+  void Update(const char* run, const char* phase, uint64_t done, uint64_t total) {
+    const double elapsed = SecondsSince(start_);
+    if (elapsed < next_) return;
+    next_ = elapsed + 2.0;
+    std::fflush(stdout);
+    std::fprintf(stderr, "  [%6.1f s] %s %s: %llu / %llu tokens\n", elapsed, run, phase,
+                 static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+  double next_ = 2.0;
+};
+
+// One sequence's engine state on a kvring cache of layout `Layout`: the cache, the next
+// position, and the logits the next token is chosen from.
+template <class Layout>
+class Engine {
+ public:
+  Engine(const char* name, const Model& model, kvring::KVCache<Layout> cache, uint32_t threads,
+         Meter* meter, Progress* progress)
+      : name_(name), model_(model), cache_(std::move(cache)), meter_(meter), progress_(progress) {
+    threads_.num_threads = threads;
+    // Calls of up to this many queries split long KV ranges (at multiples of
+    // options_.split_positions) and merge the parts; larger calls do not. A query's bits depend
+    // on that choice, so a speculative round of 1 + draft tokens must split exactly as a
+    // one-token decode step does for its logits to equal the plain decode's bit for bit.
+    options_.max_split_queries = static_cast<uint32_t>(model.config.draft + 1);
+    options_.split_positions = model.config.split_positions;
+  }
+
+  kvring::KVCache<Layout>& Cache() { return cache_; }
+  uint64_t Pos() const { return pos_; }
+  const std::vector<float>& Logits() const { return last_logits_; }
+
+  // Replaces the cache by `cache` (a restored snapshot) whose sequence ends at `pos`, with the
+  // logits its last token produced.
+  void Restore(kvring::KVCache<Layout> cache, uint64_t pos, std::vector<float> logits) {
+    cache_ = std::move(cache);
+    Resume(pos, std::move(logits));
+  }
+  // Sets the next position and the logits the next token is chosen from.
+  void Resume(uint64_t pos, std::vector<float> logits) {
+    pos_ = pos;
+    last_logits_ = std::move(logits);
+  }
+  void SetMeter(Meter* meter) { meter_ = meter; }
+  // Starts a new conversation on the same buffers.
+  void Clear() {
+    cache_.Clear();
+    pos_ = 0;
+    last_logits_.clear();
+  }
+
+  // Runs `tokens` in batches of `batch`; afterwards Logits() are those of the last token.
+  Status Prefill(const std::vector<int32_t>& tokens, uint64_t batch) {
+    const Clock::time_point start = Clock::now();
+    std::vector<float> logits;
+    for (uint64_t first = 0; first < tokens.size(); first += batch) {
+      const uint64_t n = std::min<uint64_t>(batch, tokens.size() - first);
+      const Status status = Forward(tokens.data() + first, n, &logits);
+      if (status != Status::kOk) return status;
+      progress_->Update(name_, "prefill", first + n, tokens.size());
+    }
+    const size_t vocab = model_.config.vocab;
+    last_logits_.assign(logits.end() - static_cast<std::ptrdiff_t>(vocab), logits.end());
+    meter_->prefill_tokens += tokens.size();
+    meter_->prefill_seconds += SecondsSince(start);
+    return Status::kOk;
+  }
+
+  // Generates `count` tokens greedily: each is chosen from the current logits, recorded in
+  // `tokens` with those logits in `logits` ([count][vocab]), and run to give the next logits.
+  Status Decode(uint64_t count, std::vector<int32_t>* tokens, std::vector<float>* logits) {
+    const Clock::time_point start = Clock::now();
+    std::vector<float> next;
+    for (uint64_t i = 0; i < count; ++i) {
+      const int32_t token = ArgMax(last_logits_.data(), last_logits_.size());
+      tokens->push_back(token);
+      logits->insert(logits->end(), last_logits_.begin(), last_logits_.end());
+      const Status status = Forward(&token, 1, &next);
+      if (status != Status::kOk) return status;
+      last_logits_.swap(next);
+      progress_->Update(name_, "decode", i + 1, count);
+    }
+    meter_->decode_tokens += count;
+    meter_->decode_seconds += SecondsSince(start);
+    return Status::kOk;
+  }
+
+  // Runs num_tokens tokens at Pos(): appends their K/V to every owning layer and writes their
+  // logits, [num_tokens][vocab]. Allocates its activations per call (an engine would keep
+  // them).
+  Status Forward(const int32_t* tokens, uint64_t num_tokens, std::vector<float>* logits) {
+    const Config& c = model_.config;
+    const size_t n = num_tokens, hidden = c.hidden, q_dim = model_.QDim(), kv_dim = model_.KVDim();
+    std::vector<float> x(n * hidden), h(n * hidden), q(n * q_dim), k(n * kv_dim), v(n * kv_dim),
+        attn(n * q_dim), proj(n * hidden), up(n * c.mlp);
+    for (size_t t = 0; t < n; ++t) {
+      std::copy_n(model_.embed.data() + static_cast<size_t>(tokens[t]) * hidden, hidden,
+                  x.data() + t * hidden);
+    }
+    for (size_t layer = 0; layer < kNumLayers; ++layer) {
+      const LayerWeights& w = model_.layers[layer];
+      const std::vector<float>& inv_freq =
+          kGlobal[layer] ? model_.inv_freq_global : model_.inv_freq_local;
+      RMSNorm(x.data(), w.attn_norm.data(), n, hidden, h.data());
+      MatMul(h.data(), n, hidden, w.wq.data(), q_dim, q.data());
+      Rope(q.data(), n, c.num_q_heads, c.head_dim, pos_, inv_freq);
+      if (cache_.OwnsKV(layer)) {
+        // K/V of this layer's new positions, [n][kv_head][head_dim]: kvring rounds them to
+        // BF16 and stores them in the layer's ring or flat buffer.
+        MatMul(h.data(), n, hidden, w.wk.data(), kv_dim, k.data());
+        MatMul(h.data(), n, hidden, w.wv.data(), kv_dim, v.data());
+        Rope(k.data(), n, c.num_kv_heads, c.head_dim, pos_, inv_freq);
+        const Status status = cache_.AppendF32(layer, pos_, k.data(), v.data(), n);
+        if (status != Status::kOk) return status;
+      }
+      // A consumer's View is its owner's storage under its own visibility rule.
+      kvring::AttentionBatch batch;
+      batch.queries_f32 = q.data();
+      batch.out_f32 = attn.data();
+      batch.first_q_pos = pos_;
+      batch.num_queries = static_cast<uint32_t>(n);
+      batch.num_q_heads = c.num_q_heads;
+      Attend(cache_.View(layer), batch, options_, threads_);
+      MatMul(attn.data(), n, q_dim, w.wo.data(), hidden, proj.data());
+      for (size_t i = 0; i < n * hidden; ++i) x[i] += proj[i];
+      RMSNorm(x.data(), w.mlp_norm.data(), n, hidden, h.data());
+      MatMul(h.data(), n, hidden, w.w_up.data(), c.mlp, up.data());
+      for (float& u : up) u = Gelu(u);
+      MatMul(up.data(), n, c.mlp, w.w_down.data(), hidden, proj.data());
+      for (size_t i = 0; i < n * hidden; ++i) x[i] += proj[i];
+    }
+    RMSNorm(x.data(), model_.final_norm.data(), n, hidden, h.data());
+    logits->resize(n * c.vocab);
+    MatMul(h.data(), n, hidden, model_.lm_head.data(), c.vocab, logits->data());
+    pos_ += n;
+    return Status::kOk;
+  }
+
+  // Discards the newest `num_tokens` positions (rejected drafts) of every layer.
+  Status Rollback(uint64_t num_tokens) {
+    const Status status = cache_.Rollback(num_tokens);
+    if (status == Status::kOk) pos_ -= num_tokens;
+    return status;
+  }
+
+ private:
+  const char* name_;
+  const Model& model_;
+  kvring::KVCache<Layout> cache_;
+  kvring::AttentionOptions options_;
+  kvring::AttentionThreads threads_;
+  Meter* meter_;
+  Progress* progress_;
+  uint64_t pos_ = 0;
+  std::vector<float> last_logits_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Checks
+
+struct Checks {
+  int num_failed = 0;
+  int num_passed = 0;
+
+  bool Expect(bool ok, const std::string& what) {
+    std::printf("  [%s] %s\n", ok ? "ok" : "FAIL", what.c_str());
+    ok ? ++num_passed : ++num_failed;
+    return ok;
+  }
+  bool ExpectStatus(Status status, const std::string& what) {
+    if (status == Status::kOk) return true;
+    return Expect(false, what + ": " + kvring::ToString(status));
+  }
+};
+
+// Returns "" if the tokens and the logits they were chosen from are bit-identical, else where
+// they first differ.
+std::string Compare(const std::vector<int32_t>& tokens, const std::vector<float>& logits,
+                    const std::vector<int32_t>& ref_tokens, const std::vector<float>& ref_logits,
+                    size_t vocab) {
+  if (tokens.size() != ref_tokens.size() || logits.size() != ref_logits.size()) {
+    return "lengths differ (" + std::to_string(tokens.size()) + " against " +
+           std::to_string(ref_tokens.size()) + " tokens)";
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] != ref_tokens[i]) {
+      return "token " + std::to_string(i) + " is " + std::to_string(tokens[i]) + ", expected " +
+             std::to_string(ref_tokens[i]);
+    }
+    if (std::memcmp(&logits[i * vocab], &ref_logits[i * vocab], vocab * sizeof(float)) != 0) {
+      return "the logits of token " + std::to_string(i) + " differ";
+    }
+  }
+  return "";
+}
+
+std::string Identical(const std::string& difference, size_t num_tokens) {
+  return difference.empty() ? std::to_string(num_tokens) + " tokens and their logits bit-identical"
+                            : difference;
+}
+
+double MiB(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+// ---------------------------------------------------------------------------------------------
+// The run
+
+template <class Layout>
+int Run(const Config& config) {
+  const Model model = MakeModel(config);
+  const uint64_t context = ContextOf(config);
+  const size_t vocab = config.vocab;
+  Checks checks;
+  Progress progress;
+
+  // 1. Describe the model and plan: the batch the engine prefills in and the rollback its
+  //    speculative decoding needs (design section 3: sliding capacity W - 1 + max(B, R)).
+  kvring::LayerPlan::Builder builder;
+  for (const kvring::LayerSpec& spec : LayerSpecs(config)) builder.AddLayer(spec);
+  builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);
+  builder.SetBackend(Layout::kBackend, static_cast<uint32_t>(Layout::kSlotAlignment));
+  const kvring::Expected<kvring::LayerPlan> plan = builder.Build();
+  if (!plan.ok()) {
+    std::fprintf(stderr, "mini_engine: %s\n", plan.error().message.c_str());
+    return 2;
+  }
+  // The flat reference: the same layers, every owner holding the whole context. A plan whose
+  // rollback headroom is the context gives every owner capacity T, which KVCache stores flat
+  // (GlobalKV), with the same slot alignment and so the same position-aligned tiles.
+  kvring::RuntimeSpec flat_runtime = plan->Runtime();
+  flat_runtime.rollback = context;
+  const kvring::Expected<kvring::LayerPlan> flat_plan = plan->WithRuntime(flat_runtime);
+  if (!flat_plan.ok()) {
+    std::fprintf(stderr, "mini_engine: %s\n", flat_plan.error().message.c_str());
+    return 2;
+  }
+
+  std::printf(
+      "mini_engine: %zu layers, hidden %u, vocab %u, %u q heads on %u kv_heads of %u, "
+      "window %llu\n",
+      kNumLayers, config.hidden, config.vocab, config.num_q_heads, config.num_kv_heads,
+      config.head_dim, static_cast<unsigned long long>(config.window));
+  std::printf(
+      "  %s backend on target %s, %u attention thread(s); context %llu, batch %llu, "
+      "rollback %llu\n",
+      kvring::ToString(Layout::kBackend), TargetName(), config.threads,
+      static_cast<unsigned long long>(context), static_cast<unsigned long long>(config.batch),
+      static_cast<unsigned long long>(config.draft));
+  std::printf("  layer  kind     owner  capacity  num_slots\n");
+  for (const kvring::LayerInfo& layer : plan->Layers()) {
+    const kvring::LayerInfo& owner = plan->Layer(layer.owner);
+    std::printf("  %5zu  %-7s  %5zu  %8llu  %9llu%s\n", layer.index,
+                kvring::ToString(layer.spec.kind), layer.owner,
+                static_cast<unsigned long long>(owner.capacity),
+                static_cast<unsigned long long>(owner.num_slots),
+                layer.OwnsKV() ? "" : "  (reads its owner's)");
+  }
+
+  // 2. Allocate.
+  kvring::Expected<kvring::KVCache<Layout>> ring_cache = kvring::KVCache<Layout>::Create(*plan);
+  kvring::Expected<kvring::KVCache<Layout>> flat_cache =
+      kvring::KVCache<Layout>::Create(*flat_plan);
+  if (!ring_cache.ok() || !flat_cache.ok()) {
+    std::fprintf(stderr, "mini_engine: %s%s\n", ring_cache.error().message.c_str(),
+                 flat_cache.error().message.c_str());
+    return 2;
+  }
+  bool flat_everywhere = true, ring_somewhere = false;
+  for (size_t layer = 0; layer < kNumLayers; ++layer) {
+    flat_everywhere = flat_everywhere && flat_cache->IsFlat(layer);
+    ring_somewhere = ring_somewhere || !ring_cache->IsFlat(layer);
+  }
+  const uint64_t ring_bytes = ring_cache->AllocatedBytes();
+  const uint64_t flat_bytes = flat_cache->AllocatedBytes();
+
+  std::printf("\nchecks\n");
+  checks.Expect(flat_everywhere && ring_somewhere,
+                "the reference stores every layer flat, kvring keeps the sliding owners as rings");
+  checks.Expect(ring_bytes == plan->TotalBytes() && flat_bytes == plan->FlatBytes(),
+                "allocated bytes equal the plan's (" + std::to_string(ring_bytes) + " and " +
+                    std::to_string(flat_bytes) + ")");
+
+  Meter ring_meter, flat_meter, other_meter;
+  Engine<Layout> ring("kvring", model, std::move(ring_cache).value(), config.threads, &ring_meter,
+                      &progress);
+  const std::vector<int32_t> prompt = RandomTokens(config.seed + 1000, config.prompt, vocab);
+
+  // 3. The reference run on flat storage: prefill, then greedy decode.
+  std::vector<int32_t> ref_tokens;
+  std::vector<float> ref_logits;
+  {
+    Engine<Layout> flat("flat", model, std::move(flat_cache).value(), config.threads, &flat_meter,
+                        &progress);
+    checks.ExpectStatus(flat.Prefill(prompt, config.batch), "flat prefill");
+    checks.ExpectStatus(flat.Decode(config.decode, &ref_tokens, &ref_logits), "flat decode");
+  }
+
+  // 4. The same on kvring's rings, with a snapshot taken after the prompt.
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  checks.ExpectStatus(ring.Prefill(prompt, config.batch), "ring prefill");
+  kvring::Expected<kvring::KVCache<Layout>> snapshot = ring.Cache().Copy();
+  if (!snapshot.ok()) {
+    std::fprintf(stderr, "mini_engine: %s\n", snapshot.error().message.c_str());
+    return 2;
+  }
+  const std::vector<float> snapshot_logits = ring.Logits();
+  const uint64_t snapshot_pos = ring.Pos();
+  checks.ExpectStatus(ring.Decode(config.decode, &tokens, &logits), "ring decode");
+  ring.SetMeter(&other_meter);
+  const uint64_t ring_slots = plan->Layer(0).num_slots;
+  const std::string decode_difference = Compare(tokens, logits, ref_tokens, ref_logits, vocab);
+  checks.Expect(
+      decode_difference.empty(),
+      "prefill + decode loop, ring against flat: " + Identical(decode_difference, tokens.size()) +
+          " (the " + std::to_string(ring_slots) + "-slot rings wrapped " +
+          std::to_string(ring.Pos() / ring_slots) + " times)");
+
+  // 5. Speculative decoding from the snapshot: each round runs the pending token and `draft`
+  //    draft tokens as one batch, keeps the drafts the model agrees with and rolls the others
+  //    back. The draft model is simulated: it proposes the true continuation for 0 to `draft`
+  //    tokens (round by round), then a wrong token, so that every rollback size occurs.
+  //    Greedy speculative decoding must reproduce the plain decode exactly.
+  {
+    kvring::Expected<kvring::KVCache<Layout>> restored = snapshot->Copy();
+    if (!restored.ok()) return 2;
+    Engine<Layout> spec("speculative", model, std::move(restored).value(), config.threads,
+                        &other_meter, &progress);
+    spec.Resume(snapshot_pos, snapshot_logits);
+    std::vector<int32_t> spec_tokens;
+    std::vector<float> spec_logits, batch_logits;
+    std::vector<uint64_t> rollbacks_of_size(config.draft + 1, 0);
+    bool refused_past_headroom = true;
+    Status status = Status::kOk;
+    for (uint64_t round = 0; spec_tokens.size() < config.decode && status == Status::kOk; ++round) {
+      const size_t i = spec_tokens.size();
+      const int32_t pending = ArgMax(spec.Logits().data(), vocab);
+      spec_tokens.push_back(pending);
+      spec_logits.insert(spec_logits.end(), spec.Logits().begin(), spec.Logits().end());
+      std::vector<int32_t> run = {pending};
+      const uint64_t num_true = round % (config.draft + 1);
+      for (uint64_t j = 1; j <= config.draft; ++j) {
+        const int32_t truth = i + j < ref_tokens.size() ? ref_tokens[i + j] : 0;
+        run.push_back(j <= num_true ? truth : (truth + 1) % static_cast<int32_t>(vocab));
+      }
+      status = spec.Forward(run.data(), run.size(), &batch_logits);
+      if (status != Status::kOk) break;
+      uint64_t accepted = 0;
+      while (accepted < config.draft && spec_tokens.size() < config.decode &&
+             ArgMax(&batch_logits[accepted * vocab], vocab) == run[accepted + 1]) {
+        spec_tokens.push_back(run[accepted + 1]);
+        spec_logits.insert(spec_logits.end(), batch_logits.begin() + accepted * vocab,
+                           batch_logits.begin() + (accepted + 1) * vocab);
+        ++accepted;
+      }
+      const uint64_t rejected = config.draft - accepted;
+      // One past the planned headroom is refused, and changes nothing.
+      if (round == 1) {
+        const uint64_t end = spec.Cache().EndPos(0);
+        refused_past_headroom =
+            spec.Cache().Rollback(config.draft + 1) == Status::kRollbackTooFar &&
+            spec.Cache().EndPos(0) == end;
+      }
+      if (rejected > 0) status = spec.Rollback(rejected);
+      ++rollbacks_of_size[rejected];
+      // The token after the accepted drafts is chosen from the logits of the last of them.
+      spec.Resume(spec.Pos(), std::vector<float>(batch_logits.begin() + accepted * vocab,
+                                                 batch_logits.begin() + (accepted + 1) * vocab));
+    }
+    checks.ExpectStatus(status, "speculative decoding");
+    const std::string difference = Compare(spec_tokens, spec_logits, ref_tokens, ref_logits, vocab);
+    bool every_size = true;
+    std::string sizes;
+    for (uint64_t size = 0; size <= config.draft; ++size) {
+      every_size = every_size && rollbacks_of_size[size] > 0;
+      sizes += (size == 0 ? "" : ", ") + std::to_string(rollbacks_of_size[size]) + "x" +
+               std::to_string(size);
+    }
+    checks.Expect(
+        difference.empty() && every_size,
+        "speculative decoding from the snapshot with rollbacks (" + sizes +
+            " tokens), against the flat greedy run: " + Identical(difference, spec_tokens.size()));
+    checks.Expect(refused_past_headroom,
+                  "a rollback past the planned headroom is refused and changes nothing");
+  }
+
+  // 6. The snapshot again, for a second user turn: prefix reuse after the rings have wrapped
+  //    (the prompt is longer than a ring, and the run above wrapped its copy many times more).
+  //    Reference: a fresh flat cache computing prompt + turn from scratch.
+  const std::vector<int32_t> turn = RandomTokens(config.seed + 2000, config.suffix, vocab);
+  {
+    checks.Expect(snapshot->EndPos(0) == snapshot_pos && snapshot->FirstPos(0) > 0,
+                  "the snapshot still ends at the prompt (" + std::to_string(snapshot_pos) +
+                      "), its ring wrapped (first held position " +
+                      std::to_string(snapshot->FirstPos(0)) + ")");
+    kvring::Expected<kvring::KVCache<Layout>> restored = snapshot->Copy();
+    if (!restored.ok()) return 2;
+    ring.Restore(std::move(restored).value(), snapshot_pos, snapshot_logits);
+    std::vector<int32_t> turn_tokens;
+    std::vector<float> turn_logits;
+    checks.ExpectStatus(ring.Prefill(turn, config.batch), "second turn prefill");
+    checks.ExpectStatus(ring.Decode(config.continuation, &turn_tokens, &turn_logits),
+                        "second turn decode");
+
+    kvring::Expected<kvring::KVCache<Layout>> fresh = kvring::KVCache<Layout>::Create(*flat_plan);
+    if (!fresh.ok()) return 2;
+    Engine<Layout> flat("flat reference", model, std::move(fresh).value(), config.threads,
+                        &other_meter, &progress);
+    std::vector<int32_t> want_tokens;
+    std::vector<float> want_logits;
+    checks.ExpectStatus(flat.Prefill(prompt, config.batch), "fresh flat prefill");
+    checks.ExpectStatus(flat.Prefill(turn, config.batch), "fresh flat turn");
+    checks.ExpectStatus(flat.Decode(config.continuation, &want_tokens, &want_logits),
+                        "fresh flat decode");
+    const std::string difference =
+        Compare(turn_tokens, turn_logits, want_tokens, want_logits, vocab);
+    checks.Expect(difference.empty(),
+                  "restored snapshot + second turn, against a fresh flat recomputation: " +
+                      Identical(difference, turn_tokens.size()));
+  }
+
+  // 7. Clear() and a second conversation, prefilled in batches larger than planned: the
+  //    appends grow the rings (kept by Clear() for later conversations). Reference: a fresh
+  //    flat cache with the same batches.
+  {
+    const uint64_t big_batch = config.batch * config.grow_factor;
+    const uint64_t bytes_before = ring.Cache().AllocatedBytes();
+    ring.Clear();
+    checks.Expect(ring.Cache().EndPos(0) == 0 && ring.Cache().FirstPos(0) == 0 &&
+                      ring.Cache().AllocatedBytes() == bytes_before,
+                  "Clear() forgets every position and keeps the buffers");
+    const std::vector<int32_t> prompt2 = RandomTokens(config.seed + 3000, config.prompt2, vocab);
+    std::vector<int32_t> conv_tokens;
+    std::vector<float> conv_logits;
+    checks.ExpectStatus(ring.Prefill(prompt2, big_batch), "conversation 2 prefill");
+    checks.ExpectStatus(ring.Decode(config.continuation, &conv_tokens, &conv_logits),
+                        "conversation 2 decode");
+    const uint64_t bytes_after = ring.Cache().AllocatedBytes();
+    // What a plan for the larger batch allocates; the configuration must make it larger.
+    kvring::RuntimeSpec grown_runtime = plan->Runtime();
+    grown_runtime.batch = std::min<uint64_t>(big_batch, config.prompt2);
+    const kvring::Expected<kvring::LayerPlan> grown_plan = plan->WithRuntime(grown_runtime);
+    const uint64_t want_bytes = grown_plan.ok() ? grown_plan->TotalBytes() : 0;
+    checks.Expect(want_bytes > bytes_before && bytes_after == want_bytes &&
+                      ring.Cache().Plan().Runtime().batch == grown_runtime.batch,
+                  "a batch of " + std::to_string(grown_runtime.batch) + " (planned " +
+                      std::to_string(config.batch) + ") grew the rings from " +
+                      std::to_string(bytes_before) + " to " + std::to_string(bytes_after) +
+                      " bytes, as a plan for that batch says" +
+                      (want_bytes > bytes_before
+                           ? std::string()
+                           : std::string(" (it needs no growth: raise --grow-factor)")));
+
+    kvring::Expected<kvring::KVCache<Layout>> fresh = kvring::KVCache<Layout>::Create(*flat_plan);
+    if (!fresh.ok()) return 2;
+    Engine<Layout> flat("flat reference", model, std::move(fresh).value(), config.threads,
+                        &other_meter, &progress);
+    std::vector<int32_t> want_tokens;
+    std::vector<float> want_logits;
+    checks.ExpectStatus(flat.Prefill(prompt2, big_batch), "fresh flat prefill 2");
+    checks.ExpectStatus(flat.Decode(config.continuation, &want_tokens, &want_logits),
+                        "fresh flat decode 2");
+    const std::string difference =
+        Compare(conv_tokens, conv_logits, want_tokens, want_logits, vocab);
+    checks.Expect(difference.empty(),
+                  "conversation 2 after Clear() with grown rings, against a fresh flat run: " +
+                      Identical(difference, conv_tokens.size()));
+  }
+
+  // 8. Report.
+  std::printf("\nKV memory in use (one sequence, context %llu)\n",
+              static_cast<unsigned long long>(context));
+  std::printf("  kvring  %9.3f MiB (%llu bytes)\n  flat    %9.3f MiB (%llu bytes), %.2fx\n",
+              MiB(ring_bytes), static_cast<unsigned long long>(ring_bytes), MiB(flat_bytes),
+              static_cast<unsigned long long>(flat_bytes),
+              static_cast<double>(flat_bytes) / static_cast<double>(ring_bytes));
+  std::printf("\nthroughput (first conversation: prompt %llu in batches of %llu, decode %llu)\n",
+              static_cast<unsigned long long>(config.prompt),
+              static_cast<unsigned long long>(config.batch),
+              static_cast<unsigned long long>(config.decode));
+  const auto rate = [](uint64_t tokens, double seconds) {
+    return seconds > 0.0 ? static_cast<double>(tokens) / seconds : 0.0;
+  };
+  std::printf("  kvring  prefill %8.0f tokens/s  decode %7.0f tokens/s\n",
+              rate(ring_meter.prefill_tokens, ring_meter.prefill_seconds),
+              rate(ring_meter.decode_tokens, ring_meter.decode_seconds));
+  std::printf("  flat    prefill %8.0f tokens/s  decode %7.0f tokens/s\n",
+              rate(flat_meter.prefill_tokens, flat_meter.prefill_seconds),
+              rate(flat_meter.decode_tokens, flat_meter.decode_seconds));
+  std::printf("\n%d checks passed, %d failed: %s\n", checks.num_passed, checks.num_failed,
+              checks.num_failed == 0 ? "OK" : "FAILED");
+  return checks.num_failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace mini_engine
+
+int main(int argc, char** argv) {
+  mini_engine::Config config;
+  bool help = false;
+  if (!mini_engine::ParseArgs(argc, argv, &config, &help)) return 2;
+  if (help) {
+    mini_engine::PrintUsage();
+    return 0;
+  }
+  return config.backend == "tiled" ? mini_engine::Run<mini_engine::Tiled>(config)
+                                   : mini_engine::Run<kvring::FlashLayout>(config);
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Renders Google Benchmark JSON files into the summary section of docs/benchmarks.md.
+
+Two tables: every benchmark with its time and its ratios to the headroom twins (counters whose
+name ends in _ratio: the twin's time over the benchmark's, 1.0 = as fast as the twin), and every
+ring benchmark against its flat twin (same name with /flat/ for /ring/). The section between
+the markers is replaced; the rest of the document is kept. Standard library only.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+BEGIN = "<!-- bench-summary:begin (scripts/bench.sh writes this section) -->"
+END = "<!-- bench-summary:end -->"
+TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+def machine():
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
+
+
+def commit():
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def load_runs(paths):
+    runs, contexts = [], []
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        contexts.append((os.path.basename(path), data.get("context", {})))
+        for run in data.get("benchmarks", []):
+            if run.get("run_type", "iteration") != "iteration" or "error_occurred" in run:
+                continue
+            runs.append((os.path.basename(path), run))
+    return runs, contexts
+
+
+def time_us(run):
+    # The attention benchmarks report their best call; the rest the mean real time.
+    if "best_us" in run:
+        return float(run["best_us"])
+    return float(run["real_time"]) * TO_US.get(run.get("time_unit", "ns"), 1e-3)
+
+
+def fmt(x):
+    if x >= 100:
+        return f"{x:.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}"
+
+
+def render(runs, contexts, load, command, json_paths):
+    lines = [BEGIN, "", "## Summary of the last `scripts/bench.sh` run", ""]
+    lines.append(f"- Command: `{command.strip()}`")
+    lines.append(f"- Commit: {commit()}")
+    lines.append(f"- Machine: {machine()}; load average at the start: {load}")
+    lines.append(f"- Date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+    for name, ctx in contexts:
+        build = ctx.get("library_build_type", "?")
+        version = ctx.get("library_version")
+        lines.append(f"- `{name}`: Google Benchmark{' ' + version if version else ''} "
+                     f"({build} library build as it reports), {ctx.get('num_cpus', '?')} CPUs "
+                     f"at {ctx.get('mhz_per_cpu', '?')} MHz")
+    lines.append("- JSON: " + ", ".join(f"`{p}`" for p in json_paths) + ". Time is `best_us` "
+                 "where the benchmark reports it, else the mean real time.")
+    lines.append("")
+
+    ratio_keys = sorted({k for _, r in runs for k in r if k.endswith("_ratio")})
+    lines.append("### Against the headroom twins")
+    lines.append("")
+    lines.append("A ratio is the twin's time (memcpy, a plain read or FMAs of the same bytes or "
+                 "work) over the benchmark's: 1.0 runs at the twin's speed.")
+    lines.append("")
+    header = ["benchmark", "time (us)", "GB/s"] + ratio_keys
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---|" * len(header))
+    for _, run in runs:
+        gbs = run.get("bytes_per_second")
+        row = [f"`{run['name']}`", fmt(time_us(run)), fmt(gbs / 1e9) if gbs else ""]
+        row += [fmt(float(run[k])) if k in run else "" for k in ratio_keys]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append("")
+
+    by_name = {run["name"]: run for _, run in runs}
+    pairs = []
+    for name, run in by_name.items():
+        if "/ring" not in name:
+            continue
+        flat_name = re.sub(r"/ring(?=/|$)", "/flat", name)
+        if flat_name in by_name:
+            pairs.append((name, run, by_name[flat_name]))
+    lines.append("### Ring against flat")
+    lines.append("")
+    if pairs:
+        lines.append("Same history and visible range; ratio = ring time / flat time (1.0: no "
+                     "cost for the ring).")
+        lines.append("")
+        lines.append("| benchmark (ring) | ring (us) | flat (us) | ring / flat |")
+        lines.append("|---|---|---|---|")
+        for name, ring, flat in pairs:
+            r, f = time_us(ring), time_us(flat)
+            lines.append(f"| `{name}` | {fmt(r)} | {fmt(f)} | {r / f:.2f} |")
+    else:
+        lines.append("No ring/flat pairs in this run.")
+    lines.append("")
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--doc", required=True)
+    parser.add_argument("--load", default="unknown")
+    parser.add_argument("--command", default="bash scripts/bench.sh")
+    parser.add_argument("jsons", nargs="+")
+    args = parser.parse_args()
+    runs, contexts = load_runs(args.jsons)
+    if not runs:
+        print("bench_summary.py: no benchmark results in " + " ".join(args.jsons),
+              file=sys.stderr)
+        return 1
+    section = render(runs, contexts, args.load, args.command, args.jsons)
+    text = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        before = text[:text.index(BEGIN)]
+        after = text[text.index(END) + len(END):].lstrip("\n")
+        text = before + section + ("\n" + after if after else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    with open(args.doc, "w") as f:
+        f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
