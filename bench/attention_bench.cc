@@ -170,11 +170,14 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   // Queries far enough in that the ring has wrapped several times.
   const uint64_t first_q_pos = 3 * (shape.window + shape.num_queries) + 17;
   const uint64_t end = first_q_pos + shape.num_queries;
-  // KVRING_BENCH_RING_PAD=n adds n tiles of 32 slots to the ring (power-of-two strides test).
-  const char* pad = std::getenv("KVRING_BENCH_RING_PAD");
-  const uint64_t ring_slots = (shape.window - 1 + shape.num_queries + 31) / 32 * 32 +
-                              (pad != nullptr ? 32 * std::strtoull(pad, nullptr, 10) : 0);
-  const uint64_t slots = ring ? ring_slots : (end + 31) / 32 * 32;
+  // Slots as a LayerPlan gives them: the ring holds window - 1 + batch positions, the flat
+  // storage every position, each padded by the layout's rule (flash: an odd number of tiles).
+  uint64_t ring_slots = 0, flat_slots = 0;
+  if (!Layout::NumSlotsFor(shape.window - 1 + shape.num_queries, &ring_slots) ||
+      !Layout::NumSlotsFor(end, &flat_slots)) {
+    std::abort();
+  }
+  const uint64_t slots = ring ? ring_slots : flat_slots;
   // Random K/V only where visible; the rest of the history stays zero.
   History history;
   history.num_kv_heads = shape.num_kv_heads;

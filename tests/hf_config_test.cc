@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/plan_cli_run.h"
 #include "kvring/layer_plan.h"
 #include "kvring/model_presets.h"
 #include "plan_cli.h"
@@ -73,17 +74,6 @@ bool HasDefault(const HfModel& model, const std::string& key, const std::string&
     if (entry.key == key && entry.value == value) return true;
   }
   return false;
-}
-
-struct CliRun {
-  int status;
-  std::string out, err;
-};
-
-CliRun RunCli(const std::vector<std::string>& args) {
-  CliRun run;
-  run.status = RunPlanCli(args, &run.out, &run.err);
-  return run;
 }
 
 // --- One file per family, layer by layer ---------------------------------------------------

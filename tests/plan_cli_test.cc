@@ -8,20 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "cli/plan_cli_run.h"
+
 namespace kvring {
 namespace tools {
 namespace {
-
-struct CliRun {
-  int status;
-  std::string out, err;
-};
-
-CliRun RunCli(const std::vector<std::string>& args) {
-  CliRun run;
-  run.status = RunPlanCli(args, &run.out, &run.err);
-  return run;
-}
 
 TEST(PlanCli, ParseSizeAcceptsSuffixes) {
   const struct {
