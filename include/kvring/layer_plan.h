@@ -216,13 +216,13 @@ inline bool NumSlotsFor(const RuntimeSpec& runtime, uint64_t capacity, uint64_t*
 struct LayerInfo {
   size_t index = 0;
   LayerSpec spec;
-  size_t owner = 0;         // the layer whose buffers this layer reads (itself if it owns)
-  uint64_t span = 0;        // owners: largest window/chunk among it and its consumers; 0 if
-                            // some reader is global
-  uint64_t capacity = 0;    // logical slots it must hold; 0 for consumers
-  uint64_t num_slots = 0;   // capacity plus the layout's padding (NumSlotsFor); 0 for consumers
-  uint64_t slot_bytes = 0;  // bytes of K and V of one position, in the plan's element type
-  uint64_t bytes = 0;       // num_slots * slot_bytes; 0 for consumers
+  size_t owner = 0;            // the layer whose buffers this layer reads (itself if it owns)
+  uint64_t span = 0;           // owners: largest window/chunk among it and its consumers; 0 if
+                               // some reader is global
+  uint64_t capacity = 0;       // logical slots it must hold; 0 for consumers
+  uint64_t num_slots = 0;      // capacity plus the layout's padding (NumSlotsFor); 0 for consumers
+  uint64_t slot_bytes = 0;     // bytes of K and V of one position, in the plan's element type
+  uint64_t bytes = 0;          // num_slots * slot_bytes; 0 for consumers
   uint64_t padding_bytes = 0;  // bytes of the padding slots: (num_slots - capacity) * slot_bytes
 
   bool OwnsKV() const { return owner == index; }
