@@ -187,6 +187,28 @@ TYPED_TEST(KVCacheTest, SnapshotIsIndependentAndClearKeepsTheBuffers) {
   EXPECT_EQ(cache.AllocatedBytes(), plan.TotalBytes());
 }
 
+TEST(KVCache, ARefusedLargeAppendGrowsNothing) {
+  const LayerPlan plan = PlanOf(SharedModel(), 4096, 1, 0, Backend::kFlash, 32);
+  KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();
+  const uint64_t bytes = cache.AllocatedBytes();
+  const std::vector<float> rows = Rows(0, 100, 0);
+  EXPECT_EQ(cache.AppendF32(0, 0, rows.data(), nullptr, 100), Status::kBadArgument);
+  EXPECT_EQ(cache.AppendF32(0, 0, nullptr, rows.data(), 100), Status::kBadArgument);
+  EXPECT_EQ(cache.AppendF32(0, 5, rows.data(), rows.data(), 100), Status::kWrongPosition);
+  EXPECT_EQ(cache.Grow(0), Status::kBadArgument);
+  EXPECT_EQ(cache.AllocatedBytes(), bytes);
+  EXPECT_EQ(cache.Plan().Runtime().batch, 1u);
+  EXPECT_EQ(cache.AppendF32(0, 0, rows.data(), rows.data(), 100), Status::kOk);  // grows
+  EXPECT_EQ(cache.Plan().Runtime().batch, 100u);
+  EXPECT_EQ(cache.AllocatedBytes(), cache.Plan().TotalBytes());
+}
+
+TEST(KVCacheDeathTest, ViewOfALayerPastTheModelAborts) {
+  const LayerPlan plan = PlanOf(SharedModel(), 100, 4, 0, Backend::kFlash, 32);
+  const KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();
+  EXPECT_DEATH((void)cache.View(4), "check failed");
+}
+
 TEST(KVCache, CreateRejectsAPlanForAnotherLayout) {
   const LayerPlan flash = PlanOf(SharedModel(), 100, 4, 0, Backend::kFlash, 16);
   EXPECT_EQ(KVCache<TiledLayout<16>>::Create(flash).error().field, "runtime.backend");
@@ -194,6 +216,11 @@ TEST(KVCache, CreateRejectsAPlanForAnotherLayout) {
   EXPECT_EQ(KVCache<TiledLayout<16>>::Create(tiled).error().field, "runtime.tile_rows");
   EXPECT_EQ(KVCache<FlashLayout>::Create(tiled).error().field, "runtime.backend");
   EXPECT_EQ(KVCache<FlashLayout>::Create(LayerPlan()).error().field, "plan");
+  // Other element types are for accounting: a cache stores BF16, so its bytes would differ.
+  Expected<LayerPlan> f32 =
+      LayerPlan::Builder(SharedModel()).SetContext(100).SetElementType(ElementType::kF32).Build();
+  ASSERT_TRUE(f32.ok());
+  EXPECT_EQ(KVCache<FlashLayout>::Create(*f32).error().field, "runtime.element_type");
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ TEST(RingIndex, ABatchThatWouldOverwriteTheWindowNeedsMoreSlots) {
   RingIndex index(32, /*keep=*/7, 0, 1000);
   EXPECT_EQ(index.SlotsNeededFor(25), 32u);
   EXPECT_EQ(index.CheckAppend(0, 25), Status::kOk);
-  EXPECT_EQ(index.CheckAppend(0, 26), Status::kBadArgument);  // 7 + 26 > 32
+  EXPECT_EQ(index.CheckAppend(0, 26), Status::kBatchTooLarge);  // 7 + 26 > 32
   EXPECT_EQ(index.SlotsNeededFor(26), 33u);
   const RingIndex grown = index.Resized(64);
   EXPECT_EQ(grown.CheckAppend(0, 26), Status::kOk);

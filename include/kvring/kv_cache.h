@@ -44,6 +44,11 @@ class KVCache {
                                 std::string("does not match the cache's layout, which serves ") +
                                     ToString(Layout::kBackend));
     }
+    if (runtime.element_type != ElementType::kBF16) {
+      return detail::FieldError("runtime.element_type", ToString(runtime.element_type),
+                                "is not stored: kvring caches hold BF16 (other element types are "
+                                "for what-if accounting only)");
+    }
     if (SlotAlignment(runtime) != Layout::kSlotAlignment) {
       return detail::FieldError("runtime.tile_rows", std::to_string(runtime.tile_rows),
                                 "does not match the layout's tile of " +
@@ -105,8 +110,9 @@ class KVCache {
 
   // Returns the view `layer` attends over: its owner's storage under its own visibility.
   KVView<Layout> View(size_t layer) const {
+    const size_t owner = Owner(layer);  // checks `layer`
     const Visibility visibility = entries_[layer].visibility;
-    return Visit(Owner(layer), [&](const auto& kv) { return kv.View(visibility); });
+    return Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
   }
 
   // Discards the newest `num_tokens` positions of every owning layer, or of none: if any
@@ -128,9 +134,11 @@ class KVCache {
   }
 
   // Re-plans for appends of up to `batch` tokens and grows every ring whose capacity rises,
-  // keeping every held position; other layers are untouched. kBadArgument for a batch the
-  // plan rejects (0, past the context); kOutOfMemory leaves the cache as it was.
+  // keeping every held position; other layers are untouched. A batch at or below the planned
+  // one changes nothing; kBadArgument for 0 or a batch the plan rejects (past the context);
+  // kOutOfMemory leaves the cache as it was.
   Status Grow(uint64_t batch) {
+    if (batch == 0) return Status::kBadArgument;
     if (batch <= plan_.Runtime().batch) return Status::kOk;
     RuntimeSpec runtime = plan_.Runtime();
     runtime.batch = batch;
@@ -227,8 +235,8 @@ class KVCache {
     if (num_tokens > plan_.Runtime().batch) {
       // Check the append itself first, so that a refused call does not grow anything.
       const Status check =
-          Visit(layer, [&](const auto& kv) { return kv.Index().CheckAppend(pos, num_tokens); });
-      if (check != Status::kOk && check != Status::kBadArgument) return check;
+          Visit(layer, [&](const auto& kv) { return kv.CheckAppend(pos, k, v, num_tokens); });
+      if (check != Status::kOk && check != Status::kBatchTooLarge) return check;
       const Status grown = Grow(num_tokens);
       if (grown != Status::kOk) return grown;
     }

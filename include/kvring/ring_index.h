@@ -49,12 +49,13 @@ class RingIndex {
   }
 
   // Returns kOk if `num_tokens` positions may be appended at `pos` into NumSlots() slots;
-  // otherwise why not (a batch too large for the slots is kBadArgument: grow first).
+  // otherwise why not (kBatchTooLarge: the batch would overwrite positions its first query
+  // reads; grow first).
   Status CheckAppend(uint64_t pos, uint64_t num_tokens) const {
     if (num_tokens == 0) return Status::kEmptyBatch;
     if (pos != end_pos_) return Status::kWrongPosition;
     if (num_tokens > context_ - end_pos_) return Status::kContextFull;
-    if (SlotsNeededFor(num_tokens) > num_slots_) return Status::kBadArgument;
+    if (SlotsNeededFor(num_tokens) > num_slots_) return Status::kBatchTooLarge;
     return Status::kOk;
   }
   // Records an append that CheckAppend allowed.

@@ -15,7 +15,8 @@ enum class [[nodiscard]] Status : uint8_t{
     kRollbackTooFar,  // more than the planned rollback headroom, or than is live
     kNotLive,         // a read of a position the cache does not hold
     kNotOwner,        // a write to a layer that reads another layer's KV
-    kBadArgument,     // a layer index, capacity or shape outside what the cache has
+    kBadArgument,     // a layer index, capacity, shape or null rows outside what the cache takes
+    kBatchTooLarge,   // a batch that would overwrite positions its queries read: grow first
     kOutOfMemory,     // growing could not allocate
 };
 
@@ -38,6 +39,8 @@ inline const char* ToString(Status status) {
       return "NotOwner";
     case Status::kBadArgument:
       return "BadArgument";
+    case Status::kBatchTooLarge:
+      return "BatchTooLarge";
     case Status::kOutOfMemory:
       return "OutOfMemory";
   }

@@ -11,7 +11,10 @@
 namespace kvring {
 
 struct StorageSpec {
-  KVShape shape;              // shape.num_slots: slots to allocate (layout-aligned)
+  // shape.num_slots: slots to allocate, a multiple of the layout's slot alignment. Use
+  // Layout::NumSlotsFor(capacity) (as the plan does): for the flash layout it also makes the
+  // number of tiles odd, which any other aligned count works without but runs slower.
+  KVShape shape;
   uint64_t keep = 0;          // positions before a new batch its queries read (span - 1)
   uint64_t max_rollback = 0;  // rollback headroom
   uint64_t context = 0;       // the logical limit of positions

@@ -70,18 +70,25 @@ class StorageDriver {
     const uint32_t heads = static_cast<uint32_t>(source_->Between(1, 3));
     const uint32_t head_dim = static_cast<uint32_t>(source_->Between(1, 20));
     const uint64_t window = source_->Between(1, 90);
+    const uint64_t consumer_window = source_->Between(1, 120);
     builder.AddLayer(LayerSpec::Sliding(window, heads, head_dim));
-    builder.AddLayer(LayerSpec::Sliding(source_->Between(1, 120), heads, head_dim).SharedFrom(0));
+    builder.AddLayer(LayerSpec::Sliding(consumer_window, heads, head_dim).SharedFrom(0));
     LayerSpec global = LayerSpec::Global(heads, head_dim);
     global.v_head_dim = static_cast<uint32_t>(source_->Between(1, 24));
     builder.AddLayer(global);
-    if (source_->Below(2)) {
-      builder.AddLayer(LayerSpec::Chunked(source_->Between(1, 70), 1, 8));
+    const bool chunked = source_->Below(2) == 1;
+    const uint64_t chunk = chunked ? source_->Between(1, 70) : 0;
+    if (chunked) {
+      builder.AddLayer(LayerSpec::Chunked(chunk, 1, 8));
     } else {
       builder.AddLayer(LayerSpec::Latent(static_cast<uint32_t>(source_->Between(1, 40))));
     }
     RuntimeSpec runtime;
     runtime.context = source_->Between(1, 400);
+    // What each owner must keep before a new batch, worked out here from the specs: the
+    // widest window of the sliding owner and its consumer, the chunk, or all (global).
+    const uint64_t keeps[4] = {std::max(window, consumer_window) - 1, 0, runtime.context,
+                               chunked ? chunk - 1 : runtime.context};
     runtime.batch = source_->Between(1, std::min<uint64_t>(runtime.context, 40));
     runtime.rollback = source_->Between(0, std::min<uint64_t>(runtime.context, 40));
     runtime.backend = Layout::kBackend;
@@ -92,13 +99,15 @@ class StorageDriver {
     if (!cache.ok()) return "cache: " + cache.error().message;
     cache_ = std::move(cache).value();
     models_.assign(plan->NumLayers(), LayerModel());
+    batch_ = runtime.batch;
     for (const LayerInfo& layer : plan->Layers()) {
       if (!layer.OwnsKV()) continue;
-      models_[layer.index].keep = layer.span == 0 ? runtime.context : layer.span - 1;
-      models_[layer.index].slots.resize(layer.num_slots);
+      models_[layer.index].keep = keeps[layer.index];
+      models_[layer.index].slots.resize(ExpectedSlots(models_[layer.index]));
       models_[layer.index].rows.resize(runtime.context);
     }
-    std::string failure = Check(cache_, models_, "after Create");
+    std::string failure = CheckSlots(cache_, models_, "after Create");
+    if (failure.empty()) failure = Check(cache_, models_, "after Create");
     for (size_t step = 0; step < num_steps && failure.empty() && !source_->Done(); ++step) {
       failure = Step();
       if (failure.empty()) failure = Check(cache_, models_, "step " + std::to_string(step));
@@ -126,29 +135,45 @@ class StorageDriver {
       return AppendAll(end, num_tokens);
     }
     if (kind < 65) {
-      // A wrong position, an empty batch, a consumer, null rows: refused, nothing changes.
+      // A wrong position, an empty batch, a consumer, null rows: refused, and nothing changes,
+      // not even for batches larger than planned (which would otherwise grow the rings).
       const uint64_t wrong = end + 1 + source_->Below(3);
-      std::vector<float> k(4096), v(4096);
-      const Status status = cache_.AppendF32(0, wrong, k.data(), v.data(), 1);
-      if (status != Status::kWrongPosition)
+      const uint64_t num_tokens = source_->Below(2) ? 1 : runtime.batch + 1 + source_->Below(8);
+      std::vector<float> k(num_tokens * 64), v(num_tokens * 64);
+      const uint64_t bytes = cache_.AllocatedBytes(), batch = runtime.batch;
+      const Status status = cache_.AppendF32(0, wrong, k.data(), v.data(), num_tokens);
+      if (status != Status::kWrongPosition) {
         return "wrong position: " + std::string(ToString(status));
+      }
       if (cache_.AppendF32(0, end, k.data(), v.data(), 0) != Status::kEmptyBatch) {
         return "empty batch was not refused";
       }
-      if (cache_.AppendF32(1, end, k.data(), v.data(), 1) != Status::kNotOwner) {
+      if (cache_.AppendF32(1, end, k.data(), v.data(), num_tokens) != Status::kNotOwner) {
         return "a consumer append was not refused";
       }
-      if (cache_.AppendF32(0, end, k.data(), nullptr, 1) != Status::kBadArgument) {
+      if (cache_.AppendF32(0, end, k.data(), nullptr, num_tokens) != Status::kBadArgument) {
         return "null V rows were not refused";
       }
-      return "";
+      if (cache_.AppendF32(0, end, nullptr, v.data(), num_tokens) != Status::kBadArgument) {
+        return "null K rows were not refused";
+      }
+      if (cache_.Grow(0) != Status::kBadArgument) return "Grow(0) was not refused";
+      if (cache_.AllocatedBytes() != bytes || cache_.Plan().Runtime().batch != batch) {
+        return "a refused call grew the cache";
+      }
+      return CheckSlots(cache_, models_, "after refused calls");
     }
     if (kind < 80) return RollbackAll(source_->Between(0, runtime.rollback + 3));
     if (kind < 85) {
       // Grow for a larger batch (rings keep every held position).
-      const uint64_t batch = source_->Between(1, runtime.context);
+      const uint64_t batch = source_->Between(1, runtime.context + 2);
       const Status status = cache_.Grow(batch);
+      if (batch > runtime.context) {
+        if (status == Status::kBadArgument) return "";
+        return "grow past the context: " + std::string(ToString(status));
+      }
       if (status != Status::kOk) return "grow: " + std::string(ToString(status));
+      batch_ = std::max(batch_, batch);
       return ResizeModels();
     }
     if (kind < 92) {
@@ -157,12 +182,14 @@ class StorageDriver {
       if (snapshot_ && source_->Below(2)) {
         std::swap(*snapshot_, cache_);
         std::swap(snapshot_models_, models_);
+        std::swap(snapshot_batch_, batch_);
         return "";
       }
       Expected<KVCache<Layout>> copy = cache_.Copy();
       if (!copy.ok()) return "copy: " + copy.error().message;
       snapshot_ = std::move(copy).value();
       snapshot_models_ = models_;
+      snapshot_batch_ = batch_;
       return "";
     }
     if (kind < 95) {
@@ -204,6 +231,7 @@ class StorageDriver {
       }
       if (status != Status::kOk) return "append: " + std::string(ToString(status));
       ++num_appends_;
+      batch_ = std::max(batch_, num_tokens);
       // Growth (for a batch larger than planned) happens on the first layer's append.
       std::string failure = ResizeModels();
       if (!failure.empty()) return failure;
@@ -223,6 +251,14 @@ class StorageDriver {
         }
       }
       model.end = pos + num_tokens;
+      // The batch's first query (at pos) reads the keep positions before it; all of them and
+      // the batch itself must be held now.
+      for (uint64_t p = pos - std::min(pos, model.keep); p < model.end; ++p) {
+        if (!model.Holds(p)) {
+          return "layer " + std::to_string(layer) + " lost position " + std::to_string(p) +
+                 " that the append at " + std::to_string(pos) + " still reads";
+        }
+      }
     }
     return "";
   }
@@ -255,22 +291,41 @@ class StorageDriver {
     return "";
   }
 
-  // Follows the cache's rings after growth: checks the new slot counts, remaps the model.
-  std::string ResizeModels() {
-    for (size_t layer = 0; layer < models_.size(); ++layer) {
-      LayerModel& model = models_[layer];
-      if (model.slots.empty()) continue;
-      const uint64_t num_slots = cache_.View(layer).NumSlots();
-      if (num_slots == model.slots.size()) continue;
-      if (num_slots < model.slots.size() || num_slots % Layout::kSlotAlignment != 0) {
-        return "layer " + std::to_string(layer) + " resized to " + std::to_string(num_slots);
+  // Returns the slots an owner must have for the batches seen so far, worked out here: its
+  // capacity min(T, keep + max(B, R)) in whole tiles (an odd number of them for flash), never
+  // fewer than it had.
+  uint64_t ExpectedSlots(const LayerModel& model) const {
+    const RuntimeSpec& runtime = cache_.Plan().Runtime();
+    const uint64_t capacity =
+        std::min(runtime.context, model.keep + std::max(batch_, runtime.rollback));
+    uint64_t tiles = (capacity + Layout::kSlotAlignment - 1) / Layout::kSlotAlignment;
+    if (Layout::kBackend == Backend::kFlash && tiles % 2 == 0) ++tiles;
+    return std::max<uint64_t>(tiles * Layout::kSlotAlignment, model.slots.size());
+  }
+
+  // Checks that every owner has the slots the model expects.
+  static std::string CheckSlots(const KVCache<Layout>& cache, const std::vector<LayerModel>& models,
+                                const std::string& when) {
+    for (size_t layer = 0; layer < models.size(); ++layer) {
+      if (models[layer].slots.empty()) continue;
+      if (cache.View(layer).NumSlots() != models[layer].slots.size()) {
+        return when + ", layer " + std::to_string(layer) + ": " +
+               std::to_string(cache.View(layer).NumSlots()) + " slots, expected " +
+               std::to_string(models[layer].slots.size());
       }
-      model.Resize(num_slots);
-    }
-    if (cache_.AllocatedBytes() != cache_.Plan().TotalBytes()) {
-      return "allocated bytes differ from the plan after growth";
     }
     return "";
+  }
+
+  // Follows the cache's rings after growth: remaps the model to the slots it expects, then
+  // checks that the cache has them.
+  std::string ResizeModels() {
+    for (LayerModel& model : models_) {
+      if (model.slots.empty()) continue;
+      const uint64_t num_slots = ExpectedSlots(model);
+      if (num_slots != model.slots.size()) model.Resize(num_slots);
+    }
+    return CheckSlots(cache_, models_, "after growth");
   }
 
   float NextValue() {
@@ -301,10 +356,6 @@ class StorageDriver {
         return where + "live range [" + std::to_string(cache.FirstPos(layer)) + ", " +
                std::to_string(model.end) + ") differs from the model's first " +
                std::to_string(first);
-      }
-      // The next query (at EndPos) must find every position it sees.
-      if (model.end > 0 && !view.CanServe(model.end - 1)) {
-        return where + "the newest query cannot be served";
       }
       // Every position the next query (at EndPos) sees under this layer's own rule is held.
       if (model.end > 0 && view.visibility.FirstVisible(model.end) < first) {
@@ -350,6 +401,8 @@ class StorageDriver {
   }
 
   ChoiceSource* source_;
+  uint64_t batch_ = 0;           // the largest batch planned or appended so far
+  uint64_t snapshot_batch_ = 0;  // the same, for the snapshot
   KVCache<Layout> cache_;
   std::vector<LayerModel> models_;
   std::optional<KVCache<Layout>> snapshot_;

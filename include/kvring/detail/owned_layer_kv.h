@@ -30,6 +30,13 @@ class OwnedLayerKV {
   // Returns the bytes of the K and V buffers.
   uint64_t AllocatedBytes() const { return storage_.AllocatedBytes(); }
 
+  // Returns kOk if AppendF32/AppendBF16(pos, k, v, num_tokens) would be accepted as the
+  // storage is now; kBatchTooLarge if only growth is missing (a RingKV grows by itself).
+  // Changes nothing. O(1).
+  Status CheckAppend(uint64_t pos, const void* k, const void* v, uint64_t num_tokens) const {
+    return storage_.CheckAppend(pos, k, v, num_tokens);
+  }
+
   // Copies the row of held position `pos` into k_out [kv_head][head_dim] and, if not null,
   // v_out [kv_head][v_head_dim], exactly as stored. kNotLive if `pos` is not held.
   // Does not allocate. Cost: one row.

@@ -11,6 +11,12 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define KVRING_TRANSPOSE_AVX2 1
+#else
+#define KVRING_TRANSPOSE_AVX2 0
+#endif
 
 namespace kvring {
 namespace detail {
@@ -48,6 +54,54 @@ inline void Transpose8x8(const uint16_t* src, uint64_t src_stride, uint16_t* dst
   }
 #endif
 }
+
+#if KVRING_TRANSPOSE_AVX2
+
+// Returns whether this CPU runs AVX2 (checked once).
+inline bool CpuHasAvx2() {
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  return has_avx2;
+}
+
+// Writes dst[d * dst_stride + t] = src[t * src_stride + d] for t, d < 16 (uint16_t elements),
+// with 32-byte loads and stores. Call only if CpuHasAvx2().
+__attribute__((target("avx2"))) inline void Transpose16x16Avx2(const uint16_t* src,
+                                                               uint64_t src_stride, uint16_t* dst,
+                                                               uint64_t dst_stride) {
+  __m256i r[16], a[16], b[16], c[16];
+  for (uint64_t t = 0; t < 16; ++t) {
+    r[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + t * src_stride));
+  }
+  // Within each 128-bit lane (dims 0-7 low, 8-15 high) interleave 16-, 32-, then 64-bit
+  // pieces: afterwards c[2k + h] of token group g (tokens 8g..8g+7) holds dim 2k + h in its low
+  // lane and dim 2k + h + 8 in its high lane.
+  for (uint64_t i = 0; i < 8; ++i) {
+    a[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+  }
+  for (uint64_t base = 0; base < 16; base += 4) {
+    b[base + 0] = _mm256_unpacklo_epi32(a[base + 0], a[base + 2]);
+    b[base + 1] = _mm256_unpackhi_epi32(a[base + 0], a[base + 2]);
+    b[base + 2] = _mm256_unpacklo_epi32(a[base + 1], a[base + 3]);
+    b[base + 3] = _mm256_unpackhi_epi32(a[base + 1], a[base + 3]);
+  }
+  for (uint64_t group = 0; group < 2; ++group) {
+    const uint64_t in = 8 * group, out = 8 * group;
+    for (uint64_t k = 0; k < 4; ++k) {
+      c[out + 2 * k] = _mm256_unpacklo_epi64(b[in + k], b[in + k + 4]);
+      c[out + 2 * k + 1] = _mm256_unpackhi_epi64(b[in + k], b[in + k + 4]);
+    }
+  }
+  // Join the token groups: dim j takes the low lanes, dim j + 8 the high lanes.
+  for (uint64_t j = 0; j < 8; ++j) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j * dst_stride),
+                        _mm256_permute2x128_si256(c[j], c[8 + j], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (j + 8) * dst_stride),
+                        _mm256_permute2x128_si256(c[j], c[8 + j], 0x31));
+  }
+}
+
+#endif  // KVRING_TRANSPOSE_AVX2
 
 }  // namespace detail
 }  // namespace kvring
