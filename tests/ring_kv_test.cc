@@ -195,6 +195,54 @@ TYPED_TEST(RingKVTest, GlobalKVHoldsTheContextAndRefusesPastIt) {
   EXPECT_EQ(GlobalKV<TypeParam>::Create(spec).error().field, "shape.num_slots");
 }
 
+TYPED_TEST(RingKVTest, WideRowsOfAnyBatchReadBackExactly) {
+  // Head dims and batches that hit every path of the K transposition: 16 x 16 and 8 x 8
+  // blocks, partial blocks of dims and of tokens, f32 and BF16 rows.
+  for (uint32_t head_dim : {16u, 24u, 64u, 128u, 136u}) {
+    StorageSpec spec;
+    spec.shape = KVShape{0, 3, head_dim, head_dim / 2};
+    ASSERT_TRUE(TypeParam::NumSlotsFor(400, &spec.shape.num_slots));
+    spec.keep = 50;
+    spec.context = 100000;
+    RingKV<TypeParam> ring = RingKV<TypeParam>::Create(spec).value();
+    const uint64_t k_row = 3 * head_dim, v_row = 3 * (head_dim / 2);
+    std::vector<std::vector<uint16_t>> k_bits, v_bits;  // by position
+    uint32_t seed = 1;
+    const auto next = [&seed] {
+      seed = seed * 1664525u + 1013904223u;
+      return static_cast<float>(seed >> 8) / 65536.0f - 128.0f;
+    };
+    for (uint64_t num_tokens : {1u, 7u, 16u, 33u, 100u, 17u, 64u}) {
+      std::vector<float> k(num_tokens * k_row), v(num_tokens * v_row);
+      for (float& x : k) x = next();
+      for (float& x : v) x = next();
+      std::vector<BF16> k16(k.size()), v16(v.size());
+      for (size_t i = 0; i < k.size(); ++i) k16[i] = BF16FromF32(k[i]);
+      for (size_t i = 0; i < v.size(); ++i) v16[i] = BF16FromF32(v[i]);
+      const Status status =
+          num_tokens % 2 ? ring.AppendF32(ring.EndPos(), k.data(), v.data(), num_tokens)
+                         : ring.AppendBF16(ring.EndPos(), k16.data(), v16.data(), num_tokens);
+      ASSERT_EQ(status, Status::kOk);
+      for (uint64_t t = 0; t < num_tokens; ++t) {
+        k_bits.emplace_back();
+        v_bits.emplace_back();
+        for (uint64_t e = 0; e < k_row; ++e) k_bits.back().push_back(k16[t * k_row + e].bits);
+        for (uint64_t e = 0; e < v_row; ++e) v_bits.back().push_back(v16[t * v_row + e].bits);
+      }
+    }
+    std::vector<BF16> k_out(k_row), v_out(v_row);
+    for (uint64_t pos = ring.FirstPos(); pos < ring.EndPos(); ++pos) {
+      ASSERT_EQ(ring.ReadRow(pos, k_out.data(), v_out.data()), Status::kOk);
+      for (uint64_t e = 0; e < k_row; ++e) {
+        ASSERT_EQ(k_out[e].bits, k_bits[pos][e]) << head_dim << " " << pos << " " << e;
+      }
+      for (uint64_t e = 0; e < v_row; ++e) {
+        ASSERT_EQ(v_out[e].bits, v_bits[pos][e]) << head_dim << " " << pos << " " << e;
+      }
+    }
+  }
+}
+
 TEST(RingKV, BF16RowsAreStoredAsTheyAre) {
   RingKV<FlashLayout> ring = RingKV<FlashLayout>::Create(RingSpec()).value();
   std::vector<BF16> k(16), v(16);
