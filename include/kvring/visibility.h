@@ -33,9 +33,6 @@ struct Visibility {
   }
   // Returns whether a query at `q` sees position `pos`.
   bool Visible(uint64_t q, uint64_t pos) const { return pos <= q && pos >= FirstVisible(q); }
-  // Returns how many positions before `q` the query may need (the window minus one, the
-  // chunk minus one); for global, q itself.
-  uint64_t MaxLookback(uint64_t q) const { return q - FirstVisible(q); }
 };
 
 }  // namespace kvring
