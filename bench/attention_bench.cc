@@ -5,11 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 // Compile AVX3_DL (AVX-512 with BF16/VNNI) too: Highway 1.0.3 needs this opt-in.
@@ -21,24 +22,12 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kvring/ops/attention-inl.h"
+#include "reference/attention_wrappers-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring_bench {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-void FlashAttention(const kvring::KVView<kvring::FlashLayout>& kv,
-                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
-                    uint32_t num_threads) {
-  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
-                                            kvring::AttentionThreads{num_threads});
-}
-void TiledAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
-                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
-                    uint32_t num_threads) {
-  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
-                                            kvring::AttentionThreads{num_threads});
-}
 
 // The read twin: sums `count` u32 with four independent vector accumulators.
 uint32_t ReadTwin(const uint32_t* HWY_RESTRICT p, size_t count) {
@@ -82,17 +71,34 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 
 #include "benchmark/benchmark.h"
+#include "kvring/global_kv.h"
+#include "kvring/ring_kv.h"
+#include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
 
-namespace kvring_bench {
+namespace kvring_testing {
 HWY_EXPORT(FlashAttention);
 HWY_EXPORT(TiledAttention);
+
+// Runs the attention wrapper of the best target of this CPU.
+void DispatchAttention(const kvring::KVView<kvring::FlashLayout>& kv,
+                       const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
+                       uint32_t num_threads) {
+  HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, options, num_threads);
+}
+void DispatchAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+                       const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
+                       uint32_t num_threads) {
+  HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads);
+}
+}  // namespace kvring_testing
+
+namespace kvring_bench {
 HWY_EXPORT(ReadTwin);
 HWY_EXPORT(FmaTwin);
 
 using kvring::AttentionKind;
 using kvring::reference::History;
-using kvring::reference::Storage;
 using Clock = std::chrono::steady_clock;
 
 struct Shape {
@@ -102,67 +108,25 @@ struct Shape {
   uint32_t num_threads;
 };
 
-// Returns the best of several timings of fn, in seconds.
+// Returns the seconds fn takes.
 template <typename Fn>
-double BestSeconds(const Fn& fn, int repeats) {
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+double Seconds(const Fn& fn) {
+  const auto t0 = Clock::now();
+  fn();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Returns `history` appended (positions [0, end)) into a KV (RingKV or GlobalKV) for `spec`;
+// aborts with the reason if it is refused.
+template <typename KV>
+KV Store(const History& history, const kvring::StorageSpec& spec, uint64_t end) {
+  kvring::Expected<KV> kv = kvring::reference::StoreHistory<KV>(history, spec, end);
+  if (!kv.ok()) {
+    std::fprintf(stderr, "attention_bench: %s: %s\n", kv.error().field.c_str(),
+                 kv.error().message.c_str());
+    std::abort();
   }
-  return best;
-}
-
-// Time of the read twin over `bytes` (cached per size).
-double ReadTwinSeconds(uint64_t bytes) {
-  static std::map<uint64_t, double> cache;
-  auto it = cache.find(bytes);
-  if (it != cache.end()) return it->second;
-  std::vector<uint32_t> buffer(bytes / 4, 1u);
-  volatile uint32_t sink = 0;
-  const double s = BestSeconds(
-                       [&] {
-                         for (int i = 0; i < 10; ++i) {
-                           sink =
-                               sink + HWY_DYNAMIC_DISPATCH(ReadTwin)(buffer.data(), buffer.size());
-                         }
-                       },
-                       5) /
-                   10;
-  cache[bytes] = s;
-  return s;
-}
-
-// Time of the FMA twin doing `fmas` multiply-adds (cached per count).
-double FmaTwinSeconds(uint64_t fmas) {
-  static std::map<uint64_t, double> cache;
-  auto it = cache.find(fmas);
-  if (it != cache.end()) return it->second;
-  volatile float sink = 0.0f;
-  const double s = BestSeconds(
-                       [&] {
-                         for (int i = 0; i < 10; ++i)
-                           sink = sink + HWY_DYNAMIC_DISPATCH(FmaTwin)(fmas, 0.999f);
-                       },
-                       5) /
-                   10;
-  cache[fmas] = s;
-  return s;
-}
-
-template <typename Layout>
-void RunAttention(const kvring::KVView<Layout>& kv, const kvring::AttentionBatch& batch,
-                  uint32_t num_threads);
-template <>
-void RunAttention(const kvring::KVView<kvring::FlashLayout>& kv,
-                  const kvring::AttentionBatch& batch, uint32_t num_threads) {
-  HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, kvring::AttentionOptions(), num_threads);
-}
-template <>
-void RunAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
-                  const kvring::AttentionBatch& batch, uint32_t num_threads) {
-  HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, kvring::AttentionOptions(), num_threads);
+  return std::move(kv).value();
 }
 
 template <typename Layout>
@@ -194,7 +158,17 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
       history.v[pos * row + i] = kvring::BF16FromF32(normal(rng));
     }
   }
-  const auto storage = Storage<Layout>::Make(history, slots, end);
+  // K/V as an engine's storage holds them: a RingKV that has wrapped or a GlobalKV, appended
+  // from the history in the largest batches it takes (a ring: slots - keep positions).
+  const kvring::StorageSpec spec =
+      kvring::reference::SpecOf(history, slots, /*keep=*/shape.window - 1, end);
+  kvring::RingKV<Layout> ring_kv;
+  kvring::GlobalKV<Layout> flat_kv;
+  if (ring) {
+    ring_kv = Store<kvring::RingKV<Layout>>(history, spec, end);
+  } else {
+    flat_kv = Store<kvring::GlobalKV<Layout>>(history, spec, end);
+  }
   const kvring::Visibility visibility{AttentionKind::kSliding, shape.window};
   std::vector<float> queries(size_t{shape.num_queries} * shape.num_q_heads * shape.head_dim);
   for (float& q : queries) q = normal(rng);
@@ -205,7 +179,7 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   batch.first_q_pos = first_q_pos;
   batch.num_queries = shape.num_queries;
   batch.num_q_heads = shape.num_q_heads;
-  const kvring::KVView<Layout> kv = storage.View(visibility);
+  const kvring::KVView<Layout> kv = ring ? ring_kv.View(visibility) : flat_kv.View(visibility);
 
   // Work: K/V bytes the batch reads, and multiply-adds (q.k and p.v) it does.
   uint64_t kv_positions = 0, visible_pairs = 0;
@@ -220,20 +194,34 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   const uint64_t bytes = kv_positions * row * 2 * sizeof(kvring::BF16);
   const uint64_t fmas = visible_pairs * shape.num_q_heads * shape.head_dim * 2;
 
-  // The ratios compare best times (the twins report their best of several runs too): on a
-  // shared machine the best is the least disturbed measurement.
-  double best = 1e30;
+  // Each iteration times the kernel, then the read twin over a buffer of the same bytes, then
+  // the FMA twin; the ratios compare the best time of each. Interleaving them means a slow
+  // spell of this shared machine (or a neighbour's traffic in the L3) falls on both sides of a
+  // ratio rather than on one; the best is the least disturbed measurement. The reported time
+  // is the kernel's alone (manual time).
+  std::vector<uint32_t> twin_buffer(bytes / 4, 1u);
+  volatile uint32_t read_sink = 0;
+  volatile float fma_sink = 0.0f;
+  double best = 1e30, best_read = 1e30, best_fma = 1e30;
   for (auto _ : state) {
-    const auto t0 = Clock::now();
-    RunAttention(kv, batch, shape.num_threads);
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    const double seconds = Seconds([&] {
+      kvring_testing::DispatchAttention(kv, batch, kvring::AttentionOptions(), shape.num_threads);
+    });
     benchmark::DoNotOptimize(out.data());
+    state.SetIterationTime(seconds);
+    best = std::min(best, seconds);
+    best_read = std::min(best_read, Seconds([&] {
+                           read_sink = read_sink + HWY_DYNAMIC_DISPATCH(ReadTwin)(
+                                                       twin_buffer.data(), twin_buffer.size());
+                         }));
+    best_fma = std::min(best_fma, Seconds([&] {
+                          fma_sink = fma_sink + HWY_DYNAMIC_DISPATCH(FmaTwin)(fmas, 0.999f);
+                        }));
   }
-  const double per_call = best;
   state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
-  state.counters["read_ratio"] = ReadTwinSeconds(bytes) / per_call;
-  state.counters["fma_ratio"] = FmaTwinSeconds(fmas) / per_call;
-  state.counters["best_us"] = per_call * 1e6;
+  state.counters["read_ratio"] = best_read / best;
+  state.counters["fma_ratio"] = best_fma / best;
+  state.counters["best_us"] = best * 1e6;
 }
 
 void RegisterAll() {
@@ -254,11 +242,11 @@ void RegisterAll() {
             std::to_string(s.num_threads);
         if (backend == 0) {
           benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::FlashLayout>, s, ring)
-              ->UseRealTime()
+              ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
         } else {
           benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<16>>, s, ring)
-              ->UseRealTime()
+              ->UseManualTime()
               ->Unit(benchmark::kMicrosecond);
         }
       }

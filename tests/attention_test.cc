@@ -1,6 +1,7 @@
 // Tests of kvring/ops/attention-inl.h (and views.h, attention.h, ops/append-inl.h) on every
-// compiled Highway target, against the float64 reference of tests/reference/. This is the one
-// test translation unit that instantiates the kernels for all targets (foreach_target).
+// compiled Highway target, against the float64 reference of tests/reference/, over K/V
+// appended into RingKV and GlobalKV. This is the one test translation unit that instantiates
+// the kernels for all targets (foreach_target).
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 // Compile AVX3_DL (AVX-512 with BF16/VNNI) too: Highway 1.0.3 needs this opt-in.
@@ -21,23 +23,12 @@
 #include "hwy/highway.h"
 #include "kvring/ops/append-inl.h"
 #include "kvring/ops/attention-inl.h"
+#include "reference/attention_wrappers-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring_test {
 namespace HWY_NAMESPACE {
 
-void FlashAttention(const kvring::KVView<kvring::FlashLayout>& kv,
-                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
-                    uint32_t num_threads) {
-  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
-                                            kvring::AttentionThreads{num_threads});
-}
-void TiledAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
-                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
-                    uint32_t num_threads) {
-  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
-                                            kvring::AttentionThreads{num_threads});
-}
 void ConvertF32ToBF16(const float* in, kvring::BF16* out, size_t count) {
   kvring::HWY_NAMESPACE::F32ToBF16(in, out, count);
 }
@@ -52,12 +43,28 @@ HWY_AFTER_NAMESPACE();
 #include "gtest/gtest.h"
 #include "kvring/attention.h"
 #include "kvring/views.h"
+#include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
 #include "reference/reference_attention.h"
 
-namespace kvring_test {
+namespace kvring_testing {
 HWY_EXPORT(FlashAttention);
 HWY_EXPORT(TiledAttention);
+
+// Runs the attention wrapper of the target dispatch chooses (or ForEachTarget pins).
+void DispatchAttention(const kvring::KVView<kvring::FlashLayout>& kv,
+                       const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
+                       uint32_t num_threads) {
+  HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, options, num_threads);
+}
+void DispatchAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+                       const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
+                       uint32_t num_threads) {
+  HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads);
+}
+}  // namespace kvring_testing
+
+namespace kvring_test {
 HWY_EXPORT(ConvertF32ToBF16);
 
 using kvring::AttentionKind;
@@ -67,7 +74,6 @@ using kvring::FlashLayout;
 using kvring::Visibility;
 using Tiled = kvring::TiledLayout<16>;
 using kvring::reference::History;
-using kvring::reference::Storage;
 
 constexpr double kTolerance = 1e-3;
 
@@ -122,6 +128,11 @@ struct Case {
     uint64_t capacity = span - 1 + num_queries;
     if (capacity > EndPos()) capacity = EndPos();
     return (capacity + 31) / 32 * 32 + extra_ring_slots;
+  }
+  // The storage's keep: the positions before the batch that its first query reads.
+  uint64_t Keep() const {
+    const uint64_t span = visibility.kind == AttentionKind::kGlobal ? EndPos() : visibility.span;
+    return (span < EndPos() ? span : EndPos()) - 1;
   }
 };
 
@@ -184,20 +195,37 @@ std::vector<double> Reference(const Case& c, const Inputs& in, const AttentionOp
                                                c.first_q_pos, c.num_queries, c.NumQHeads(), ro);
 }
 
-std::vector<float> RunKernel(const Case& c, const Inputs& in, const Storage<FlashLayout>& storage,
-                             const AttentionOptions& options, uint32_t num_threads = 1) {
-  std::vector<float> out(size_t{c.num_queries} * c.NumQHeads() * c.VHeadDim(),
-                         std::numeric_limits<float>::quiet_NaN());
-  HWY_DYNAMIC_DISPATCH(FlashAttention)
-  (storage.View(c.visibility), BatchOf(c, in, out.data()), options, num_threads);
-  return out;
+// Returns a KV (RingKV or GlobalKV) created from `spec` and appended positions [0, end_pos) of
+// `history`; a refusal fails the test, then aborts.
+template <typename KV>
+KV Store(const History& history, const kvring::StorageSpec& spec, uint64_t end_pos) {
+  kvring::Expected<KV> kv = kvring::reference::StoreHistory<KV>(history, spec, end_pos);
+  if (!kv.ok()) ADD_FAILURE() << kv.error().field << ": " << kv.error().message;
+  return std::move(kv).value();
 }
-std::vector<float> RunKernel(const Case& c, const Inputs& in, const Storage<Tiled>& storage,
+
+// Returns the history of `c` in a RingKV of `num_slots` slots (it has wrapped if the case's
+// positions outnumber them), appended in batches as an engine appends them.
+template <typename Layout>
+kvring::RingKV<Layout> Ring(const Case& c, const History& history, uint64_t num_slots) {
+  return Store<kvring::RingKV<Layout>>(
+      history, kvring::reference::SpecOf(history, num_slots, c.Keep(), c.EndPos()), c.EndPos());
+}
+// Returns the history of `c` in a GlobalKV (flat: position pos in slot pos) of `num_slots`.
+template <typename Layout>
+kvring::GlobalKV<Layout> Flat(const Case& c, const History& history, uint64_t num_slots) {
+  return Store<kvring::GlobalKV<Layout>>(
+      history, kvring::reference::SpecOf(history, num_slots, c.Keep(), c.EndPos()), c.EndPos());
+}
+
+// Returns the kernel's output for `c` over `kv`'s view (kv: a RingKV or GlobalKV).
+template <typename KV>
+std::vector<float> RunKernel(const Case& c, const Inputs& in, const KV& kv,
                              const AttentionOptions& options, uint32_t num_threads = 1) {
   std::vector<float> out(size_t{c.num_queries} * c.NumQHeads() * c.VHeadDim(),
                          std::numeric_limits<float>::quiet_NaN());
-  HWY_DYNAMIC_DISPATCH(TiledAttention)
-  (storage.View(c.visibility), BatchOf(c, in, out.data()), options, num_threads);
+  kvring_testing::DispatchAttention(kv.View(c.visibility), BatchOf(c, in, out.data()), options,
+                                    num_threads);
   return out;
 }
 
@@ -232,10 +260,10 @@ void CheckCase(const Case& c) {
   const std::vector<double> ref = Reference(c, in, options);
   const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
   const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
-  const auto flash_flat = Storage<FlashLayout>::Make(in.history, flat_slots, c.EndPos());
-  const auto flash_ring = Storage<FlashLayout>::Make(in.history, ring_slots, c.EndPos());
-  const auto tiled_flat = Storage<Tiled>::Make(in.history, flat_slots, c.EndPos());
-  const auto tiled_ring = Storage<Tiled>::Make(in.history, ring_slots, c.EndPos());
+  const auto flash_flat = Flat<FlashLayout>(c, in.history, flat_slots);
+  const auto flash_ring = Ring<FlashLayout>(c, in.history, ring_slots);
+  const auto tiled_flat = Flat<Tiled>(c, in.history, flat_slots);
+  const auto tiled_ring = Ring<Tiled>(c, in.history, ring_slots);
   const std::vector<float> a = RunKernel(c, in, flash_flat, options);
   const std::vector<float> b = RunKernel(c, in, flash_ring, options);
   const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
@@ -410,7 +438,7 @@ TEST(Attention, WindowOfOneReturnsTheQueryOwnValue) {
     c.first_q_pos = 95;
     c.num_queries = 10;
     const Inputs in = MakeInputs(c);
-    const auto ring = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
+    const auto ring = Ring<FlashLayout>(c, in.history, c.RingSlots());
     const std::vector<float> out = RunKernel(c, in, ring, OptionsOf(c, in));
     for (uint32_t query = 0; query < c.num_queries; ++query) {
       for (uint32_t q_head = 0; q_head < c.NumQHeads(); ++q_head) {
@@ -437,7 +465,7 @@ TEST(Attention, EqualScoresAverageTheValues) {
     c.num_queries = 30;
     Inputs in = MakeInputs(c);
     for (BF16& k : in.history.k) k = kvring::BF16FromF32(0.5f);
-    const auto flat = Storage<FlashLayout>::Make(in.history, 160, c.EndPos());
+    const auto flat = Flat<FlashLayout>(c, in.history, 160);
     const std::vector<float> out = RunKernel(c, in, flat, OptionsOf(c, in));
     for (uint32_t query = 0; query < c.num_queries; ++query) {
       const uint64_t q_pos = c.first_q_pos + query;
@@ -471,7 +499,7 @@ TEST(Attention, HugeScoresAndHugeCappedLogitsStayFinite) {
       c.seed = 77 + static_cast<uint32_t>(variant);
       CheckCase(c);
       const Inputs in = MakeInputs(c);
-      const auto flat = Storage<FlashLayout>::Make(in.history, 416, c.EndPos());
+      const auto flat = Flat<FlashLayout>(c, in.history, 416);
       for (float x : RunKernel(c, in, flat, OptionsOf(c, in))) ASSERT_TRUE(std::isfinite(x));
     }
   });
@@ -495,8 +523,8 @@ TEST(Attention, NaNAndInfInVisibleKVReachOnlyTheOutputsThatSeeThem) {
         in.history.V(bad_pos, 1, 7) = kvring::BF16FromF32(std::numeric_limits<float>::infinity());
       }
       const AttentionOptions options = OptionsOf(c, in);
-      const auto flash = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
-      const auto tiled = Storage<Tiled>::Make(in.history, c.RingSlots(), c.EndPos());
+      const auto flash = Ring<FlashLayout>(c, in.history, c.RingSlots());
+      const auto tiled = Ring<Tiled>(c, in.history, c.RingSlots());
       for (const std::vector<float>& out :
            {RunKernel(c, in, flash, options), RunKernel(c, in, tiled, options)}) {
         for (uint32_t query = 0; query < c.num_queries; ++query) {
@@ -510,7 +538,9 @@ TEST(Attention, NaNAndInfInVisibleKVReachOnlyTheOutputsThatSeeThem) {
             }
             if (sees && q_head / c.group == 1) {
               EXPECT_FALSE(all_finite) << "query " << query << " head " << q_head;
-              if (what == 0) EXPECT_TRUE(any_nan);
+              if (what == 0) {
+                EXPECT_TRUE(any_nan);
+              }
             } else {
               EXPECT_TRUE(all_finite) << "query " << query << " head " << q_head;
             }
@@ -519,6 +549,63 @@ TEST(Attention, NaNAndInfInVisibleKVReachOnlyTheOutputsThatSeeThem) {
       }
     }
   });
+}
+
+// Returns the number of slots of `view` whose K and V are NaN in every kv_head and dim.
+template <typename Layout>
+uint64_t NaNSlots(const kvring::KVView<Layout>& view) {
+  const kvring::KVShape& shape = view.layout.Shape();
+  const auto k = view.layout.K();
+  const auto v = view.layout.V();
+  uint64_t count = 0;
+  for (uint64_t slot = 0; slot < shape.num_slots; ++slot) {
+    bool all_nan = true;
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+        all_nan &= std::isnan(kvring::BF16ToF32(view.k[k(slot, kv_head, dim)]));
+      }
+      for (uint32_t dim = 0; dim < shape.v_head_dim; ++dim) {
+        all_nan &= std::isnan(kvring::BF16ToF32(view.v[v(slot, kv_head, dim)]));
+      }
+    }
+    count += all_nan ? 1 : 0;
+  }
+  return count;
+}
+
+// Returns the history of `c` in a KV (RingKV or GlobalKV) of `num_slots` slots, with NaN in
+// every slot but those of positions [keep_begin, c.EndPos()), as an engine's storage can hold
+// them: positions before keep_begin are appended as NaN rows (held, or overwritten by the
+// ring), and slots no position has reached yet get NaN rows that are appended and then
+// rolled back (a rejected draft).
+template <typename KV>
+KV Poisoned(const Case& c, const History& history, uint64_t num_slots, uint64_t keep_begin) {
+  const uint64_t end = c.EndPos();
+  const uint64_t unreached = num_slots > end ? num_slots - end : 0;
+  History poisoned = history;
+  poisoned.num_positions = end + unreached;
+  poisoned.k.resize(poisoned.num_positions * c.num_kv_heads * c.head_dim);
+  poisoned.v.resize(poisoned.num_positions * c.num_kv_heads * c.VHeadDim());
+  const BF16 nan = kvring::BF16FromF32(std::numeric_limits<float>::quiet_NaN());
+  for (uint64_t pos = 0; pos < poisoned.num_positions; ++pos) {
+    if (pos >= keep_begin && pos < end) continue;
+    for (uint32_t kv_head = 0; kv_head < c.num_kv_heads; ++kv_head) {
+      for (uint32_t dim = 0; dim < c.head_dim; ++dim) poisoned.K(pos, kv_head, dim) = nan;
+      for (uint32_t dim = 0; dim < c.VHeadDim(); ++dim) poisoned.V(pos, kv_head, dim) = nan;
+    }
+  }
+  KV kv = Store<KV>(
+      poisoned,
+      kvring::reference::SpecOf(poisoned, num_slots, c.Keep(), poisoned.num_positions, unreached),
+      poisoned.num_positions);
+  if (unreached != 0) {
+    EXPECT_EQ(kv.Rollback(unreached), kvring::Status::kOk);
+  }
+  EXPECT_EQ(kv.FirstPos(), end > num_slots ? end - num_slots : 0);
+  EXPECT_EQ(kv.EndPos(), end);
+  // The poison is where the test needs it: in every slot the view must not read.
+  EXPECT_EQ(NaNSlots(kv.View(c.visibility)), num_slots - (end - keep_begin));
+  return kv;
 }
 
 TEST(Attention, NaNInSlotsOutsideTheVisibleRangeNeverReachesOutputs) {
@@ -535,23 +622,27 @@ TEST(Attention, NaNInSlotsOutsideTheVisibleRangeNeverReachesOutputs) {
       const Inputs in = MakeInputs(c);
       const AttentionOptions options = OptionsOf(c, in);
       const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32 + 32;
-      auto clean = Storage<FlashLayout>::Make(in.history, flat_slots, c.EndPos());
-      auto flash_ring = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
-      auto flash_flat = Storage<FlashLayout>::Make(in.history, flat_slots, c.EndPos());
-      auto tiled_clean = Storage<Tiled>::Make(in.history, flat_slots, c.EndPos());
-      auto tiled_ring = Storage<Tiled>::Make(in.history, c.RingSlots(), c.EndPos());
       const uint64_t keep_begin = visibility.FirstVisible(c.first_q_pos);
-      flash_ring.PoisonOutside(keep_begin, c.EndPos());
-      flash_flat.PoisonOutside(keep_begin, c.EndPos());
-      tiled_ring.PoisonOutside(keep_begin, c.EndPos());
+      using kvring::GlobalKV;
+      using kvring::RingKV;
+      const auto clean = Flat<FlashLayout>(c, in.history, flat_slots);
+      const auto tiled_clean = Flat<Tiled>(c, in.history, flat_slots);
+      const auto flash_ring =
+          Poisoned<RingKV<FlashLayout>>(c, in.history, c.RingSlots(), keep_begin);
+      const auto flash_flat =
+          Poisoned<GlobalKV<FlashLayout>>(c, in.history, flat_slots, keep_begin);
+      const auto tiled_ring = Poisoned<RingKV<Tiled>>(c, in.history, c.RingSlots(), keep_begin);
+      const auto tiled_flat = Poisoned<GlobalKV<Tiled>>(c, in.history, flat_slots, keep_begin);
       const std::vector<float> expected = RunKernel(c, in, clean, options);
+      const std::vector<float> tiled_expected = RunKernel(c, in, tiled_clean, options);
       for (float x : expected) ASSERT_TRUE(std::isfinite(x)) << Describe(visibility);
       EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash_ring, options), expected))
           << Describe(visibility);
       EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash_flat, options), expected))
           << Describe(visibility);
-      EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_ring, options),
-                               RunKernel(c, in, tiled_clean, options)))
+      EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_ring, options), tiled_expected))
+          << Describe(visibility);
+      EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_flat, options), tiled_expected))
           << Describe(visibility);
     }
   });
@@ -589,12 +680,12 @@ TEST(Attention, BF16OutputIsTheRoundedF32Output) {
     c.sinks = true;
     const Inputs in = MakeInputs(c);
     const AttentionOptions options = OptionsOf(c, in);
-    const auto ring = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
+    const auto ring = Ring<FlashLayout>(c, in.history, c.RingSlots());
     const std::vector<float> f32 = RunKernel(c, in, ring, options);
     std::vector<BF16> bf16(f32.size());
     kvring::AttentionBatch batch = BatchOf(c, in, nullptr);
     batch.out_bf16 = bf16.data();
-    HWY_DYNAMIC_DISPATCH(FlashAttention)(ring.View(c.visibility), batch, options, 1);
+    kvring_testing::DispatchAttention(ring.View(c.visibility), batch, options, 1);
     for (size_t i = 0; i < f32.size(); ++i) {
       ASSERT_EQ(bf16[i].bits, kvring::BF16FromF32(f32[i]).bits) << i;
     }
@@ -612,7 +703,7 @@ TEST(Attention, ResultsDoNotDependOnTheSplitLengthBeyondTolerance) {
     c.num_queries = 2;
     const Inputs in = MakeInputs(c);
     const std::vector<double> ref = Reference(c, in, OptionsOf(c, in));
-    const auto flat = Storage<FlashLayout>::Make(in.history, 3008, c.EndPos());
+    const auto flat = Flat<FlashLayout>(c, in.history, 3008);
     for (uint64_t split : {uint64_t{0}, uint64_t{32}, uint64_t{100}, uint64_t{2048}}) {
       AttentionOptions options = OptionsOf(c, in);
       options.split_positions = split;
@@ -637,8 +728,8 @@ TEST(AttentionThreads, ThreadCountsAndRepeatedRunsGiveIdenticalBits) {
       const Inputs in = MakeInputs(c);
       AttentionOptions options = OptionsOf(c, in);
       options.split_positions = 512;
-      const auto flash = Storage<FlashLayout>::Make(in.history, c.RingSlots(), c.EndPos());
-      const auto tiled = Storage<Tiled>::Make(in.history, c.RingSlots(), c.EndPos());
+      const auto flash = Ring<FlashLayout>(c, in.history, c.RingSlots());
+      const auto tiled = Ring<Tiled>(c, in.history, c.RingSlots());
       const std::vector<float> one = RunKernel(c, in, flash, options, 1);
       const std::vector<float> tiled_one = RunKernel(c, in, tiled, options, 1);
       for (uint32_t threads : {1u, 2u, 3u, 8u}) {

@@ -1,7 +1,8 @@
-// tests/reference/kv_fixture.h: K/V storage for attention tests and benchmarks that does not
-// depend on kvring's storage classes: a history of BF16 K/V rows, written through a layout's
-// mappings into a ring (few slots, pos % num_slots) or flat buffer, and viewed as a KVView.
-// Slots that hold no written position are zero unless poisoned on purpose. Allocates.
+// tests/reference/kv_fixture.h: History, the BF16 K/V rows of attention tests and benchmarks
+// (the oracle's input, and what history_storage.h appends into RingKV and GlobalKV), and
+// Storage, the same rows written through a layout's mappings into a ring (pos % num_slots) or
+// flat buffer without kvring's storage classes, viewed as a KVView (attention_static_test.cc
+// still uses it). Slots that hold no written position are zero unless poisoned. Allocates.
 #ifndef KVRING_TESTS_REFERENCE_KV_FIXTURE_H_
 #define KVRING_TESTS_REFERENCE_KV_FIXTURE_H_
 

@@ -1,0 +1,49 @@
+// tests/reference/attention_wrappers-inl.h: per-target wrappers around
+// kvring::HWY_NAMESPACE::AttentionOnThreads for the two layouts the attention tests and
+// benchmarks run (FlashLayout, TiledLayout<16>), as plain functions HWY_EXPORT can name.
+// Include after hwy/foreach_target.h, then HWY_EXPORT(FlashAttention) and
+// HWY_EXPORT(TiledAttention) inside namespace kvring_testing (and dispatch from there: the
+// tables are named without a namespace).
+
+// Per-target include guard (the toggle pattern of kvring/ops/attention-inl.h).
+#if defined(KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_
+#undef KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_
+#else
+#define KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "kvring/attention.h"
+#include "kvring/kv_view.h"
+#include "kvring/layouts/flash_layout.h"
+#include "kvring/layouts/tiled_layout.h"
+#include "kvring/ops/attention-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvring_testing {
+namespace HWY_NAMESPACE {
+
+// Runs attention on `num_threads` threads (allocates their scratch); see AttentionOnThreads.
+// Inline, so that two translation units of one program may both include this header.
+inline void FlashAttention(const kvring::KVView<kvring::FlashLayout>& kv,
+                           const kvring::AttentionBatch& batch,
+                           const kvring::AttentionOptions& options, uint32_t num_threads) {
+  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
+                                            kvring::AttentionThreads{num_threads});
+}
+inline void TiledAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+                           const kvring::AttentionBatch& batch,
+                           const kvring::AttentionOptions& options, uint32_t num_threads) {
+  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
+                                            kvring::AttentionThreads{num_threads});
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kvring_testing
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_
