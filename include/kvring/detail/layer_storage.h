@@ -257,6 +257,18 @@ class LayerStorage {
         return block;
       }
     };
+    // Flash K rows are num_slots apart: a batch writes one stream per (kv_head, dim), too many
+    // for the hardware prefetcher, and each store would wait for its line. Once per 32
+    // tokens (a 64-byte line of a row), fetch for writing the line kPrefetchTokens ahead in
+    // each row of the block (measured: 512-token flash ring appends 0.6 -> 0.8 of memcpy).
+    // Tiled runs end at their tile, shorter than that: their rows are contiguous.
+    constexpr uint64_t kPrefetchTokens = 64;
+    const auto prefetch_ahead = [&](uint64_t t, uint64_t d0, uint64_t rows) {
+      if (t % 32 != 0 || t + kPrefetchTokens >= num_tokens) return;
+      for (uint64_t r = 0; r < rows; ++r) {
+        __builtin_prefetch(out + (d0 + r) * dst_stride + t + kPrefetchTokens, /*rw=*/1);
+      }
+    };
     uint64_t t0 = 0;
 #if KVRING_TRANSPOSE_AVX2
     if (CpuHasAvx2()) {
@@ -268,6 +280,7 @@ class LayerStorage {
           uint64_t stride;
           const uint16_t* in =
               source(std::integral_constant<uint64_t, 16>(), t0, d0, block, &stride);
+          prefetch_ahead(t0, d0, 16);
           Transpose16x16Avx2(in, stride, out + d0 * dst_stride + t0, dst_stride);
         }
         scalar(t0, t0 + 16, d0);
@@ -280,6 +293,7 @@ class LayerStorage {
         uint16_t block[64];
         uint64_t stride;
         const uint16_t* in = source(std::integral_constant<uint64_t, 8>(), t0, d0, block, &stride);
+        prefetch_ahead(t0, d0, 8);
         Transpose8x8(in, stride, out + d0 * dst_stride + t0, dst_stride);
       }
       scalar(t0, t0 + 8, d0);
