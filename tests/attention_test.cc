@@ -33,6 +33,17 @@ void ConvertF32ToBF16(const float* in, kvring::BF16* out, size_t count) {
   kvring::HWY_NAMESPACE::F32ToBF16(in, out, count);
 }
 
+// Tile heights other than the benchmarks' 16: 8 (half a 256-bit K vector) and 32.
+void Tiled8Attention(const kvring::KVView<kvring::TiledLayout<8>>& kv,
+                     const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options) {
+  kvring::HWY_NAMESPACE::Attention(kv, batch, options);
+}
+void Tiled32Attention(const kvring::KVView<kvring::TiledLayout<32>>& kv,
+                      const kvring::AttentionBatch& batch,
+                      const kvring::AttentionOptions& options) {
+  kvring::HWY_NAMESPACE::Attention(kv, batch, options);
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace kvring_test
@@ -66,6 +77,17 @@ void DispatchAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
 
 namespace kvring_test {
 HWY_EXPORT(ConvertF32ToBF16);
+HWY_EXPORT(Tiled8Attention);
+HWY_EXPORT(Tiled32Attention);
+
+void RunTiled(const kvring::KVView<kvring::TiledLayout<8>>& kv, const kvring::AttentionBatch& batch,
+              const kvring::AttentionOptions& options) {
+  HWY_DYNAMIC_DISPATCH(Tiled8Attention)(kv, batch, options);
+}
+void RunTiled(const kvring::KVView<kvring::TiledLayout<32>>& kv,
+              const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options) {
+  HWY_DYNAMIC_DISPATCH(Tiled32Attention)(kv, batch, options);
+}
 
 using kvring::AttentionKind;
 using kvring::AttentionOptions;
@@ -300,6 +322,49 @@ TEST(Attention, HeadDimsAndGroupsMatchReferenceOnEveryTarget) {
         c.num_queries = dim >= 256 ? 2 : 5;
         c.seed = seed++;
         CheckCase(c);
+      }
+    }
+  });
+}
+
+// Checks `c` on TiledLayout<kRows> rings and flat storage: against the reference, and ring
+// and flat bit-identical.
+template <uint64_t kRows>
+void CheckTileHeight(const Case& c) {
+  using Layout = kvring::TiledLayout<kRows>;
+  const Inputs in = MakeInputs(c);
+  const AttentionOptions options = OptionsOf(c, in);
+  const std::vector<double> ref = Reference(c, in, options);
+  const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
+  const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
+  const auto flat = Flat<Layout>(c, in.history, flat_slots);
+  const auto ring = Ring<Layout>(c, in.history, ring_slots);
+  std::vector<float> a(size_t{c.num_queries} * c.NumQHeads() * c.VHeadDim());
+  std::vector<float> b(a.size());
+  RunTiled(flat.View(c.visibility), BatchOf(c, in, a.data()), options);
+  RunTiled(ring.View(c.visibility), BatchOf(c, in, b.data()), options);
+  const std::string what = "tiled" + std::to_string(kRows);
+  ExpectNearReference(c, a, ref, what.c_str());
+  EXPECT_TRUE(BitIdentical(a, b)) << what << " ring != flat: " << c.Name();
+}
+
+TEST(Attention, TileHeights8And32MatchReferenceOnEveryTarget) {
+  ForEachTarget([](int64_t) {
+    const uint32_t dims[] = {16, 80, 128, 256};
+    const uint32_t groups[] = {1, 2, 8};
+    uint32_t seed = 500;
+    for (uint32_t dim : dims) {
+      for (uint32_t group : groups) {
+        Case c;
+        c.head_dim = dim;
+        c.group = group;
+        c.num_kv_heads = 2;
+        c.visibility = seed % 2 == 0 ? Sliding(77) : Chunked(64);
+        c.first_q_pos = 301;
+        c.num_queries = seed % 3 == 0 ? 40 : 1 + seed % 5;
+        c.seed = seed++;
+        CheckTileHeight<8>(c);
+        CheckTileHeight<32>(c);
       }
     }
   });

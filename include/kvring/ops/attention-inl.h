@@ -123,6 +123,56 @@ static constexpr uint64_t kPrefetchTiles = 1;
 // of few rows split their work into independent accumulators until they have this many.
 static constexpr size_t kWantedChains = 8;
 
+// Whether a tile's K vectors fill at most half a full vector (TiledLayout<16> and <8> on
+// AVX-512): then TileScoresPaired scores two dims per full vector. (SCALAR has no halves.)
+#if HWY_TARGET != HWY_SCALAR
+template <uint64_t kTile>
+constexpr bool kPairDims = TileShape<kTile>::kPairs == 1 &&
+                           2 * TileShape<kTile>::kLanes <= hn::MaxLanes(DV());
+
+// TileScores for a tile whose dims are kTile BF16 apart (the tiled layout) and kPairDims: one
+// full vector holds the tile's K of dims d and d + 1, multiplied by q[d] in its lower half and
+// q[d + 1] in its upper half; the halves add at the end. Half the FMAs of half-width vectors.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
+                                 const BF16* HWY_RESTRICT k_tile, size_t head_dim,
+                                 const Ahead& ahead, float* HWY_RESTRICT scores) {
+  using Shape = TileShape<kTile>;
+  const typename Shape::DK dh;
+  const hn::Twice<typename Shape::DK> df;
+  using V = hn::Vec<decltype(df)>;
+  constexpr size_t kChains = kRows * 2;
+  // head_dim is a multiple of kAttentionDimMultiple (16), so of 2 * kSplit.
+  constexpr size_t kSplit = kChains >= kWantedChains ? 1 : 2 * kChains >= kWantedChains ? 2 : 4;
+  static_assert(kAttentionDimMultiple % (2 * kSplit) == 0, "head_dim must split evenly");
+  V acc[kSplit][kRows][2];
+  for (size_t s = 0; s < kSplit; ++s) {
+    for (size_t r = 0; r < kRows; ++r) acc[s][r][0] = acc[s][r][1] = hn::Zero(df);
+  }
+  for (size_t dim0 = 0; dim0 < head_dim; dim0 += 2 * kSplit) {
+    for (size_t s = 0; s < kSplit; ++s) {
+      const size_t dim = dim0 + 2 * s;
+      hwy::Prefetch(ahead.k + dim * kTile);  // see Ahead
+      V even, odd;
+      LoadPairs(df, k_tile + dim * kTile, even, odd);
+      for (size_t r = 0; r < kRows; ++r) {
+        const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
+        acc[s][r][0] = hn::MulAdd(qd, even, acc[s][r][0]);
+        acc[s][r][1] = hn::MulAdd(qd, odd, acc[s][r][1]);
+      }
+    }
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t e = 0; e < 2; ++e) {
+      V sum = acc[0][r][e];
+      for (size_t s = 1; s < kSplit; ++s) sum = hn::Add(sum, acc[s][r][e]);
+      hn::StoreU(hn::Add(hn::LowerHalf(dh, sum), hn::UpperHalf(dh, sum)), dh,
+                 scores + r * kTile + e * Shape::kLanes);
+    }
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
 // Computes raw scores q . k of kRows rows for one tile: scores[r * kTile + i] for the lane
 // order of TileShape (vector 2p + e, lane j: position 2 * kLanes * p + 2 * j + e). Blocks of
 // few rows sum the dims in kSplit interleaved partial sums (dim % kSplit), added at the end:
@@ -131,6 +181,14 @@ template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_RESTRICT k_tile,
                            size_t dim_stride, size_t head_dim, const Ahead& ahead,
                            float* HWY_RESTRICT scores) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kPairDims<kTile>) {
+    if (dim_stride == kTile) {
+      TileScoresPaired<kRows, kTile>(q, k_tile, head_dim, ahead, scores);
+      return;
+    }
+  }
+#endif
   using Shape = TileShape<kTile>;
   const typename Shape::DK dk;
   using V = hn::Vec<decltype(dk)>;
