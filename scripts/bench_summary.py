@@ -126,6 +126,38 @@ def render(runs, contexts, load, command, json_paths):
     else:
         lines.append("No ring/flat pairs in this run.")
     lines.append("")
+
+    # Thread scaling: every /threadsN benchmark (N > 1) against its /threads1 twin, beside
+    # what the twins (run on the same threads) gained on this machine at the time.
+    scaling = []
+    for name, run in by_name.items():
+        m = re.search(r"/threads(\d+)(?=/|$)", name)
+        if not m or m.group(1) == "1":
+            continue
+        one = by_name.get(name[:m.start()] + "/threads1" + name[m.end():])
+        if one is not None:
+            scaling.append((name, one, run))
+    if scaling:
+        lines.append("### Threads")
+        lines.append("")
+        lines.append("Speed-up = one thread's time / N threads' time. The twins run on the "
+                     "benchmark's threads too; their speed-up is what this machine's cores gave "
+                     "together at the time (two vCPUs may share one core's FMA units).")
+        lines.append("")
+        lines.append("| benchmark | speed-up | FMA twin speed-up | read twin speed-up |")
+        lines.append("|---|---|---|---|")
+        for name, one, many in scaling:
+            t1, tn = time_us(one), time_us(many)
+            cells = [f"`{name}`", f"{t1 / tn:.2f}"]
+            for key in ("fma_ratio", "read_ratio"):
+                if key in one and key in many and float(many[key]) > 0:
+                    twin1 = float(one[key]) * t1
+                    twinn = float(many[key]) * tn
+                    cells.append(f"{twin1 / twinn:.2f}")
+                else:
+                    cells.append("")
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
     lines.append(END)
     return "\n".join(lines) + "\n"
 
