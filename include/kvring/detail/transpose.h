@@ -10,6 +10,7 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#include <xmmintrin.h>
 #endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -20,6 +21,16 @@
 
 namespace kvring {
 namespace detail {
+
+// Fetches the cache line at `p` into L1 ahead of a write (a read prefetch: prefetchw needs a
+// target flag, and a line no other core holds arrives writable anyway). Never faults.
+inline void PrefetchForWrite(const void* p) {
+#if defined(__SSE2__)
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+#else
+  __builtin_prefetch(p, 1);
+#endif
+}
 
 // Writes dst[d * dst_stride + t] = src[t * src_stride + d] for t, d < 8 (uint16_t elements).
 inline void Transpose8x8(const uint16_t* src, uint64_t src_stride, uint16_t* dst,
