@@ -197,7 +197,8 @@ TYPED_TEST(RingKVTest, GlobalKVHoldsTheContextAndRefusesPastIt) {
 
 TYPED_TEST(RingKVTest, WideRowsOfAnyBatchReadBackExactly) {
   // Head dims and batches that hit every path of the K transposition: 16 x 16 and 8 x 8
-  // blocks, partial blocks of dims and of tokens, f32 and BF16 rows.
+  // blocks, partial blocks of dims and of tokens, f32 and BF16 rows, and batches of 128 or
+  // more (streamed K lines) starting on and off a 64-byte boundary and split by the wrap.
   for (uint32_t head_dim : {16u, 24u, 64u, 128u, 136u}) {
     StorageSpec spec;
     spec.shape = KVShape{0, 3, head_dim, head_dim / 2};
@@ -212,7 +213,8 @@ TYPED_TEST(RingKVTest, WideRowsOfAnyBatchReadBackExactly) {
       seed = seed * 1664525u + 1013904223u;
       return static_cast<float>(seed >> 8) / 65536.0f - 128.0f;
     };
-    for (uint64_t num_tokens : {1u, 7u, 16u, 33u, 100u, 17u, 64u}) {
+    for (uint64_t num_tokens :
+         {1u, 7u, 16u, 33u, 100u, 17u, 64u, 128u, 300u, 131u, 5u, 257u, 200u}) {
       std::vector<float> k(num_tokens * k_row), v(num_tokens * v_row);
       for (float& x : k) x = next();
       for (float& x : v) x = next();

@@ -32,6 +32,14 @@ inline void PrefetchForWrite(const void* p) {
 #endif
 }
 
+// Orders the non-temporal stores issued before it (the *Stream* functions) before every
+// store after it, so that a release (a mutex, an atomic) that follows publishes them too.
+inline void StoreFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 // Writes dst[d * dst_stride + t] = src[t * src_stride + d] for t, d < 8 (uint16_t elements).
 inline void Transpose8x8(const uint16_t* src, uint64_t src_stride, uint16_t* dst,
                          uint64_t dst_stride) {
@@ -75,7 +83,9 @@ inline bool CpuHasAvx2() {
 }
 
 // Writes dst[d * dst_stride + t] = src[t * src_stride + d] for t, d < 16 (uint16_t elements),
-// with 32-byte loads and stores. Call only if CpuHasAvx2().
+// with 32-byte loads and stores; kStream: non-temporal stores, and every dst row must be
+// 32-byte aligned (see StoreFence). Call only if CpuHasAvx2().
+template <bool kStream = false>
 __attribute__((target("avx2"))) inline void Transpose16x16Avx2(const uint16_t* src,
                                                                uint64_t src_stride, uint16_t* dst,
                                                                uint64_t dst_stride) {
@@ -105,10 +115,37 @@ __attribute__((target("avx2"))) inline void Transpose16x16Avx2(const uint16_t* s
   }
   // Join the token groups: dim j takes the low lanes, dim j + 8 the high lanes.
   for (uint64_t j = 0; j < 8; ++j) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j * dst_stride),
-                        _mm256_permute2x128_si256(c[j], c[8 + j], 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (j + 8) * dst_stride),
-                        _mm256_permute2x128_si256(c[j], c[8 + j], 0x31));
+    const __m256i low = _mm256_permute2x128_si256(c[j], c[8 + j], 0x20);
+    const __m256i high = _mm256_permute2x128_si256(c[j], c[8 + j], 0x31);
+    __m256i* to_low = reinterpret_cast<__m256i*>(dst + j * dst_stride);
+    __m256i* to_high = reinterpret_cast<__m256i*>(dst + (j + 8) * dst_stride);
+    if constexpr (kStream) {  // (a lambda would lose the function's target attribute)
+      _mm256_stream_si256(to_low, low);
+      _mm256_stream_si256(to_high, high);
+    } else {
+      _mm256_storeu_si256(to_low, low);
+      _mm256_storeu_si256(to_high, high);
+    }
+  }
+}
+
+// Writes dst[d * dst_stride + t] = src[t * src_stride + d] for t < 32, d < 16 (uint16_t
+// elements) with non-temporal stores of whole 64-byte lines: two 16 x 16 blocks go through a
+// 1 KiB stack buffer, then each of the 16 rows leaves in one line, without the read the
+// hardware would otherwise do for a line it does not hold. dst and every row must be 64-byte
+// aligned (see StoreFence). Call only if CpuHasAvx2().
+__attribute__((target("avx2"))) inline void Transpose32x16StreamAvx2(const uint16_t* src,
+                                                                     uint64_t src_stride,
+                                                                     uint16_t* dst,
+                                                                     uint64_t dst_stride) {
+  alignas(64) uint16_t stage[16 * 32];
+  Transpose16x16Avx2<false>(src, src_stride, stage, 32);
+  Transpose16x16Avx2<false>(src + 16 * src_stride, src_stride, stage + 16, 32);
+  for (uint64_t d = 0; d < 16; ++d) {
+    const __m256i lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(stage + d * 32));
+    const __m256i hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(stage + d * 32 + 16));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + d * dst_stride), lo);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + d * dst_stride + 16), hi);
   }
 }
 
