@@ -4,7 +4,7 @@
 # then renders the summary table (ratios to the headroom twins, ring against flat) with the
 # machine and the commit into the marked section of docs/benchmarks.md.
 #
-#   bash scripts/bench.sh                                   # everything (tens of minutes)
+#   bash scripts/bench.sh                                   # everything (about 4 minutes + build)
 #   bash scripts/bench.sh --benchmark_filter=Decode         # arguments go to every binary
 #
 # Environment: KVRING_BENCH_BUILD_DIR uses an already configured build directory instead of the

@@ -56,7 +56,8 @@ class RingKV : public detail::OwnedLayerKV<Layout> {
   // (v null for MLA) at `pos`, rounding to nearest even BF16. `pos` must be EndPos() and
   // pos + num_tokens at most the context (else kWrongPosition / kContextFull, and nothing
   // changes). A batch larger than the ring was planned for grows it first (allocates).
-  // Cost: the bytes of the rows.
+  // Cost: the bytes of the rows. A batch of 128 or more tokens writes K with non-temporal
+  // stores (not left in cache; fenced before returning).
   Status AppendF32(uint64_t pos, const float* k, const float* v, uint64_t num_tokens) {
     return this->storage_.Append(pos, k, v, num_tokens, /*may_grow=*/true);
   }
