@@ -76,23 +76,6 @@ HWY_AFTER_NAMESPACE();
 #include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
 
-namespace kvring_testing {
-HWY_EXPORT(FlashAttention);
-HWY_EXPORT(TiledAttention);
-
-// Runs the attention wrapper of the best target of this CPU.
-void DispatchAttention(const kvring::KVView<kvring::FlashLayout>& kv,
-                       const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
-                       uint32_t num_threads) {
-  HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, options, num_threads);
-}
-void DispatchAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
-                       const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
-                       uint32_t num_threads) {
-  HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads);
-}
-}  // namespace kvring_testing
-
 namespace kvring_bench {
 HWY_EXPORT(ReadTwin);
 HWY_EXPORT(FmaTwin);

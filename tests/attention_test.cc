@@ -58,23 +58,6 @@ HWY_AFTER_NAMESPACE();
 #include "reference/kv_fixture.h"
 #include "reference/reference_attention.h"
 
-namespace kvring_testing {
-HWY_EXPORT(FlashAttention);
-HWY_EXPORT(TiledAttention);
-
-// Runs the attention wrapper of the target dispatch chooses (or ForEachTarget pins).
-void DispatchAttention(const kvring::KVView<kvring::FlashLayout>& kv,
-                       const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
-                       uint32_t num_threads) {
-  HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, options, num_threads);
-}
-void DispatchAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
-                       const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options,
-                       uint32_t num_threads) {
-  HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads);
-}
-}  // namespace kvring_testing
-
 namespace kvring_test {
 HWY_EXPORT(ConvertF32ToBF16);
 HWY_EXPORT(Tiled8Attention);
@@ -753,6 +736,53 @@ TEST(Attention, BF16OutputIsTheRoundedF32Output) {
     kvring_testing::DispatchAttention(ring.View(c.visibility), batch, options, 1);
     for (size_t i = 0; i < f32.size(); ++i) {
       ASSERT_EQ(bf16[i].bits, kvring::BF16FromF32(f32[i]).bits) << i;
+    }
+  });
+}
+
+TEST(Attention, ARowsBitsDoNotDependOnTheOtherRowsOfItsCall) {
+  // A verify batch of 1 + draft tokens must score its first query exactly as plain decode
+  // does (speculative decoding compares them), whatever register block each row lands in:
+  // every query of a batch alone, as a call of its own, gives the batch's bits.
+  ForEachTarget([](int64_t) {
+    uint32_t seed = 900;
+    for (uint32_t group : {1u, 2u, 4u, 8u}) {
+      for (uint32_t dim : {64u, 128u}) {
+        Case c;
+        c.head_dim = dim;
+        c.group = group;
+        c.num_kv_heads = 2;
+        c.visibility = Sliding(200);
+        c.first_q_pos = 517;
+        c.num_queries = 5;
+        c.seed = seed++;
+        const Inputs in = MakeInputs(c);
+        AttentionOptions options = OptionsOf(c, in);
+        options.max_split_queries = 0;  // no call splits: the same partition for every size
+        const auto flash = Ring<FlashLayout>(c, in.history, c.RingSlots());
+        const auto tiled = Ring<Tiled>(c, in.history, c.RingSlots());
+        const std::vector<float> flash_batch = RunKernel(c, in, flash, options);
+        const std::vector<float> tiled_batch = RunKernel(c, in, tiled, options);
+        const size_t q_row = size_t{c.NumQHeads()} * c.head_dim;
+        const size_t out_row = size_t{c.NumQHeads()} * c.VHeadDim();
+        for (uint32_t j = 0; j < c.num_queries; ++j) {
+          std::vector<float> alone(out_row);
+          kvring::AttentionBatch batch = BatchOf(c, in, alone.data());
+          batch.queries_f32 = in.queries.data() + j * q_row;
+          batch.first_q_pos = c.first_q_pos + j;
+          batch.num_queries = 1;
+          kvring_testing::DispatchAttention(flash.View(c.visibility), batch, options, 1);
+          EXPECT_EQ(
+              std::memcmp(alone.data(), flash_batch.data() + j * out_row, out_row * sizeof(float)),
+              0)
+              << "flash query " << j << " alone != in the batch: " << c.Name();
+          kvring_testing::DispatchAttention(tiled.View(c.visibility), batch, options, 1);
+          EXPECT_EQ(
+              std::memcmp(alone.data(), tiled_batch.data() + j * out_row, out_row * sizeof(float)),
+              0)
+              << "tiled query " << j << " alone != in the batch: " << c.Name();
+        }
+      }
     }
   });
 }

@@ -1,9 +1,8 @@
 // tests/reference/attention_wrappers-inl.h: per-target wrappers around
 // kvring::HWY_NAMESPACE::AttentionOnThreads for the two layouts the attention tests and
 // benchmarks run (FlashLayout, TiledLayout<16>), as plain functions HWY_EXPORT can name.
-// Include after hwy/foreach_target.h, then HWY_EXPORT(FlashAttention) and
-// HWY_EXPORT(TiledAttention) inside namespace kvring_testing (and dispatch from there: the
-// tables are named without a namespace).
+// Include after hwy/foreach_target.h; call kvring_testing::DispatchAttention (defined at the
+// end, once per translation unit).
 
 // Per-target include guard (the toggle pattern of kvring/ops/attention-inl.h).
 #if defined(KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -45,5 +44,29 @@ inline void TiledAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
 }  // namespace HWY_NAMESPACE
 }  // namespace kvring_testing
 HWY_AFTER_NAMESPACE();
+
+// Once per translation unit, after the last target: the dispatch tables (HWY_EXPORT names
+// them without a namespace, so they live here, static to the including file) and
+// DispatchAttention (static too), which runs the wrapper of the target dispatch chooses (or
+// that a test pins with hwy::SetSupportedTargetsForTest).
+#if HWY_ONCE
+namespace kvring_testing {
+HWY_EXPORT(FlashAttention);
+HWY_EXPORT(TiledAttention);
+
+[[maybe_unused]] static void DispatchAttention(const kvring::KVView<kvring::FlashLayout>& kv,
+                                               const kvring::AttentionBatch& batch,
+                                               const kvring::AttentionOptions& options,
+                                               uint32_t num_threads) {
+  HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, options, num_threads);
+}
+[[maybe_unused]] static void DispatchAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+                                               const kvring::AttentionBatch& batch,
+                                               const kvring::AttentionOptions& options,
+                                               uint32_t num_threads) {
+  HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads);
+}
+}  // namespace kvring_testing
+#endif  // HWY_ONCE
 
 #endif  // KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_

@@ -123,6 +123,17 @@ static constexpr uint64_t kPrefetchTiles = 1;
 // of few rows split their work into independent accumulators until they have this many.
 static constexpr size_t kWantedChains = 8;
 
+// Scores sum the dims (TileScoresPaired: the dim pairs) in kDimSplit interleaved partial
+// sums (dim % kDimSplit), each from zero, then add them in order. A row's bits therefore do
+// not depend on the block it is in: blocks of few rows compute several partial sums at once
+// (AtOnce of them: more FMA chains), larger blocks one after another, adding each into
+// `scores`. (A verify batch of 1 + draft tokens then scores its first row as plain decode.)
+static constexpr size_t kDimSplit = 4;
+static_assert(kAttentionDimMultiple % (2 * kDimSplit) == 0, "head_dim must split evenly");
+constexpr size_t AtOnce(size_t chains) {
+  return chains >= kWantedChains ? 1 : 2 * chains >= kWantedChains ? 2 : 4;
+}
+
 // Whether a tile's K vectors fill at most half a full vector (TiledLayout<16> and <8> on
 // AVX-512): then TileScoresPaired scores two dims per full vector. (SCALAR has no halves.)
 #if HWY_TARGET != HWY_SCALAR
@@ -132,7 +143,8 @@ constexpr bool kPairDims = TileShape<kTile>::kPairs == 1 &&
 
 // TileScores for a tile whose dims are kTile BF16 apart (the tiled layout) and kPairDims: one
 // full vector holds the tile's K of dims d and d + 1, multiplied by q[d] in its lower half and
-// q[d + 1] in its upper half; the halves add at the end. Half the FMAs of half-width vectors.
+// q[d + 1] in its upper half; each partial sum (kDimSplit) folds its halves before the
+// partial sums add. Half the FMAs of half-width vectors.
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
                                  const BF16* HWY_RESTRICT k_tile, size_t head_dim,
@@ -141,42 +153,46 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
   const typename Shape::DK dh;
   const hn::Twice<typename Shape::DK> df;
   using V = hn::Vec<decltype(df)>;
-  constexpr size_t kChains = kRows * 2;
-  // head_dim is a multiple of kAttentionDimMultiple (16), so of 2 * kSplit.
-  constexpr size_t kSplit = kChains >= kWantedChains ? 1 : 2 * kChains >= kWantedChains ? 2 : 4;
-  static_assert(kAttentionDimMultiple % (2 * kSplit) == 0, "head_dim must split evenly");
-  V acc[kSplit][kRows][2];
-  for (size_t s = 0; s < kSplit; ++s) {
-    for (size_t r = 0; r < kRows; ++r) acc[s][r][0] = acc[s][r][1] = hn::Zero(df);
-  }
-  for (size_t dim0 = 0; dim0 < head_dim; dim0 += 2 * kSplit) {
-    for (size_t s = 0; s < kSplit; ++s) {
-      const size_t dim = dim0 + 2 * s;
-      hwy::Prefetch(ahead.k + dim * kTile);  // see Ahead
-      V even, odd;
-      LoadPairs(df, k_tile + dim * kTile, even, odd);
-      for (size_t r = 0; r < kRows; ++r) {
-        const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
-        acc[s][r][0] = hn::MulAdd(qd, even, acc[s][r][0]);
-        acc[s][r][1] = hn::MulAdd(qd, odd, acc[s][r][1]);
+  constexpr size_t kAtOnce = AtOnce(kRows * 2);
+  for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
+    V acc[kAtOnce][kRows][2];
+    for (size_t s = 0; s < kAtOnce; ++s) {
+      for (size_t r = 0; r < kRows; ++r) acc[s][r][0] = acc[s][r][1] = hn::Zero(df);
+    }
+    for (size_t dim0 = 0; dim0 < head_dim; dim0 += 2 * kDimSplit) {
+      for (size_t s = 0; s < kAtOnce; ++s) {
+        const size_t dim = dim0 + 2 * (s0 + s);
+        hwy::Prefetch(ahead.k + dim * kTile);  // see Ahead
+        V even, odd;
+        LoadPairs(df, k_tile + dim * kTile, even, odd);
+        for (size_t r = 0; r < kRows; ++r) {
+          const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
+          acc[s][r][0] = hn::MulAdd(qd, even, acc[s][r][0]);
+          acc[s][r][1] = hn::MulAdd(qd, odd, acc[s][r][1]);
+        }
       }
     }
-  }
-  for (size_t r = 0; r < kRows; ++r) {
-    for (size_t e = 0; e < 2; ++e) {
-      V sum = acc[0][r][e];
-      for (size_t s = 1; s < kSplit; ++s) sum = hn::Add(sum, acc[s][r][e]);
-      hn::StoreU(hn::Add(hn::LowerHalf(dh, sum), hn::UpperHalf(dh, sum)), dh,
-                 scores + r * kTile + e * Shape::kLanes);
+    // Each partial sum folds its halves, then adds to the total in order.
+    for (size_t r = 0; r < kRows; ++r) {
+      for (size_t e = 0; e < 2; ++e) {
+        float* HWY_RESTRICT out = scores + r * kTile + e * Shape::kLanes;
+        auto sum = hn::Add(hn::LowerHalf(dh, acc[0][r][e]), hn::UpperHalf(dh, acc[0][r][e]));
+        if (s0 != 0) sum = hn::Add(hn::LoadU(dh, out), sum);
+        for (size_t s = 1; s < kAtOnce; ++s) {
+          sum = hn::Add(sum,
+                        hn::Add(hn::LowerHalf(dh, acc[s][r][e]), hn::UpperHalf(dh, acc[s][r][e])));
+        }
+        hn::StoreU(sum, dh, out);
+      }
     }
   }
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
 // Computes raw scores q . k of kRows rows for one tile: scores[r * kTile + i] for the lane
-// order of TileShape (vector 2p + e, lane j: position 2 * kLanes * p + 2 * j + e). Blocks of
-// few rows sum the dims in kSplit interleaved partial sums (dim % kSplit), added at the end:
-// a fixed order, the same for every tile wherever it sits in the buffers.
+// order of TileShape (vector 2p + e, lane j: position 2 * kLanes * p + 2 * j + e), the dims
+// summed as kDimSplit says: a fixed order, the same for every tile wherever it sits in the
+// buffers and for every block a row is in.
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_RESTRICT k_tile,
                            size_t dim_stride, size_t head_dim, const Ahead& ahead,
@@ -192,39 +208,40 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_R
   using Shape = TileShape<kTile>;
   const typename Shape::DK dk;
   using V = hn::Vec<decltype(dk)>;
-  constexpr size_t kChains = kRows * Shape::kVectors;
-  // head_dim is a multiple of kAttentionDimMultiple (16), so of kSplit.
-  constexpr size_t kSplit = kChains >= kWantedChains ? 1 : 2 * kChains >= kWantedChains ? 2 : 4;
-  static_assert(kAttentionDimMultiple % kSplit == 0, "head_dim must split evenly");
-  V acc[kSplit][kRows][Shape::kVectors];
-  for (size_t s = 0; s < kSplit; ++s) {
-    for (size_t r = 0; r < kRows; ++r) {
-      for (size_t i = 0; i < Shape::kVectors; ++i) acc[s][r][i] = hn::Zero(dk);
-    }
-  }
-  for (size_t dim0 = 0; dim0 < head_dim; dim0 += kSplit) {
-    for (size_t s = 0; s < kSplit; ++s) {
-      const size_t dim = dim0 + s;
-      const BF16* HWY_RESTRICT row = k_tile + dim * dim_stride;
-      hwy::Prefetch(ahead.k + dim * dim_stride);  // see Ahead
-      V even[Shape::kPairs], odd[Shape::kPairs];
-      for (size_t p = 0; p < Shape::kPairs; ++p) {
-        LoadPairs(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
-      }
+  constexpr size_t kAtOnce = AtOnce(kRows * Shape::kVectors);
+  for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
+    V acc[kAtOnce][kRows][Shape::kVectors];
+    for (size_t s = 0; s < kAtOnce; ++s) {
       for (size_t r = 0; r < kRows; ++r) {
-        const V qd = hn::Set(dk, q[r][dim]);
+        for (size_t i = 0; i < Shape::kVectors; ++i) acc[s][r][i] = hn::Zero(dk);
+      }
+    }
+    for (size_t dim0 = 0; dim0 < head_dim; dim0 += kDimSplit) {
+      for (size_t s = 0; s < kAtOnce; ++s) {
+        const size_t dim = dim0 + s0 + s;
+        const BF16* HWY_RESTRICT row = k_tile + dim * dim_stride;
+        hwy::Prefetch(ahead.k + dim * dim_stride);  // see Ahead
+        V even[Shape::kPairs], odd[Shape::kPairs];
         for (size_t p = 0; p < Shape::kPairs; ++p) {
-          acc[s][r][2 * p] = hn::MulAdd(qd, even[p], acc[s][r][2 * p]);
-          acc[s][r][2 * p + 1] = hn::MulAdd(qd, odd[p], acc[s][r][2 * p + 1]);
+          LoadPairs(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
+        }
+        for (size_t r = 0; r < kRows; ++r) {
+          const V qd = hn::Set(dk, q[r][dim]);
+          for (size_t p = 0; p < Shape::kPairs; ++p) {
+            acc[s][r][2 * p] = hn::MulAdd(qd, even[p], acc[s][r][2 * p]);
+            acc[s][r][2 * p + 1] = hn::MulAdd(qd, odd[p], acc[s][r][2 * p + 1]);
+          }
         }
       }
     }
-  }
-  for (size_t r = 0; r < kRows; ++r) {
-    for (size_t i = 0; i < Shape::kVectors; ++i) {
-      V sum = acc[0][r][i];
-      for (size_t s = 1; s < kSplit; ++s) sum = hn::Add(sum, acc[s][r][i]);
-      hn::StoreU(sum, dk, scores + r * kTile + i * Shape::kLanes);
+    for (size_t r = 0; r < kRows; ++r) {
+      for (size_t i = 0; i < Shape::kVectors; ++i) {
+        float* HWY_RESTRICT out = scores + r * kTile + i * Shape::kLanes;
+        V sum = acc[0][r][i];
+        if (s0 != 0) sum = hn::Add(hn::LoadU(dk, out), sum);
+        for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, acc[s][r][i]);
+        hn::StoreU(sum, dk, out);
+      }
     }
   }
 }
