@@ -221,7 +221,7 @@ class LayerStorage {
   }
 
   // Writes `len` K rows into slots [slot, slot + len), which do not wrap. K is slot-major per
-  // dim in both layouts, so rows are transposed in 8 x 8 blocks.
+  // dim in both layouts, so rows are transposed in blocks (TransposeRows, transpose.h).
   template <typename T>
   void WriteK(uint64_t slot, const T* rows, uint64_t len, bool stream) {
     const KVShape& shape = layout_.Shape();
@@ -301,7 +301,7 @@ class LayerStorage {
       scalar(0, 16, d0);
       return;
     }
-    if (stream && CpuHasAvx2() && dst_stride % 32 == 0 && num_tokens >= 32 && address % 2 == 0) {
+    if (stream && CpuHasAvx2() && dst_stride % 32 == 0 && num_tokens >= 32) {
       // Flash rows (num_slots apart) and TiledLayout<32> tiles: 32 tokens fill a row's line.
       // Tokens before the first 64-byte boundary of a row go the cached way.
       const uint64_t lead = (64 - address % 64) % 64 / 2;
