@@ -1,6 +1,8 @@
 // kvring/detail/transpose.h: blocked transposition of 16-bit elements, for writing token rows
 // [token][dim] into the slot-major K of the flash and tiled layouts ([dim][slot]). Uses SSE2
-// (the x86-64 baseline, no per-target code) where the compiler offers it, plain C++ elsewhere.
+// (the x86-64 baseline, no per-target code) where the compiler offers it, plain C++ elsewhere,
+// and AVX2 blocks (function target attributes, chosen at run time), with non-temporal variants
+// that write whole lines; plus the prefetch and store fence those writes need.
 // Internal to kvring's storage.
 #ifndef KVRING_DETAIL_TRANSPOSE_H_
 #define KVRING_DETAIL_TRANSPOSE_H_

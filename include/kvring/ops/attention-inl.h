@@ -348,10 +348,7 @@ HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride,
                                const float* correction, int32_t lo_off, int32_t hi_off) {
   // Chunks at once: enough FMA chains (2 per row and chunk), within the registers.
   constexpr size_t kMaxChunks = kScoreRegisters >= 20 ? 4 : 2;
-  constexpr size_t kWide = 2 * kRows >= kWantedChains   ? 1
-                           : 4 * kRows >= kWantedChains ? 2
-                           : kMaxChunks < 4             ? kMaxChunks
-                                                        : 4;
+  constexpr size_t kWide = AtOnce(2 * kRows) < kMaxChunks ? AtOnce(2 * kRows) : kMaxChunks;
   const DV dv;
   const size_t chunk = 2 * hn::Lanes(dv);
   size_t dim0 = 0;
