@@ -261,22 +261,27 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
   const V neg_inf = hn::Set(dk, -std::numeric_limits<float>::infinity());
   const auto lo = hn::Set(di, lo_off - 1);
   const auto hi = hn::Set(di, hi_off + 1);
+  const bool full = lo_off == 0 && hi_off == static_cast<int32_t>(kTile) - 1;  // no masking
   V max = neg_inf;
   for (size_t i = 0; i < Shape::kVectors; ++i) {
     V x = hn::LoadU(dk, s + i * Shape::kLanes);
     if (soft_cap > 0.0f) {
       x = hn::Mul(hn::Set(dk, soft_cap), hn::Tanh(dk, hn::Mul(x, hn::Set(dk, 1.0f / soft_cap))));
     }
-    const auto offsets = hn::LoadU(di, lane_offsets + i * Shape::kLanes);
-    const auto visible = hn::RebindMask(dk, hn::And(hn::Gt(offsets, lo), hn::Lt(offsets, hi)));
-    x = hn::IfThenElse(visible, x, neg_inf);
+    if (!full) {
+      const auto offsets = hn::LoadU(di, lane_offsets + i * Shape::kLanes);
+      const auto visible = hn::RebindMask(dk, hn::And(hn::Gt(offsets, lo), hn::Lt(offsets, hi)));
+      x = hn::IfThenElse(visible, x, neg_inf);
+    }
     hn::StoreU(x, dk, s + i * Shape::kLanes);
     max = hn::Max(max, x);
   }
   const float tile_max = hn::GetLane(hn::MaxOfLanes(dk, max));
   const float m_new = tile_max > row.m ? tile_max : row.m;
-  const float correction =
-      row.m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(row.m - m_new);
+  // (exp(0) is exactly 1: most tiles leave the max where it was and skip the call.)
+  const float correction = row.m == -std::numeric_limits<float>::infinity() ? 0.0f
+                           : m_new == row.m                                  ? 1.0f
+                                                                             : std::exp(row.m - m_new);
   const V vm = hn::Set(dk, m_new);
   V sum = hn::Zero(dk);
   for (size_t i = 0; i < Shape::kVectors; ++i) {
