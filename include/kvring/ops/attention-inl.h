@@ -351,9 +351,12 @@ HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride,
                                const BF16* v_ahead, size_t v_head_dim, const float* const* p,
                                const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
                                const float* correction, int32_t lo_off, int32_t hi_off) {
-  // Chunks at once: enough FMA chains (2 per row and chunk), within the registers.
+  // Chunks at once: enough FMA chains (2 per row and chunk), within the registers; blocks of
+  // one or two rows take all the registers allow, so that each position's p is broadcast
+  // once per wider pass (measured: decode GQA 2 0.96-0.99 of the time with AtOnce's chunks).
   constexpr size_t kMaxChunks = kScoreRegisters >= 20 ? 4 : 2;
-  constexpr size_t kWide = AtOnce(2 * kRows) < kMaxChunks ? AtOnce(2 * kRows) : kMaxChunks;
+  constexpr size_t kWide =
+      kRows <= 2 || AtOnce(2 * kRows) >= kMaxChunks ? kMaxChunks : AtOnce(2 * kRows);
   const DV dv;
   const size_t chunk = 2 * hn::Lanes(dv);
   size_t dim0 = 0;
