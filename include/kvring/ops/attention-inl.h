@@ -254,8 +254,11 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_R
 template <uint64_t kTile>
 HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT lane_offsets,
                             int32_t lo_off, int32_t hi_off, float soft_cap, Row& row) {
-  using Shape = TileShape<kTile>;
-  const typename Shape::DK dk;
+  // The row's kTile scores in the widest vectors a tile fills (the softmax does not care
+  // which position a lane holds: the lane order of TileShape only numbers them).
+  const hn::CappedTag<float, static_cast<size_t>(kTile)> dk;
+  constexpr size_t kLanes = hn::MaxLanes(decltype(dk)());
+  constexpr size_t kVectors = static_cast<size_t>(kTile) / kLanes;
   const hn::RebindToSigned<decltype(dk)> di;
   using V = hn::Vec<decltype(dk)>;
   const V neg_inf = hn::Set(dk, -std::numeric_limits<float>::infinity());
@@ -263,17 +266,17 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
   const auto hi = hn::Set(di, hi_off + 1);
   const bool full = lo_off == 0 && hi_off == static_cast<int32_t>(kTile) - 1;  // no masking
   V max = neg_inf;
-  for (size_t i = 0; i < Shape::kVectors; ++i) {
-    V x = hn::LoadU(dk, s + i * Shape::kLanes);
+  for (size_t i = 0; i < kVectors; ++i) {
+    V x = hn::LoadU(dk, s + i * kLanes);
     if (soft_cap > 0.0f) {
       x = hn::Mul(hn::Set(dk, soft_cap), hn::Tanh(dk, hn::Mul(x, hn::Set(dk, 1.0f / soft_cap))));
     }
     if (!full) {
-      const auto offsets = hn::LoadU(di, lane_offsets + i * Shape::kLanes);
+      const auto offsets = hn::LoadU(di, lane_offsets + i * kLanes);
       const auto visible = hn::RebindMask(dk, hn::And(hn::Gt(offsets, lo), hn::Lt(offsets, hi)));
       x = hn::IfThenElse(visible, x, neg_inf);
     }
-    hn::StoreU(x, dk, s + i * Shape::kLanes);
+    hn::StoreU(x, dk, s + i * kLanes);
     max = hn::Max(max, x);
   }
   const float tile_max = hn::GetLane(hn::MaxOfLanes(dk, max));
@@ -284,10 +287,10 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
                                                                              : std::exp(row.m - m_new);
   const V vm = hn::Set(dk, m_new);
   V sum = hn::Zero(dk);
-  for (size_t i = 0; i < Shape::kVectors; ++i) {
-    const V x = hn::Sub(hn::LoadU(dk, s + i * Shape::kLanes), vm);
+  for (size_t i = 0; i < kVectors; ++i) {
+    const V x = hn::Sub(hn::LoadU(dk, s + i * kLanes), vm);
     const V p = hn::IfThenElse(hn::Eq(x, x), hn::Exp(dk, x), x);
-    hn::StoreU(p, dk, s + i * Shape::kLanes);
+    hn::StoreU(p, dk, s + i * kLanes);
     sum = hn::Add(sum, p);
   }
   row.l = row.l * correction + hn::GetLane(hn::SumOfLanes(dk, sum));
