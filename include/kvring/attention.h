@@ -179,7 +179,7 @@ class AttentionWork {
     const uint64_t tile = RoundUp16(tile_slots_);
     const uint64_t acc = RoundUp16(v_head_dim_);
     const uint64_t item =
-        16 + 2 * tile + 8 * tile + acc + uint64_t{MaxItemRows()} * (RoundUp16(head_dim_) + acc);
+        16 + 2 * tile + 16 * tile + acc + uint64_t{MaxItemRows()} * (RoundUp16(head_dim_) + acc);
     const uint64_t merge = 16 + 2 * acc;
     return item > merge ? item : merge;
   }

@@ -141,50 +141,72 @@ template <uint64_t kTile>
 constexpr bool kPairDims = TileShape<kTile>::kPairs == 1 &&
                            2 * TileShape<kTile>::kLanes <= hn::MaxLanes(DV());
 
-// TileScores for a tile whose dims are kTile BF16 apart (the tiled layout) and kPairDims: one
-// full vector holds the tile's K of dims d and d + 1, multiplied by q[d] in its lower half and
-// q[d + 1] in its upper half; each partial sum (kDimSplit) folds its halves before the
-// partial sums add. Half the FMAs of half-width vectors.
-template <size_t kRows, uint64_t kTile>
+// TileScores for kTiles tiles whose dims are kTile BF16 apart (the tiled layout) and
+// kPairDims: one full vector holds a tile's K of dims d and d + 1, multiplied by q[d] in its
+// lower half and q[d + 1] in its upper half; each partial sum (kDimSplit) folds its halves
+// before the partial sums add. Half the FMAs of half-width vectors. Building that q vector
+// costs two broadcasts and a shuffle per row and dim pair: two tiles at once share it (each
+// tile's bits are the same as alone). Tile t's scores go to scores[t].
+template <size_t kRows, size_t kTiles, uint64_t kTile>
 HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
-                                 const BF16* HWY_RESTRICT k_tile, size_t head_dim,
-                                 const Ahead& ahead, float* HWY_RESTRICT scores) {
+                                 const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
+                                 const Ahead& ahead, float* const* HWY_RESTRICT scores) {
   using Shape = TileShape<kTile>;
   const typename Shape::DK dh;
   const hn::Twice<typename Shape::DK> df;
   using V = hn::Vec<decltype(df)>;
-  constexpr size_t kAtOnce = AtOnce(kRows * 2);
+  constexpr size_t kAtOnce = AtOnce(kRows * kTiles * 2);
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
-    V acc[kAtOnce][kRows][2];
+    V acc[kAtOnce][kRows][kTiles][2];
     for (size_t s = 0; s < kAtOnce; ++s) {
-      for (size_t r = 0; r < kRows; ++r) acc[s][r][0] = acc[s][r][1] = hn::Zero(df);
+      for (size_t r = 0; r < kRows; ++r) {
+        for (size_t t = 0; t < kTiles; ++t) acc[s][r][t][0] = acc[s][r][t][1] = hn::Zero(df);
+      }
     }
     for (size_t dim0 = 0; dim0 < head_dim; dim0 += 2 * kDimSplit) {
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + 2 * (s0 + s);
         hwy::Prefetch(ahead.k + dim * kTile);  // see Ahead
-        V even, odd;
-        LoadPairs(df, k_tile + dim * kTile, even, odd);
+        V even[kTiles], odd[kTiles];
+        for (size_t t = 0; t < kTiles; ++t) LoadPairs(df, k_tiles[t] + dim * kTile, even[t], odd[t]);
         for (size_t r = 0; r < kRows; ++r) {
           const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
-          acc[s][r][0] = hn::MulAdd(qd, even, acc[s][r][0]);
-          acc[s][r][1] = hn::MulAdd(qd, odd, acc[s][r][1]);
+          for (size_t t = 0; t < kTiles; ++t) {
+            acc[s][r][t][0] = hn::MulAdd(qd, even[t], acc[s][r][t][0]);
+            acc[s][r][t][1] = hn::MulAdd(qd, odd[t], acc[s][r][t][1]);
+          }
         }
       }
     }
     // Each partial sum folds its halves, then adds to the total in order.
-    for (size_t r = 0; r < kRows; ++r) {
-      for (size_t e = 0; e < 2; ++e) {
-        float* HWY_RESTRICT out = scores + r * kTile + e * Shape::kLanes;
-        auto sum = hn::Add(hn::LowerHalf(dh, acc[0][r][e]), hn::UpperHalf(dh, acc[0][r][e]));
-        if (s0 != 0) sum = hn::Add(hn::LoadU(dh, out), sum);
-        for (size_t s = 1; s < kAtOnce; ++s) {
-          sum = hn::Add(sum,
-                        hn::Add(hn::LowerHalf(dh, acc[s][r][e]), hn::UpperHalf(dh, acc[s][r][e])));
+    for (size_t t = 0; t < kTiles; ++t) {
+      for (size_t r = 0; r < kRows; ++r) {
+        for (size_t e = 0; e < 2; ++e) {
+          float* HWY_RESTRICT out = scores[t] + r * kTile + e * Shape::kLanes;
+          auto sum =
+              hn::Add(hn::LowerHalf(dh, acc[0][r][t][e]), hn::UpperHalf(dh, acc[0][r][t][e]));
+          if (s0 != 0) sum = hn::Add(hn::LoadU(dh, out), sum);
+          for (size_t s = 1; s < kAtOnce; ++s) {
+            sum = hn::Add(sum, hn::Add(hn::LowerHalf(dh, acc[s][r][t][e]),
+                                       hn::UpperHalf(dh, acc[s][r][t][e])));
+          }
+          hn::StoreU(sum, dh, out);
         }
-        hn::StoreU(sum, dh, out);
       }
     }
+  }
+}
+
+// Scores of two tiles for kRows rows (TileScoresPaired), in register blocks of at most four
+// rows so that the accumulators of both tiles stay in registers.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
+                                    const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
+                                    const Ahead& ahead, float* const* HWY_RESTRICT scores) {
+  constexpr size_t kPart = kRows < 4 ? kRows : 4;
+  for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
+    float* part_scores[2] = {scores[0] + r0 * kTile, scores[1] + r0 * kTile};
+    TileScoresPaired<kPart, 2, kTile>(q + r0, k_tiles, head_dim, ahead, part_scores);
   }
 }
 #endif  // HWY_TARGET != HWY_SCALAR
@@ -200,7 +222,9 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_R
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (kPairDims<kTile>) {
     if (dim_stride == kTile) {
-      TileScoresPaired<kRows, kTile>(q, k_tile, head_dim, ahead, scores);
+      const BF16* const tiles[1] = {k_tile};
+      float* const out[1] = {scores};
+      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, ahead, out);
       return;
     }
   }
@@ -381,13 +405,15 @@ HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride,
 
 // Scores, softmax and V accumulation of one register block of kRows rows over one tile.
 // `rows` has kRows entries; entries past num_real are padding (they repeat a real row's
-// query and write to a scratch accumulator nobody reads).
+// query and write to a scratch accumulator nobody reads). `scored`: `scores` already holds
+// the tile's raw scores (TwoTileScoresPaired).
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
                           const BF16* HWY_RESTRICT k_tile, size_t dim_stride, const Ahead& ahead,
                           const BF16* HWY_RESTRICT v_tile, size_t v_stride, size_t head_dim,
                           size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
-                          const int32_t* index_of_offset, float* HWY_RESTRICT scores) {
+                          const int32_t* index_of_offset, float* HWY_RESTRICT scores,
+                          bool scored = false) {
   const float* q[kRows];
   const float* p[kRows];
   float* acc[kRows];
@@ -411,7 +437,7 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
     }
   }
   if (!any_active) return;
-  TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, ahead, scores);
+  if (!scored) TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, ahead, scores);
   for (size_t r = 0; r < num_real; ++r) {
     if (!active[r]) continue;
     correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
@@ -431,13 +457,13 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
   }
 }
 
-template <uint64_t kTile>
-HWY_INLINE void BlockTileDispatch(Row* rows, size_t num_real, Row* padded, uint64_t tile_pos,
-                                  const BF16* k_tile, size_t dim_stride, const Ahead& ahead,
-                                  const BF16* v_tile, size_t v_stride, size_t head_dim,
-                                  size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
-                                  const int32_t* index_of_offset, float* scores, float* dummy_acc) {
-  // Round the block up to a power of two; the extra rows reuse the last real query.
+// Calls fn(std::integral_constant<size_t, kRows>(), block) with the num_real (1 to 8) rows
+// at `rows` as a register block of kRows rows, num_real rounded up to a power of two: `block`
+// is `rows` itself, or `padded` (8 entries) whose extra rows repeat the last real query and
+// accumulate into `dummy_acc`; the real rows' states are copied back afterwards.
+template <class Fn>
+HWY_INLINE void WithRegisterBlock(Row* rows, size_t num_real, Row* padded, float* dummy_acc,
+                                  const Fn& fn) {
   size_t k_rows = 1;
   while (k_rows < num_real) k_rows *= 2;
   Row* block = rows;
@@ -450,26 +476,40 @@ HWY_INLINE void BlockTileDispatch(Row* rows, size_t num_real, Row* padded, uint6
   }
   switch (k_rows) {
     case 1:
-      BlockTile<1, kTile>(block, num_real, tile_pos, k_tile, dim_stride, ahead, v_tile, v_stride,
-                          head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
+      fn(std::integral_constant<size_t, 1>(), block);
       break;
     case 2:
-      BlockTile<2, kTile>(block, num_real, tile_pos, k_tile, dim_stride, ahead, v_tile, v_stride,
-                          head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
+      fn(std::integral_constant<size_t, 2>(), block);
       break;
     case 4:
-      BlockTile<4, kTile>(block, num_real, tile_pos, k_tile, dim_stride, ahead, v_tile, v_stride,
-                          head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
+      fn(std::integral_constant<size_t, 4>(), block);
       break;
     default:
-      BlockTile<8, kTile>(block, num_real, tile_pos, k_tile, dim_stride, ahead, v_tile, v_stride,
-                          head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
+      fn(std::integral_constant<size_t, 8>(), block);
       break;
   }
   if (block == padded) {
     for (size_t r = 0; r < num_real; ++r) rows[r] = padded[r];
   }
 }
+
+// Whether TileScoresPaired applies to a tile of the tiled layout on this target.
+template <uint64_t kTile>
+constexpr bool PairsDims() {
+#if HWY_TARGET != HWY_SCALAR
+  return kPairDims<kTile>;
+#else
+  return false;
+#endif
+}
+
+// The K, V and prefetch pointers of one tile of an item, and its first position.
+struct TileRefs {
+  uint64_t pos = 0;
+  const BF16* k = nullptr;
+  const BF16* v = nullptr;
+  Ahead ahead;
+};
 
 // Calls fn(tile_pos, slot) for the position-aligned tiles of a flash view, oldest first.
 template <uint64_t kTile, class Fn>
@@ -550,8 +590,8 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
   int32_t* lane_offsets = reinterpret_cast<int32_t*>(cursor);
   int32_t* index_of_offset = lane_offsets + kTile;
   cursor += (2 * kTile + 15) / 16 * 16;
-  float* scores = cursor;
-  cursor += Shape::kMaxRegRows * kTile;
+  float* scores = cursor;  // two tiles' (TwoTileScoresPaired)
+  cursor += 2 * Shape::kMaxRegRows * kTile;
   float* dummy_acc = cursor;
   cursor += acc_stride;
   float* q_rows = cursor;
@@ -611,22 +651,67 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const size_t dim_stride = static_cast<size_t>(k_mapping.DimStride());
       const size_t v_stride = static_cast<size_t>(v_mapping.SlotStride());
       const uint64_t num_slots = kv.NumSlots();
-      ai::Ahead ahead;
-      ai::ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
-        const BF16* k_tile = kv.k + k_mapping(slot, item.kv_head, 0);
-        const BF16* v_tile = kv.v + v_mapping(slot, item.kv_head, 0);
+      const auto tile_at = [&](uint64_t tile_pos, uint64_t slot) {
+        ai::TileRefs tile;
+        tile.pos = tile_pos;
+        tile.k = kv.k + k_mapping(slot, item.kv_head, 0);
+        tile.v = kv.v + v_mapping(slot, item.kv_head, 0);
         const uint64_t slot_ahead = (slot + ai::kPrefetchTiles * kTile) % num_slots;
-        ahead.k = kv.k + k_mapping(slot_ahead, item.kv_head, 0);
-        ahead.v = kv.v + v_mapping(slot_ahead, item.kv_head, 0);
+        tile.ahead.k = kv.k + k_mapping(slot_ahead, item.kv_head, 0);
+        tile.ahead.v = kv.v + v_mapping(slot_ahead, item.kv_head, 0);
+        return tile;
+      };
+      // Runs fn(k_rows, block, num_real) for each register block of the rows.
+      const auto for_each_block = [&](const auto& fn) {
         for (size_t r0 = 0; r0 < rows_here; r0 += Shape::kMaxRegRows) {
           const size_t num_real =
               rows_here - r0 < Shape::kMaxRegRows ? rows_here - r0 : Shape::kMaxRegRows;
-          ai::BlockTileDispatch<kTile>(rows + r0, num_real, padded, tile_pos, k_tile, dim_stride,
-                                       ahead, v_tile, v_stride, head_dim, v_head_dim,
-                                       options.soft_cap, lane_offsets, index_of_offset, scores,
-                                       dummy_acc);
+          ai::WithRegisterBlock(rows + r0, num_real, padded, dummy_acc,
+                                [&](auto k_rows, ai::Row* block) { fn(k_rows, block, num_real); });
         }
+      };
+      const auto one_tile = [&](const ai::TileRefs& tile, float* tile_scores, bool scored) {
+        return [&, tile_scores, scored](auto k_rows, ai::Row* block, size_t num_real) {
+          ai::BlockTile<decltype(k_rows)::value, kTile>(
+              block, num_real, tile.pos, tile.k, dim_stride, tile.ahead, tile.v, v_stride,
+              head_dim, v_head_dim, options.soft_cap, lane_offsets, index_of_offset, tile_scores,
+              scored);
+        };
+      };
+      // Tiles whose scores pair dims (TileScoresPaired) go two at a time, the second
+      // buffered here; each row still takes tile after tile, as alone.
+      const bool two_tiles = ai::PairsDims<kTile>() && dim_stride == kTile;
+      ai::TileRefs held;
+      bool holding = false;
+      ai::ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
+        const ai::TileRefs tile = tile_at(tile_pos, slot);
+        if (!two_tiles) {
+          for_each_block(one_tile(tile, scores, false));
+          return;
+        }
+        if (!holding) {
+          held = tile;
+          holding = true;
+          return;
+        }
+        holding = false;
+#if HWY_TARGET != HWY_SCALAR
+        if constexpr (ai::PairsDims<kTile>()) {
+          float* second = scores + Shape::kMaxRegRows * kTile;
+          for_each_block([&](auto k_rows, ai::Row* block, size_t num_real) {
+            constexpr size_t kRows = decltype(k_rows)::value;
+            const float* q[kRows];
+            for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
+            const BF16* k_tiles[2] = {held.k, tile.k};
+            float* out[2] = {scores, second};
+            ai::TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, tile.ahead, out);
+            one_tile(held, scores, true)(k_rows, block, num_real);
+            one_tile(tile, second, true)(k_rows, block, num_real);
+          });
+        }
+#endif
       });
+      if (holding) for_each_block(one_tile(held, scores, false));
     }
     for (size_t r = 0; r < rows_here; ++r) {
       const size_t row = row0 + r;
