@@ -206,8 +206,9 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   double best = 1e30, best_read = 1e30, best_fma = 1e30, best_flat = 1e30;
   const auto flat_call = [&] {
     best_flat = std::min(best_flat, Seconds([&] {
-      kvring_testing::DispatchAttention(flat_view, flat_batch, kvring::AttentionOptions(), threads);
-    }));
+                           kvring_testing::DispatchAttention(flat_view, flat_batch,
+                                                             kvring::AttentionOptions(), threads);
+                         }));
     benchmark::DoNotOptimize(out_flat.data());
   };
   uint64_t iteration = 0;

@@ -139,10 +139,15 @@ constexpr size_t AtOnce(size_t chains) {
 
 // Whether a tile's K vectors fill at most half a full vector (TiledLayout<16> and <8> on
 // AVX-512): then TileScoresPaired scores two dims per full vector. (SCALAR has no halves.)
-#if HWY_TARGET != HWY_SCALAR
 template <uint64_t kTile>
-constexpr bool kPairDims = TileShape<kTile>::kPairs == 1 &&
-                           2 * TileShape<kTile>::kLanes <= hn::MaxLanes(DV());
+constexpr bool kPairDims =
+#if HWY_TARGET != HWY_SCALAR
+    TileShape<kTile>::kPairs == 1 && 2 * TileShape<kTile>::kLanes <= hn::MaxLanes(DV());
+#else
+    false;
+#endif
+
+#if HWY_TARGET != HWY_SCALAR
 
 // TileScores for kTiles tiles whose dims are kTile BF16 apart (the tiled layout) and
 // kPairDims: one full vector holds a tile's K of dims d and d + 1, multiplied by q[d] in its
@@ -171,7 +176,8 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
         const size_t dim = dim0 + 2 * (s0 + s);
         hwy::Prefetch(ahead.k + dim * kTile);  // see Ahead
         V even[kTiles], odd[kTiles];
-        for (size_t t = 0; t < kTiles; ++t) LoadPairs(df, k_tiles[t] + dim * kTile, even[t], odd[t]);
+        for (size_t t = 0; t < kTiles; ++t)
+          LoadPairs(df, k_tiles[t] + dim * kTile, even[t], odd[t]);
         for (size_t r = 0; r < kRows; ++r) {
           const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
           for (size_t t = 0; t < kTiles; ++t) {
@@ -310,8 +316,8 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
   const float m_new = tile_max > row.m ? tile_max : row.m;
   // (exp(0) is exactly 1: most tiles leave the max where it was and skip the call.)
   const float correction = row.m == -std::numeric_limits<float>::infinity() ? 0.0f
-                           : m_new == row.m                                  ? 1.0f
-                                                                             : std::exp(row.m - m_new);
+                           : m_new == row.m                                 ? 1.0f
+                                            : std::exp(row.m - m_new);
   const V vm = hn::Set(dk, m_new);
   V sum = hn::Zero(dk);
   for (size_t i = 0; i < kVectors; ++i) {
@@ -496,16 +502,6 @@ HWY_INLINE void WithRegisterBlock(Row* rows, size_t num_real, Row* padded, float
   }
 }
 
-// Whether TileScoresPaired applies to a tile of the tiled layout on this target.
-template <uint64_t kTile>
-constexpr bool PairsDims() {
-#if HWY_TARGET != HWY_SCALAR
-  return kPairDims<kTile>;
-#else
-  return false;
-#endif
-}
-
 // The K, V and prefetch pointers of one tile of an item, and its first position.
 struct TileRefs {
   uint64_t pos = 0;
@@ -676,14 +672,13 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const auto one_tile = [&](const ai::TileRefs& tile, float* tile_scores, bool scored) {
         return [&, tile_scores, scored](auto k_rows, ai::Row* block, size_t num_real) {
           ai::BlockTile<decltype(k_rows)::value, kTile>(
-              block, num_real, tile.pos, tile.k, dim_stride, tile.ahead, tile.v, v_stride,
-              head_dim, v_head_dim, options.soft_cap, lane_offsets, index_of_offset, tile_scores,
-              scored);
+              block, num_real, tile.pos, tile.k, dim_stride, tile.ahead, tile.v, v_stride, head_dim,
+              v_head_dim, options.soft_cap, lane_offsets, index_of_offset, tile_scores, scored);
         };
       };
       // Tiles whose scores pair dims (TileScoresPaired) go two at a time, the second
       // buffered here; each row still takes tile after tile, as alone.
-      const bool two_tiles = ai::PairsDims<kTile>() && dim_stride == kTile;
+      const bool two_tiles = ai::kPairDims<kTile> && dim_stride == kTile;
       ai::TileRefs held;
       bool holding = false;
       ai::ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
@@ -699,7 +694,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
         }
         holding = false;
 #if HWY_TARGET != HWY_SCALAR
-        if constexpr (ai::PairsDims<kTile>()) {
+        if constexpr (ai::kPairDims<kTile>) {
           float* second = scores + Shape::kMaxRegRows * kTile;
           for_each_block([&](auto k_rows, ai::Row* block, size_t num_real) {
             constexpr size_t kRows = decltype(k_rows)::value;
