@@ -126,12 +126,8 @@ def render(runs, contexts, load, command, json_paths):
         lines.append("|---|---|---|---|")
         for name, ring, flat in pairs:
             r = time_us(ring)
-            if "flat_us" in ring:
-                f = float(ring["flat_us"])
-                lines.append(f"| `{name}` | {fmt(r)} | {fmt(f)}* | {r / f:.2f} |")
-            else:
-                f = time_us(flat)
-                lines.append(f"| `{name}` | {fmt(r)} | {fmt(f)} | {r / f:.2f} |")
+            f, mark = (float(ring["flat_us"]), "*") if "flat_us" in ring else (time_us(flat), "")
+            lines.append(f"| `{name}` | {fmt(r)} | {fmt(f)}{mark} | {r / f:.2f} |")
     else:
         lines.append("No ring/flat pairs in this run.")
     lines.append("")
