@@ -154,11 +154,12 @@ constexpr bool kPairDims =
 // lower half and q[d + 1] in its upper half; each partial sum (kDimSplit) folds its halves
 // before the partial sums add. Half the FMAs of half-width vectors. Building that q vector
 // costs two broadcasts and a shuffle per row and dim pair: two tiles at once share it (each
-// tile's bits are the same as alone). Tile t's scores go to scores[t].
+// tile's bits are the same as alone). Tile t's scores go to scores[t]; k_ahead[t] is the K
+// of the tile to prefetch for it (see Ahead).
 template <size_t kRows, size_t kTiles, uint64_t kTile>
 HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
                                  const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
-                                 const Ahead& ahead, float* const* HWY_RESTRICT scores) {
+                                 const BF16* const* k_ahead, float* const* HWY_RESTRICT scores) {
   using Shape = TileShape<kTile>;
   const typename Shape::DK dh;
   const hn::Twice<typename Shape::DK> df;
@@ -174,10 +175,11 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
     for (size_t dim0 = 0; dim0 < head_dim; dim0 += 2 * kDimSplit) {
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + 2 * (s0 + s);
-        hwy::Prefetch(ahead.k + dim * kTile);  // see Ahead
         V even[kTiles], odd[kTiles];
-        for (size_t t = 0; t < kTiles; ++t)
+        for (size_t t = 0; t < kTiles; ++t) {
+          hwy::Prefetch(k_ahead[t] + dim * kTile);
           LoadPairs(df, k_tiles[t] + dim * kTile, even[t], odd[t]);
+        }
         for (size_t r = 0; r < kRows; ++r) {
           const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
           for (size_t t = 0; t < kTiles; ++t) {
@@ -211,11 +213,11 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
                                     const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
-                                    const Ahead& ahead, float* const* HWY_RESTRICT scores) {
+                                    const BF16* const* k_ahead, float* const* HWY_RESTRICT scores) {
   constexpr size_t kPart = kRows < 4 ? kRows : 4;
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
     float* part_scores[2] = {scores[0] + r0 * kTile, scores[1] + r0 * kTile};
-    TileScoresPaired<kPart, 2, kTile>(q + r0, k_tiles, head_dim, ahead, part_scores);
+    TileScoresPaired<kPart, 2, kTile>(q + r0, k_tiles, head_dim, k_ahead, part_scores);
   }
 }
 #endif  // HWY_TARGET != HWY_SCALAR
@@ -232,8 +234,9 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_R
   if constexpr (kPairDims<kTile>) {
     if (dim_stride == kTile) {
       const BF16* const tiles[1] = {k_tile};
+      const BF16* const k_ahead[1] = {ahead.k};
       float* const out[1] = {scores};
-      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, ahead, out);
+      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, k_ahead, out);
       return;
     }
   }
@@ -650,14 +653,20 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const size_t dim_stride = static_cast<size_t>(k_mapping.DimStride());
       const size_t v_stride = static_cast<size_t>(v_mapping.SlotStride());
       const uint64_t num_slots = kv.NumSlots();
+      // The tile `tiles` tiles after the one at `slot`, to prefetch (slots wrap).
+      const auto ahead_of = [&](uint64_t slot, uint64_t tiles) {
+        const uint64_t slot_ahead = (slot + tiles * kTile) % num_slots;
+        ai::Ahead ahead;
+        ahead.k = kv.k + k_mapping(slot_ahead, item.kv_head, 0);
+        ahead.v = kv.v + v_mapping(slot_ahead, item.kv_head, 0);
+        return ahead;
+      };
       const auto tile_at = [&](uint64_t tile_pos, uint64_t slot) {
         ai::TileRefs tile;
         tile.pos = tile_pos;
         tile.k = kv.k + k_mapping(slot, item.kv_head, 0);
         tile.v = kv.v + v_mapping(slot, item.kv_head, 0);
-        const uint64_t slot_ahead = (slot + ai::kPrefetchTiles * kTile) % num_slots;
-        tile.ahead.k = kv.k + k_mapping(slot_ahead, item.kv_head, 0);
-        tile.ahead.v = kv.v + v_mapping(slot_ahead, item.kv_head, 0);
+        tile.ahead = ahead_of(slot, ai::kPrefetchTiles);
         return tile;
       };
       // Runs fn(k_rows, block, num_real) for each register block of the rows.
@@ -682,7 +691,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       ai::TileRefs held;
       bool holding = false;
       ai::ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
-        const ai::TileRefs tile = tile_at(tile_pos, slot);
+        ai::TileRefs tile = tile_at(tile_pos, slot);
         if (!two_tiles) {
           for_each_block(one_tile(tile, scores, false));
           return;
@@ -693,6 +702,10 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
           return;
         }
         holding = false;
+        // The pair prefetches the next pair, tile by tile: the first tile's K and V lines
+        // those of the tile two after it, the second's those of the tile two after it.
+        held.ahead = tile.ahead;
+        tile.ahead = ahead_of(slot, 2 * ai::kPrefetchTiles);
 #if HWY_TARGET != HWY_SCALAR
         if constexpr (ai::kPairDims<kTile>) {
           float* second = scores + Shape::kMaxRegRows * kTile;
@@ -701,8 +714,9 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
             const float* q[kRows];
             for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
             const BF16* k_tiles[2] = {held.k, tile.k};
+            const BF16* k_ahead[2] = {held.ahead.k, tile.ahead.k};
             float* out[2] = {scores, second};
-            ai::TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, tile.ahead, out);
+            ai::TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, k_ahead, out);
             one_tile(held, scores, true)(k_rows, block, num_real);
             one_tile(tile, second, true)(k_rows, block, num_real);
           });
