@@ -323,11 +323,10 @@ void RegisterAll() {
             std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads" +
             std::to_string(s.num_threads);
         benchmark::internal::Benchmark* b =
-            backend == 0
-                ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::FlashLayout>, s,
-                                               ring)
-                : benchmark::RegisterBenchmark(name.c_str(),
-                                               BM_Attention<kvring::TiledLayout<16>>, s, ring);
+            backend == 0 ? benchmark::RegisterBenchmark(name.c_str(),
+                                                        BM_Attention<kvring::FlashLayout>, s, ring)
+                         : benchmark::RegisterBenchmark(
+                               name.c_str(), BM_Attention<kvring::TiledLayout<16>>, s, ring);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
           // Evicting before every cold call costs more than the call (clflush of every line):
