@@ -104,6 +104,8 @@ std::string Describe(const Visibility& v) {
 struct Case {
   uint32_t head_dim = 64;
   uint32_t v_head_dim = 0;  // 0: head_dim
+  // MLA: no V stream; the values are the first latent_v_dims dims of K (0: K and V).
+  uint32_t latent_v_dims = 0;
   uint32_t num_kv_heads = 1;
   uint32_t group = 1;
   Visibility visibility;
@@ -116,7 +118,9 @@ struct Case {
   uint64_t extra_ring_slots = 0;
   uint32_t seed = 1;
 
-  uint32_t VHeadDim() const { return v_head_dim != 0 ? v_head_dim : head_dim; }
+  uint32_t VHeadDim() const {
+    return latent_v_dims != 0 ? latent_v_dims : v_head_dim != 0 ? v_head_dim : head_dim;
+  }
   uint32_t NumQHeads() const { return num_kv_heads * group; }
   uint64_t EndPos() const { return first_q_pos + num_queries; }
   std::string Name() const {
@@ -125,7 +129,7 @@ struct Case {
            Describe(visibility) + " q=" + std::to_string(first_q_pos) + "+" +
            std::to_string(num_queries) + " cap=" + std::to_string(soft_cap) +
            " sinks=" + std::to_string(sinks) + " bf16q=" + std::to_string(bf16_queries) +
-           " seed=" + std::to_string(seed);
+           " seed=" + std::to_string(seed) + (latent_v_dims != 0 ? " latent" : "");
   }
   // Slots of the smallest ring that serves the batch (design section 3), plus the extra.
   uint64_t RingSlots() const {
@@ -151,7 +155,8 @@ struct Inputs {
 
 Inputs MakeInputs(const Case& c) {
   Inputs in;
-  in.history = History::Random(c.num_kv_heads, c.head_dim, c.VHeadDim(), c.EndPos(), c.seed);
+  in.history = History::Random(c.num_kv_heads, c.head_dim, c.latent_v_dims != 0 ? 0 : c.VHeadDim(),
+                               c.EndPos(), c.seed);
   std::mt19937 rng(c.seed * 7919u + 13u);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   in.queries.resize(size_t{c.num_queries} * c.NumQHeads() * c.head_dim);
@@ -174,6 +179,7 @@ AttentionOptions OptionsOf(const Case& c, const Inputs& in) {
   AttentionOptions options;
   options.soft_cap = c.soft_cap;
   options.sinks = c.sinks ? in.sinks.data() : nullptr;
+  options.latent_v_dims = c.latent_v_dims;
   return options;
 }
 
@@ -196,8 +202,13 @@ std::vector<double> Reference(const Case& c, const Inputs& in, const AttentionOp
   ro.scale = kvring::AttentionScale(options, c.head_dim);
   ro.soft_cap = c.soft_cap;
   ro.sinks = options.sinks;
-  return kvring::reference::ReferenceAttention(in.history.Reference(), c.visibility, in.queries,
-                                               c.first_q_pos, c.num_queries, c.NumQHeads(), ro);
+  kvring::reference::ReferenceKV kv = in.history.Reference();
+  if (c.latent_v_dims != 0) {  // the values are K's first latent_v_dims dims
+    kv.v_head_dim = c.latent_v_dims;
+    kv.v = kv.k;
+  }
+  return kvring::reference::ReferenceAttention(kv, c.visibility, in.queries, c.first_q_pos,
+                                               c.num_queries, c.NumQHeads(), ro);
 }
 
 // Returns a KV (RingKV or GlobalKV) created from `spec` and appended positions [0, end_pos) of
@@ -633,13 +644,13 @@ KV Poisoned(const Case& c, const History& history, uint64_t num_slots, uint64_t 
   History poisoned = history;
   poisoned.num_positions = end + unreached;
   poisoned.k.resize(poisoned.num_positions * c.num_kv_heads * c.head_dim);
-  poisoned.v.resize(poisoned.num_positions * c.num_kv_heads * c.VHeadDim());
+  poisoned.v.resize(poisoned.num_positions * c.num_kv_heads * history.v_head_dim);
   const BF16 nan = kvring::BF16FromF32(std::numeric_limits<float>::quiet_NaN());
   for (uint64_t pos = 0; pos < poisoned.num_positions; ++pos) {
     if (pos >= keep_begin && pos < end) continue;
     for (uint32_t kv_head = 0; kv_head < c.num_kv_heads; ++kv_head) {
       for (uint32_t dim = 0; dim < c.head_dim; ++dim) poisoned.K(pos, kv_head, dim) = nan;
-      for (uint32_t dim = 0; dim < c.VHeadDim(); ++dim) poisoned.V(pos, kv_head, dim) = nan;
+      for (uint32_t dim = 0; dim < history.v_head_dim; ++dim) poisoned.V(pos, kv_head, dim) = nan;
     }
   }
   KV kv = Store<KV>(
@@ -658,9 +669,11 @@ KV Poisoned(const Case& c, const History& history, uint64_t num_slots, uint64_t 
 
 TEST(Attention, NaNInSlotsOutsideTheVisibleRangeNeverReachesOutputs) {
   ForEachTarget([](int64_t) {
-    for (const Visibility& visibility : {Sliding(45), Chunked(40), Global()}) {
+    for (const Visibility& visibility : {Sliding(45), Chunked(40), Global(), Sliding(46)}) {
       Case c;
       c.head_dim = 80;
+      // The last: a latent (MLA) view, whose values come from the poisoned K.
+      c.latent_v_dims = visibility.span == 46 ? 64 : 0;
       c.num_kv_heads = 1;
       c.group = 4;
       c.visibility = visibility;
@@ -694,6 +707,84 @@ TEST(Attention, NaNInSlotsOutsideTheVisibleRangeNeverReachesOutputs) {
           << Describe(visibility);
     }
   });
+}
+
+// MLA (DeepSeek): one latent stream per position and no V; the values are the latent's first
+// latent_v_dims dims (AttentionOptions::latent_v_dims), read from K in both layouts.
+TEST(Attention, LatentViewsWithoutVMatchReferenceOnEveryTarget) {
+  ForEachTarget([](int64_t target) {
+    const bool slow = target == HWY_SCALAR || target == HWY_EMU128;
+    std::vector<Case> cases;
+    Case c;
+    c.num_kv_heads = 1;  // DeepSeek: every q head reads the one latent (absorbed queries)
+    c.head_dim = 576;
+    c.latent_v_dims = 512;
+    c.group = 16;
+    c.visibility = Global();
+    c.first_q_pos = 300;
+    c.num_queries = 1;
+    c.seed = 900;
+    cases.push_back(c);
+    c.num_queries = 5;  // a small prefill batch, causal inside it
+    c.seed = 901;
+    cases.push_back(c);
+    if (!slow) {
+      c.first_q_pos = 2100;  // a decode call split at 2048 and merged
+      c.num_queries = 1;
+      c.seed = 902;
+      cases.push_back(c);
+    }
+    Case small;  // small latents, GQA, windows that wrap the ring, options
+    small.num_kv_heads = 2;
+    small.group = 2;
+    small.first_q_pos = 333;
+    small.num_queries = 7;
+    const uint32_t dims[][2] = {{80, 64}, {64, 64}, {96, 16}, {144, 128}};
+    uint32_t seed = 910;
+    for (const auto& d : dims) {
+      small.head_dim = d[0];
+      small.latent_v_dims = d[1];
+      small.visibility = seed % 2 == 0 ? Sliding(100) : Chunked(64);
+      small.soft_cap = seed % 3 == 0 ? 5.0f : 0.0f;
+      small.sinks = seed % 4 == 1;
+      small.bf16_queries = seed % 4 == 2;
+      small.seed = seed++;
+      cases.push_back(small);
+    }
+    for (const Case& one : cases) CheckCase(one);
+    // Tiles of 8 and 32 rows read their latent values from K as well.
+    CheckTileHeight<8>(cases.back());
+    CheckTileHeight<32>(cases.back());
+  });
+}
+
+// The value width of a latent view is the caller's to give, and only for a latent view.
+TEST(AttentionDeathTest, LatentValueDimsMustMatchTheView) {
+  if (!KVRING_ENABLE_DASSERT) GTEST_SKIP() << "debug assertions are off in this build";
+  Case c;
+  c.head_dim = 80;
+  c.latent_v_dims = 64;
+  c.first_q_pos = 40;
+  c.visibility = Global();
+  const Inputs in = MakeInputs(c);
+  const auto latent = Flat<FlashLayout>(c, in.history, 64);
+  AttentionOptions options = OptionsOf(c, in);
+  std::vector<float> out(c.VHeadDim());
+  const kvring::AttentionBatch batch = BatchOf(c, in, out.data());
+  options.latent_v_dims = 0;  // a latent view needs its value width
+  EXPECT_DEATH(kvring::AttentionWork::Plan(latent.View(c.visibility), batch, options),
+               "check failed");
+  options.latent_v_dims = 96;  // wider than the latent
+  EXPECT_DEATH(kvring::AttentionWork::Plan(latent.View(c.visibility), batch, options),
+               "check failed");
+  Case with_v = c;
+  with_v.latent_v_dims = 0;
+  const Inputs in_v = MakeInputs(with_v);
+  const auto kv = Flat<FlashLayout>(with_v, in_v.history, 64);
+  options.latent_v_dims = 64;  // a view with V reads its V
+  EXPECT_DEATH(kvring::AttentionWork::Plan(kv.View(c.visibility), BatchOf(with_v, in_v, out.data()),
+                                           options),
+               "check failed");
 }
 
 TEST(Attention, RingAndFlatAreBitIdenticalAtEveryWrapPoint) {

@@ -44,6 +44,12 @@ struct AttentionOptions {
   // Calls with at most this many queries use KV splits; larger calls (prefill) split by query
   // blocks only. 0 turns splitting off.
   uint32_t max_split_queries = 4;
+  // For a view without a V stream (MLA, KVView::v == nullptr; LayerSpec::Latent): the value
+  // of a position is the first latent_v_dims elements of its K (DeepSeek: kv_lora_rank 512 of
+  // the 576-element latent; the queries carry the absorbed projection), and the output has
+  // latent_v_dims elements per q head. A multiple of 16, at most head_dim. Must be 0 for a
+  // view with V.
+  uint32_t latent_v_dims = 0;
 };
 
 // The queries of one call and where their output goes. Queries sit at the consecutive
@@ -99,16 +105,20 @@ class AttentionWork {
     work.tile_slots_ = Layout::kTileSlots;
     work.num_kv_heads_ = shape.num_kv_heads;
     work.head_dim_ = shape.head_dim;
-    work.v_head_dim_ = shape.v_head_dim;
+    work.latent_ = kv.v == nullptr;
+    work.v_head_dim_ = work.latent_ ? options.latent_v_dims : shape.v_head_dim;
     work.num_q_heads_ = batch.num_q_heads;
     work.num_queries_ = batch.num_queries;
     work.first_q_pos_ = batch.first_q_pos;
-    KVRING_DASSERT(kv.k != nullptr && kv.v != nullptr);
+    KVRING_DASSERT(kv.k != nullptr);
+    KVRING_DASSERT(kv.v != nullptr
+                       ? options.latent_v_dims == 0
+                       : shape.v_head_dim == 0 && options.latent_v_dims <= shape.head_dim);
     KVRING_DASSERT(shape.num_kv_heads != 0 && batch.num_q_heads % shape.num_kv_heads == 0);
     KVRING_DASSERT(shape.head_dim % kAttentionDimMultiple == 0 && shape.head_dim != 0 &&
                    shape.head_dim <= kMaxAttentionHeadDim);
-    KVRING_DASSERT(shape.v_head_dim % kAttentionDimMultiple == 0 && shape.v_head_dim != 0 &&
-                   shape.v_head_dim <= kMaxAttentionHeadDim);
+    KVRING_DASSERT(work.v_head_dim_ % kAttentionDimMultiple == 0 && work.v_head_dim_ != 0 &&
+                   work.v_head_dim_ <= kMaxAttentionHeadDim);
     KVRING_DASSERT((batch.queries_f32 == nullptr) != (batch.queries_bf16 == nullptr));
     KVRING_DASSERT((batch.out_f32 == nullptr) != (batch.out_bf16 == nullptr));
     KVRING_DASSERT(batch.num_queries == 0 || (kv.CanServe(batch.first_q_pos) &&
@@ -178,8 +188,10 @@ class AttentionWork {
   uint64_t ScratchFloats() const {
     const uint64_t tile = RoundUp16(tile_slots_);
     const uint64_t acc = RoundUp16(v_head_dim_);
-    const uint64_t item =
-        16 + 2 * tile + 16 * tile + acc + uint64_t{MaxItemRows()} * (RoundUp16(head_dim_) + acc);
+    // A latent view's values: two tiles of [slot][dim] BF16 (LatentValues), one float per two.
+    const uint64_t latent = latent_ ? tile * acc : 0;
+    const uint64_t item = 16 + 2 * tile + 16 * tile + acc + latent +
+                          uint64_t{MaxItemRows()} * (RoundUp16(head_dim_) + acc);
     const uint64_t merge = 16 + 2 * acc;
     return item > merge ? item : merge;
   }
@@ -193,7 +205,10 @@ class AttentionWork {
   uint32_t Group() const { return group_; }
   uint32_t NumSplits() const { return num_splits_; }
   uint32_t HeadDim() const { return head_dim_; }
+  // Value elements per q head: the view's v_head_dim, or latent_v_dims for a latent view.
   uint32_t VHeadDim() const { return v_head_dim_; }
+  // Whether the view has no V stream, its values read from K (AttentionOptions::latent_v_dims).
+  bool Latent() const { return latent_; }
   uint32_t NumQHeads() const { return num_q_heads_; }
   const Visibility& GetVisibility() const { return visibility_; }
 
@@ -214,6 +229,7 @@ class AttentionWork {
   uint32_t queries_per_block_ = 1;
   uint32_t num_blocks_ = 0;
   uint32_t num_splits_ = 1;
+  bool latent_ = false;
 };
 static_assert(std::is_trivially_copyable<AttentionWork>::value,
               "AttentionWork must be trivially copyable");

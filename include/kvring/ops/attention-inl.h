@@ -29,6 +29,7 @@
 #include "hwy/highway.h"
 #include "kvring/attention.h"
 #include "kvring/bf16.h"
+#include "kvring/detail/transpose.h"
 #include "kvring/kv_view.h"
 #include "kvring/views.h"
 
@@ -532,6 +533,23 @@ HWY_INLINE void ForEachTile(const TiledView<Layout>& view, const Fn& fn) {
   }
 }
 
+// The values of one tile of a latent view (MLA: no V stream, AttentionOptions::latent_v_dims):
+// dims [0, v_dims) of the tile's K, which both layouts store [dim][slot] (dims dim_stride
+// apart), transposed into dst[slot * v_dims + dim], the [slot][dim] rows AccumulateTile reads.
+// Exact (a copy), every slot of the tile: the V pass still reads only the visible rows.
+template <uint64_t kTile>
+HWY_INLINE void LatentValues(const BF16* HWY_RESTRICT k_tile, size_t dim_stride, size_t v_dims,
+                             BF16* HWY_RESTRICT dst) {
+  static_assert(kTile % 8 == 0, "tiles are whole 8 x 8 blocks");
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(k_tile);
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  for (size_t d0 = 0; d0 < v_dims; d0 += 8) {
+    for (size_t s0 = 0; s0 < kTile; s0 += 8) {
+      detail::Transpose8x8(src + d0 * dim_stride + s0, dim_stride, out + s0 * v_dims + d0, v_dims);
+    }
+  }
+}
+
 // Returns a 64-byte aligned pointer at or after `p`.
 HWY_INLINE float* Align64(float* p) {
   const uintptr_t bits = reinterpret_cast<uintptr_t>(p);
@@ -600,6 +618,13 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
   cursor += num_rows * q_stride;
   float* acc_rows = cursor;
   cursor += num_rows * acc_stride;
+  // A latent view (no V stream): two tiles' values transposed from K (LatentValues), the
+  // second for the tile a pair holds.
+  BF16* latent_values = nullptr;
+  if (work.Latent()) {
+    latent_values = reinterpret_cast<BF16*>(cursor);
+    cursor += kTile * acc_stride;  // 2 tiles x kTile slots x acc_stride BF16
+  }
   KVRING_DASSERT(static_cast<uint64_t>(cursor - scratch) <= work.ScratchFloats());
 
   for (size_t v = 0; v < Shape::kVectors; ++v) {
@@ -651,21 +676,31 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const auto k_mapping = kv.layout.K();
       const auto v_mapping = kv.layout.V();
       const size_t dim_stride = static_cast<size_t>(k_mapping.DimStride());
-      const size_t v_stride = static_cast<size_t>(v_mapping.SlotStride());
+      const size_t v_stride =
+          work.Latent() ? v_head_dim : static_cast<size_t>(v_mapping.SlotStride());
       const uint64_t num_slots = kv.NumSlots();
       // The tile `tiles` tiles after the one at `slot`, to prefetch (slots wrap).
       const auto ahead_of = [&](uint64_t slot, uint64_t tiles) {
         const uint64_t slot_ahead = (slot + tiles * kTile) % num_slots;
         ai::Ahead ahead;
         ahead.k = kv.k + k_mapping(slot_ahead, item.kv_head, 0);
-        ahead.v = kv.v + v_mapping(slot_ahead, item.kv_head, 0);
+        // (A latent tile's values come from its K; their buffer is in L1 already.)
+        ahead.v = latent_values != nullptr ? latent_values
+                                           : kv.v + v_mapping(slot_ahead, item.kv_head, 0);
         return ahead;
       };
+      uint64_t latent_tiles = 0;  // tiles transposed so far: alternates the two buffers
       const auto tile_at = [&](uint64_t tile_pos, uint64_t slot) {
         ai::TileRefs tile;
         tile.pos = tile_pos;
         tile.k = kv.k + k_mapping(slot, item.kv_head, 0);
-        tile.v = kv.v + v_mapping(slot, item.kv_head, 0);
+        if (latent_values != nullptr) {
+          BF16* values = latent_values + (latent_tiles++ % 2) * kTile * v_head_dim;
+          ai::LatentValues<kTile>(tile.k, dim_stride, v_head_dim, values);
+          tile.v = values;
+        } else {
+          tile.v = kv.v + v_mapping(slot, item.kv_head, 0);
+        }
         tile.ahead = ahead_of(slot, ai::kPrefetchTiles);
         return tile;
       };
