@@ -90,6 +90,8 @@ struct Shape {
   uint32_t head_dim, num_q_heads, num_kv_heads, num_queries;
   uint64_t window;  // visible positions per query (sliding window)
   uint32_t num_threads;
+  uint32_t latent_v_dims = 0;  // MLA: no V; the values are K's first latent_v_dims dims
+  uint32_t VDims() const { return latent_v_dims != 0 ? latent_v_dims : head_dim; }
 };
 
 // Returns the seconds fn takes.
@@ -139,7 +141,9 @@ void EvictPositions(const kvring::KVView<Layout>& kv, uint64_t first, uint64_t e
           s += n;
         }
       }
-      Evict(kv.v + v_mapping(slot0, h, 0), run * v_mapping.SlotStride() * sizeof(kvring::BF16));
+      if (kv.v != nullptr) {  // (an MLA view has no V)
+        Evict(kv.v + v_mapping(slot0, h, 0), run * v_mapping.SlotStride() * sizeof(kvring::BF16));
+      }
     }
     first += run;
   }
@@ -161,18 +165,19 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   // Random K/V only where visible; the rest of the history stays zero.
   History history;
   history.num_kv_heads = shape.num_kv_heads;
-  history.head_dim = history.v_head_dim = shape.head_dim;
+  history.head_dim = shape.head_dim;
+  history.v_head_dim = shape.latent_v_dims != 0 ? 0 : shape.head_dim;
   history.num_positions = end;
   const size_t row = size_t{shape.num_kv_heads} * shape.head_dim;
+  const size_t v_row = size_t{shape.num_kv_heads} * history.v_head_dim;
   history.k.assign(end * row, kvring::BF16FromF32(0.0f));
-  history.v.assign(end * row, kvring::BF16FromF32(0.0f));
+  history.v.assign(end * v_row, kvring::BF16FromF32(0.0f));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (uint64_t pos = end - ring_slots; pos < end; ++pos) {
-    for (size_t i = 0; i < row; ++i) {
-      history.k[pos * row + i] = kvring::BF16FromF32(normal(rng));
-      history.v[pos * row + i] = kvring::BF16FromF32(normal(rng));
-    }
+    for (size_t i = 0; i < row; ++i) history.k[pos * row + i] = kvring::BF16FromF32(normal(rng));
+    for (size_t i = 0; i < v_row; ++i)
+      history.v[pos * v_row + i] = kvring::BF16FromF32(normal(rng));
   }
   // K/V as an engine's storage holds them: a RingKV that has wrapped or a GlobalKV, appended
   // from the history in the largest batches it takes (a ring: slots - keep positions).
@@ -189,7 +194,10 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   const kvring::Visibility visibility{AttentionKind::kSliding, shape.window};
   std::vector<float> queries(size_t{shape.num_queries} * shape.num_q_heads * shape.head_dim);
   for (float& q : queries) q = normal(rng);
-  std::vector<float> out(queries.size()), out_flat(queries.size());
+  std::vector<float> out(size_t{shape.num_queries} * shape.num_q_heads * shape.VDims());
+  std::vector<float> out_flat(out.size());
+  kvring::AttentionOptions options;
+  options.latent_v_dims = shape.latent_v_dims;
   kvring::AttentionBatch batch;
   batch.queries_f32 = queries.data();
   batch.out_f32 = out.data();
@@ -211,8 +219,8 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
       visible_pairs += q + 1 - visibility.FirstVisible(q);
     }
   }
-  const uint64_t bytes = kv_positions * row * 2 * sizeof(kvring::BF16);
-  const uint64_t fmas = visible_pairs * shape.num_q_heads * shape.head_dim * 2;
+  const uint64_t bytes = kv_positions * (row + v_row) * sizeof(kvring::BF16);
+  const uint64_t fmas = visible_pairs * shape.num_q_heads * (shape.head_dim + shape.VDims());
 
   // Each iteration times the kernel, then the read twin over a buffer of the same bytes, then
   // the FMA twin; the ratios compare the best time of each. Interleaving them means a slow
@@ -252,17 +260,16 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
     if (cold) Evict(twin_buffer.data(), twin_buffer.size() * sizeof(uint32_t));
   };
   const auto call = [&] {
-    return Seconds(
-        [&] { kvring_testing::DispatchAttention(kv, batch, kvring::AttentionOptions(), threads); });
+    return Seconds([&] { kvring_testing::DispatchAttention(kv, batch, options, threads); });
   };
   double best = 1e30, best_read = 1e30, best_fma = 1e30, best_flat = 1e30;
   double best_warm = 1e30, best_warm_read = 1e30;
   const auto flat_call = [&] {
     evict_kv(flat_view);
-    best_flat = std::min(best_flat, Seconds([&] {
-                           kvring_testing::DispatchAttention(flat_view, flat_batch,
-                                                             kvring::AttentionOptions(), threads);
-                         }));
+    best_flat =
+        std::min(best_flat, Seconds([&] {
+                   kvring_testing::DispatchAttention(flat_view, flat_batch, options, threads);
+                 }));
     benchmark::DoNotOptimize(out_flat.data());
   };
   uint64_t iteration = 0;
@@ -308,10 +315,16 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
 
 void RegisterAll() {
   const Shape shapes[] = {
-      {"Decode", 128, 8, 4, 1, 4096, 1},    {"Decode", 128, 16, 2, 1, 4096, 1},
-      {"Decode", 256, 8, 4, 1, 4096, 1},    {"Decode", 128, 8, 4, 1, 32768, 1},
-      {"Decode", 128, 8, 4, 1, 32768, 2},   {"Prefill", 256, 8, 4, 512, 1024, 1},
+      {"Decode", 128, 8, 4, 1, 4096, 1},
+      {"Decode", 128, 16, 2, 1, 4096, 1},
+      {"Decode", 256, 8, 4, 1, 4096, 1},
+      {"Decode", 128, 8, 4, 1, 32768, 1},
+      {"Decode", 128, 8, 4, 1, 32768, 2},
+      {"Prefill", 256, 8, 4, 512, 1024, 1},
       {"Prefill", 256, 8, 4, 512, 1024, 2},
+      // MLA (DeepSeek): 16 q heads (a tensor-parallel slice of 128) on one 576-element latent,
+      // values its first 512 elements.
+      {"Decode", 576, 16, 1, 1, 4096, 1, 512},
   };
   for (const Shape& s : shapes) {
     for (int backend = 0; backend < 2; ++backend) {
@@ -321,7 +334,8 @@ void RegisterAll() {
             (ring ? "ring" : "flat") + "/D" + std::to_string(s.head_dim) + "/q" +
             std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
             std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads" +
-            std::to_string(s.num_threads);
+            std::to_string(s.num_threads) +
+            (s.latent_v_dims != 0 ? "/latent" + std::to_string(s.latent_v_dims) : "");
         benchmark::internal::Benchmark* b =
             backend == 0 ? benchmark::RegisterBenchmark(name.c_str(),
                                                         BM_Attention<kvring::FlashLayout>, s, ring)
@@ -331,7 +345,8 @@ void RegisterAll() {
         if (std::strcmp(s.kind, "Decode") == 0) {
           // Evicting before every cold call costs more than the call (clflush of every line):
           // a fixed count, about 2 GiB of K/V read cold per benchmark, 40 to 300 calls.
-          const uint64_t bytes = uint64_t{s.window} * s.num_kv_heads * s.head_dim * 4;
+          const uint64_t bytes =
+              uint64_t{s.window} * s.num_kv_heads * s.head_dim * (s.latent_v_dims != 0 ? 2 : 4);
           b->Iterations(static_cast<benchmark::IterationCount>(
               std::max<uint64_t>(40, std::min<uint64_t>(300, (uint64_t{2} << 30) / bytes))));
         }
