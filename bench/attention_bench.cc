@@ -249,8 +249,8 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   // decode call meets its K/V in memory, not in the L3 (32 MiB here, which would hold a
   // 4096-position window's 8 MiB). So each decode call and each read twin start cold: their
   // lines are evicted first (clflush, outside the timed region). A warm call and a warm read
-  // twin follow in the same iteration, as counters (warm_us, warm_read_ratio): the kernel's
-  // speed when the K/V sits in the L3. Prefill does ~500 multiply-adds per byte and runs warm.
+  // twin follow in the same iteration, as counters (warm_us, warm_read_ratio, warm_fma_ratio):
+  // the kernel's speed when the K/V sits in the L3. Prefill does ~500 multiply-adds per byte and runs warm.
   const bool cold = std::strcmp(shape.kind, "Decode") == 0;
   const uint64_t first_visible = visibility.FirstVisible(first_q_pos);
   const auto evict_kv = [&](const kvring::KVView<Layout>& view) {
@@ -301,6 +301,7 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   if (cold) {
     state.counters["warm_us"] = best_warm * 1e6;
     state.counters["warm_read_ratio"] = best_warm_read / best_warm;
+    state.counters["warm_fma_ratio"] = best_fma / best_warm;
   }
   if (ring) {
     // Design property 1, checked on the benchmark's own data: the ring's output is the flat
