@@ -250,8 +250,8 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   // 4096-position window's 8 MiB). So each decode call and each read twin start cold: their
   // lines are evicted first (clflush, outside the timed region). A warm call and a warm read
   // twin follow in the same iteration, as counters (warm_us, warm_read_ratio, warm_fma_ratio):
-  // the kernel's speed when the K/V sits in the L3. Prefill does ~500 multiply-adds per byte and
-  // runs warm.
+  // the kernel's speed when the K/V sits in the L3. Prefill (~300 multiply-adds per byte of
+  // K/V) runs warm.
   const bool cold = std::strcmp(shape.kind, "Decode") == 0;
   const uint64_t first_visible = visibility.FirstVisible(first_q_pos);
   const auto evict_kv = [&](const kvring::KVView<Layout>& view) {
