@@ -737,8 +737,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
           return;
         }
         holding = false;
-        // The pair prefetches the next pair, tile by tile: the first tile's K and V lines
-        // those of the tile two after it, the second's those of the tile two after it.
+        // The pair prefetches the next pair: each of its tiles the tile two after it.
         held.ahead = tile.ahead;
         tile.ahead = ahead_of(slot, 2 * ai::kPrefetchTiles);
 #if HWY_TARGET != HWY_SCALAR
