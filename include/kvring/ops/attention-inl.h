@@ -108,17 +108,47 @@ struct Row {
   float l = 0.0f;            // running sum
 };
 
-// K and V of the tile kPrefetchTiles after the current one (same kv_head), always inside the
-// buffers (slots wrap). Flash K rows of one dim are num_slots apart, too many streams for the
-// hardware prefetcher, and decode does little work per byte, so each K line of the next tile
-// is prefetched while the same dim of this tile is scored, and each V line while the same
-// line of this tile is accumulated: the fetches spread over the whole tile's work. One tile
-// ahead keeps the prefetched lines in L1 (measured: 4 tiles ahead ran 1.4x slower from L3).
+// What to prefetch while working on a tile. Decode does little work per byte, and flash K rows
+// of one dim are num_slots apart, too many streams for the hardware prefetcher, so the kernel
+// prefetches in software, half a tile ahead: while a tile's K is scored, the lines of the
+// same tile's V, one per scored dim; while its V is accumulated, the lines of the next tile's
+// K, one per 32 V elements. Each phase fetches what the other reads next, and L1 holds the
+// tile being read plus half a tile. Measured against prefetching each phase's own lines of
+// the next tile (a whole tile ahead: 32 KiB at D256 with its 32 KiB being read overflows the
+// 48 KiB L1), GQA 2 decode: 0.86-0.98 of the time from memory, 0.7-0.8 at D256 from the L3,
+// 1.13-1.22 at D128 from the L3 (the next tile's K has only the V pass to arrive). Further ahead,
+// in bursts, or with more arithmetic per prefetch ran slower: the loops issue about as many
+// instructions as the core takes.
 struct Ahead {
-  const BF16* k = nullptr;
-  const BF16* v = nullptr;
+  const BF16* v_now = nullptr;   // this tile's V block ([slot][dim], contiguous)
+  const BF16* k_next = nullptr;  // the next tile's K (same kv_head; slots wrap)
 };
-static constexpr uint64_t kPrefetchTiles = 1;
+
+// One tile's K lines and V bytes, to spread the prefetch of one over the loop reading the
+// other. K line j of a tile: k + j * k_line_stride (flash: one line per dim row, rows
+// dim_stride apart; tiled: contiguous).
+struct PrefetchShape {
+  size_t k_line_stride = 0;    // elements between a tile's K lines
+  size_t k_lines = 0;          // a tile's K lines
+  size_t v_bytes_per_dim = 0;  // V bytes per scored dim (a tile's V bytes / head_dim, down)
+
+  PrefetchShape(size_t tile, size_t dim_stride, size_t head_dim, size_t v_head_dim)
+      : k_line_stride(dim_stride == tile ? 32 : dim_stride),
+        k_lines(tile * head_dim / 32),
+        v_bytes_per_dim(tile * v_head_dim * sizeof(BF16) / head_dim) {}
+};
+
+// Prefetches the line of this tile's V that scored dim `dim` stands for.
+HWY_INLINE void PrefetchV(const BF16* v_now, size_t dim, const PrefetchShape& ps) {
+  hwy::Prefetch(reinterpret_cast<const char*>(v_now) + dim * ps.v_bytes_per_dim);
+}
+// Prefetches the line of the next tile's K that V element `element` of this tile (slot-major
+// index in the tile's V block) stands for: line element / 32, if the K has that many lines
+// (a V wider than K leaves its last lines to the demand loads).
+HWY_INLINE void PrefetchK(const BF16* k_next, size_t element, const PrefetchShape& ps) {
+  const size_t line = element / 32;
+  if (line < ps.k_lines) hwy::Prefetch(k_next + line * ps.k_line_stride);
+}
 
 // FMA chains in flight that hide the FMA latency (two pipes, about four cycles each): blocks
 // of few rows split their work into independent accumulators until they have this many.
@@ -155,12 +185,13 @@ constexpr bool kPairDims =
 // lower half and q[d + 1] in its upper half; each partial sum (kDimSplit) folds its halves
 // before the partial sums add. Half the FMAs of half-width vectors. Building that q vector
 // costs two broadcasts and a shuffle per row and dim pair: two tiles at once share it (each
-// tile's bits are the same as alone). Tile t's scores go to scores[t]; k_ahead[t] is the K
-// of the tile to prefetch for it (see Ahead).
+// tile's bits are the same as alone). Tile t's scores go to scores[t]; v_now[t] is its V, to
+// prefetch meanwhile (see Ahead).
 template <size_t kRows, size_t kTiles, uint64_t kTile>
 HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
                                  const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
-                                 const BF16* const* k_ahead, float* const* HWY_RESTRICT scores) {
+                                 const BF16* const* v_now, const PrefetchShape& ps,
+                                 float* const* HWY_RESTRICT scores) {
   using Shape = TileShape<kTile>;
   const typename Shape::DK dh;
   const hn::Twice<typename Shape::DK> df;
@@ -178,7 +209,10 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
         const size_t dim = dim0 + 2 * (s0 + s);
         V even[kTiles], odd[kTiles];
         for (size_t t = 0; t < kTiles; ++t) {
-          hwy::Prefetch(k_ahead[t] + dim * kTile);
+          if (v_now[t] != nullptr) {
+            PrefetchV(v_now[t], dim, ps);
+            PrefetchV(v_now[t], dim + 1, ps);
+          }
           LoadPairs(df, k_tiles[t] + dim * kTile, even[t], odd[t]);
         }
         for (size_t r = 0; r < kRows; ++r) {
@@ -214,11 +248,15 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
                                     const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
-                                    const BF16* const* k_ahead, float* const* HWY_RESTRICT scores) {
+                                    const BF16* const* v_now, const PrefetchShape& ps,
+                                    float* const* HWY_RESTRICT scores) {
   constexpr size_t kPart = kRows < 4 ? kRows : 4;
+  const BF16* const none[2] = {nullptr, nullptr};
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
     float* part_scores[2] = {scores[0] + r0 * kTile, scores[1] + r0 * kTile};
-    TileScoresPaired<kPart, 2, kTile>(q + r0, k_tiles, head_dim, k_ahead, part_scores);
+    // (The first part prefetches; the others read the same K.)
+    TileScoresPaired<kPart, 2, kTile>(q + r0, k_tiles, head_dim, r0 == 0 ? v_now : none, ps,
+                                      part_scores);
   }
 }
 #endif  // HWY_TARGET != HWY_SCALAR
@@ -230,14 +268,14 @@ HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_RESTRICT k_tile,
                            size_t dim_stride, size_t head_dim, const Ahead& ahead,
-                           float* HWY_RESTRICT scores) {
+                           const PrefetchShape& ps, float* HWY_RESTRICT scores) {
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (kPairDims<kTile>) {
     if (dim_stride == kTile) {
       const BF16* const tiles[1] = {k_tile};
-      const BF16* const k_ahead[1] = {ahead.k};
+      const BF16* const v_now[1] = {ahead.v_now};
       float* const out[1] = {scores};
-      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, k_ahead, out);
+      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, v_now, ps, out);
       return;
     }
   }
@@ -257,7 +295,7 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_R
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + s0 + s;
         const BF16* HWY_RESTRICT row = k_tile + dim * dim_stride;
-        hwy::Prefetch(ahead.k + dim * dim_stride);  // see Ahead
+        PrefetchV(ahead.v_now, dim, ps);  // see Ahead
         V even[Shape::kPairs], odd[Shape::kPairs];
         for (size_t p = 0; p < Shape::kPairs; ++p) {
           LoadPairs(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
@@ -340,13 +378,14 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
 // chronological order; each dim's sum has the same order whatever kChunks is (more chunks at
 // once only give blocks of few rows more independent FMA chains).
 // kMasked: one row, positions outside [lo_off, hi_off] skipped (never read: a slot outside
-// the visible range may hold anything, NaN included, and NaN * 0 is NaN). `v_ahead`: the V
-// block of the tile to prefetch (Ahead).
+// the visible range may hold anything, NaN included, and NaN * 0 is NaN). `k_next`: the K of
+// the next tile, to prefetch meanwhile (Ahead); v_stride is v_head_dim.
 template <size_t kRows, size_t kChunks, bool kMasked, uint64_t kTile, class DF>
 HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const BF16* HWY_RESTRICT v_tile,
-                                 size_t v_stride, const BF16* v_ahead, const float* const* p,
-                                 const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
-                                 const float* correction, int32_t lo_off, int32_t hi_off) {
+                                 size_t v_stride, const BF16* k_next, const PrefetchShape& ps,
+                                 const float* const* p, const int32_t* HWY_RESTRICT index_of_offset,
+                                 float* const* acc, const float* correction, int32_t lo_off,
+                                 int32_t hi_off) {
   using V = hn::Vec<DF>;
   const size_t lanes = hn::Lanes(df);
   V even_acc[kChunks][kRows], odd_acc[kChunks][kRows];
@@ -364,7 +403,7 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const BF16* HWY_RESTRICT v_
     const BF16* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
     const size_t index = static_cast<size_t>(index_of_offset[off]);
     for (size_t ch = 0; ch < kChunks; ++ch) {
-      hwy::Prefetch(v_ahead + static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes);
+      PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes, ps);
     }
     V pr[kRows];
     for (size_t r = 0; r < kRows; ++r) pr[r] = hn::Set(df, p[r][index]);
@@ -387,8 +426,8 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const BF16* HWY_RESTRICT v_
 }
 
 template <size_t kRows, bool kMasked, uint64_t kTile>
-HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride,
-                               const BF16* v_ahead, size_t v_head_dim, const float* const* p,
+HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride, const BF16* k_next,
+                               const PrefetchShape& ps, size_t v_head_dim, const float* const* p,
                                const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
                                const float* correction, int32_t lo_off, int32_t hi_off) {
   // Chunks at once: enough FMA chains (2 per row and chunk), within the registers; blocks of
@@ -401,17 +440,18 @@ HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride,
   const size_t chunk = 2 * hn::Lanes(dv);
   size_t dim0 = 0;
   for (; dim0 + kWide * chunk <= v_head_dim; dim0 += kWide * chunk) {
-    AccumulateChunks<kRows, kWide, kMasked, kTile>(
-        dv, dim0, v_tile, v_stride, v_ahead, p, index_of_offset, acc, correction, lo_off, hi_off);
+    AccumulateChunks<kRows, kWide, kMasked, kTile>(dv, dim0, v_tile, v_stride, k_next, ps, p,
+                                                   index_of_offset, acc, correction, lo_off,
+                                                   hi_off);
   }
   for (; dim0 + chunk <= v_head_dim; dim0 += chunk) {
-    AccumulateChunks<kRows, 1, kMasked, kTile>(dv, dim0, v_tile, v_stride, v_ahead, p,
+    AccumulateChunks<kRows, 1, kMasked, kTile>(dv, dim0, v_tile, v_stride, k_next, ps, p,
                                                index_of_offset, acc, correction, lo_off, hi_off);
   }
   const DVTail dt;
   const size_t tail_chunk = 2 * hn::Lanes(dt);
   for (; dim0 + tail_chunk <= v_head_dim; dim0 += tail_chunk) {
-    AccumulateChunks<kRows, 1, kMasked, kTile>(dt, dim0, v_tile, v_stride, v_ahead, p,
+    AccumulateChunks<kRows, 1, kMasked, kTile>(dt, dim0, v_tile, v_stride, k_next, ps, p,
                                                index_of_offset, acc, correction, lo_off, hi_off);
   }
 }
@@ -423,10 +463,10 @@ HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride,
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
                           const BF16* HWY_RESTRICT k_tile, size_t dim_stride, const Ahead& ahead,
-                          const BF16* HWY_RESTRICT v_tile, size_t v_stride, size_t head_dim,
-                          size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
-                          const int32_t* index_of_offset, float* HWY_RESTRICT scores,
-                          bool scored = false) {
+                          const PrefetchShape& ps, const BF16* HWY_RESTRICT v_tile, size_t v_stride,
+                          size_t head_dim, size_t v_head_dim, float soft_cap,
+                          const int32_t* lane_offsets, const int32_t* index_of_offset,
+                          float* HWY_RESTRICT scores, bool scored = false) {
   const float* q[kRows];
   const float* p[kRows];
   float* acc[kRows];
@@ -450,23 +490,23 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
     }
   }
   if (!any_active) return;
-  if (!scored) TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, ahead, scores);
+  if (!scored) TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, ahead, ps, scores);
   for (size_t r = 0; r < num_real; ++r) {
     if (!active[r]) continue;
     correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
                                       soft_cap, rows[r]);
   }
   if (all_full) {
-    AccumulateTile<kRows, false, kTile>(v_tile, v_stride, ahead.v, v_head_dim, p, index_of_offset,
-                                        acc, correction, 0, 0);
+    AccumulateTile<kRows, false, kTile>(v_tile, v_stride, ahead.k_next, ps, v_head_dim, p,
+                                        index_of_offset, acc, correction, 0, 0);
     return;
   }
   // A partly visible tile: each row reads only the V rows it sees, so that an invisible slot
   // never enters its accumulator (the order over the visible ones is the full path's).
   for (size_t r = 0; r < num_real; ++r) {
     if (!active[r]) continue;
-    AccumulateTile<1, true, kTile>(v_tile, v_stride, ahead.v, v_head_dim, &p[r], index_of_offset,
-                                   &acc[r], &correction[r], lo_off[r], hi_off[r]);
+    AccumulateTile<1, true, kTile>(v_tile, v_stride, ahead.k_next, ps, v_head_dim, &p[r],
+                                   index_of_offset, &acc[r], &correction[r], lo_off[r], hi_off[r]);
   }
 }
 
@@ -679,15 +719,10 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const size_t v_stride =
           work.Latent() ? v_head_dim : static_cast<size_t>(v_mapping.SlotStride());
       const uint64_t num_slots = kv.NumSlots();
-      // The tile `tiles` tiles after the one at `slot`, to prefetch (slots wrap).
-      const auto ahead_of = [&](uint64_t slot, uint64_t tiles) {
-        const uint64_t slot_ahead = (slot + tiles * kTile) % num_slots;
-        ai::Ahead ahead;
-        ahead.k = kv.k + k_mapping(slot_ahead, item.kv_head, 0);
-        // (A latent tile's values come from its K; their buffer is in L1 already.)
-        ahead.v = latent_values != nullptr ? latent_values
-                                           : kv.v + v_mapping(slot_ahead, item.kv_head, 0);
-        return ahead;
+      const ai::PrefetchShape prefetch_shape(kTile, dim_stride, head_dim, v_head_dim);
+      // The K of the tile `tiles` tiles after the one at `slot` (slots wrap), to prefetch.
+      const auto k_after = [&](uint64_t slot, uint64_t tiles) {
+        return kv.k + k_mapping((slot + tiles * kTile) % num_slots, item.kv_head, 0);
       };
       uint64_t latent_tiles = 0;  // tiles transposed so far: alternates the two buffers
       const auto tile_at = [&](uint64_t tile_pos, uint64_t slot) {
@@ -701,7 +736,8 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
         } else {
           tile.v = kv.v + v_mapping(slot, item.kv_head, 0);
         }
-        tile.ahead = ahead_of(slot, ai::kPrefetchTiles);
+        tile.ahead.v_now = tile.v;  // (a latent tile's values: in L1 already)
+        tile.ahead.k_next = k_after(slot, 1);
         return tile;
       };
       // Runs fn(k_rows, block, num_real) for each register block of the rows.
@@ -716,8 +752,9 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const auto one_tile = [&](const ai::TileRefs& tile, float* tile_scores, bool scored) {
         return [&, tile_scores, scored](auto k_rows, ai::Row* block, size_t num_real) {
           ai::BlockTile<decltype(k_rows)::value, kTile>(
-              block, num_real, tile.pos, tile.k, dim_stride, tile.ahead, tile.v, v_stride, head_dim,
-              v_head_dim, options.soft_cap, lane_offsets, index_of_offset, tile_scores, scored);
+              block, num_real, tile.pos, tile.k, dim_stride, tile.ahead, prefetch_shape, tile.v,
+              v_stride, head_dim, v_head_dim, options.soft_cap, lane_offsets, index_of_offset,
+              tile_scores, scored);
         };
       };
       // Tiles whose scores pair dims (TileScoresPaired) go two at a time, the second
@@ -737,9 +774,9 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
           return;
         }
         holding = false;
-        // The pair prefetches the next pair: each of its tiles the tile two after it.
-        held.ahead = tile.ahead;
-        tile.ahead = ahead_of(slot, 2 * ai::kPrefetchTiles);
+        // The pair prefetches the next pair: each tile's V pass the K of the tile two after it.
+        held.ahead.k_next = k_after(slot, 1);
+        tile.ahead.k_next = k_after(slot, 2);
 #if HWY_TARGET != HWY_SCALAR
         if constexpr (ai::kPairDims<kTile>) {
           float* second = scores + Shape::kMaxRegRows * kTile;
@@ -748,9 +785,9 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
             const float* q[kRows];
             for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
             const BF16* k_tiles[2] = {held.k, tile.k};
-            const BF16* k_ahead[2] = {held.ahead.k, tile.ahead.k};
+            const BF16* v_now[2] = {held.ahead.v_now, tile.ahead.v_now};
             float* out[2] = {scores, second};
-            ai::TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, k_ahead, out);
+            ai::TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, v_now, prefetch_shape, out);
             one_tile(held, scores, true)(k_rows, block, num_real);
             one_tile(tile, second, true)(k_rows, block, num_real);
           });
