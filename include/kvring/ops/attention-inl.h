@@ -116,9 +116,9 @@ struct Row {
 // tile being read plus half a tile. Measured against prefetching each phase's own lines of
 // the next tile (a whole tile ahead: 32 KiB at D256 with its 32 KiB being read overflows the
 // 48 KiB L1), GQA 2 decode: 0.86-0.98 of the time from memory, 0.7-0.8 at D256 from the L3,
-// 1.13-1.22 at D128 from the L3 (the next tile's K has only the V pass to arrive). Further ahead,
-// in bursts, or with more arithmetic per prefetch ran slower: the loops issue about as many
-// instructions as the core takes.
+// 1.05-1.23 at D128 from the L3 in four of five runs (the next tile's K has only the V pass to
+// arrive). Further ahead, in bursts, or with more arithmetic per prefetch ran slower: the
+// loops issue about as many instructions as the core takes.
 struct Ahead {
   const BF16* v_now = nullptr;   // this tile's V block ([slot][dim], contiguous)
   const BF16* k_next = nullptr;  // the next tile's K (same kv_head; slots wrap)
