@@ -108,9 +108,9 @@ struct Row {
   float l = 0.0f;            // running sum
 };
 
-// What to prefetch while working on a tile. Decode does little work per byte, and flash K rows
-// of one dim are num_slots apart, too many streams for the hardware prefetcher, so the kernel
-// prefetches in software, half a tile ahead: while a tile's K is scored, the lines of the
+// Prefetch: what the kernel fetches while working on a tile. Decode does little work per byte, and
+// flash K rows of one dim are num_slots apart, too many streams for the hardware prefetcher, so the
+// kernel prefetches in software, half a tile ahead: while a tile's K is scored, the lines of the
 // same tile's V, one per scored dim; while its V is accumulated, the lines of the next tile's
 // K, one per 32 V elements. Each phase fetches what the other reads next, and L1 holds the
 // tile being read plus half a tile. Measured against prefetching each phase's own lines of
@@ -119,10 +119,6 @@ struct Row {
 // 1.05-1.23 at D128 from the L3 in four of five runs (the next tile's K has only the V pass to
 // arrive). Further ahead, in bursts, or with more arithmetic per prefetch ran slower: the
 // loops issue about as many instructions as the core takes.
-struct Ahead {
-  const BF16* v_now = nullptr;   // this tile's V block ([slot][dim], contiguous)
-  const BF16* k_next = nullptr;  // the next tile's K (same kv_head; slots wrap)
-};
 
 // One tile's K lines and V bytes, to spread the prefetch of one over the loop reading the
 // other. K line j of a tile: k + j * k_line_stride (flash: one line per dim row, rows
@@ -186,7 +182,7 @@ constexpr bool kPairDims =
 // before the partial sums add. Half the FMAs of half-width vectors. Building that q vector
 // costs two broadcasts and a shuffle per row and dim pair: two tiles at once share it (each
 // tile's bits are the same as alone). Tile t's scores go to scores[t]; v_now[t] is its V, to
-// prefetch meanwhile (see Ahead).
+// prefetch meanwhile (see PrefetchShape).
 template <size_t kRows, size_t kTiles, uint64_t kTile>
 HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
                                  const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
@@ -267,15 +263,15 @@ HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
 // buffers and for every block a row is in.
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_RESTRICT k_tile,
-                           size_t dim_stride, size_t head_dim, const Ahead& ahead,
+                           size_t dim_stride, size_t head_dim, const BF16* v_now,
                            const PrefetchShape& ps, float* HWY_RESTRICT scores) {
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (kPairDims<kTile>) {
     if (dim_stride == kTile) {
       const BF16* const tiles[1] = {k_tile};
-      const BF16* const v_now[1] = {ahead.v_now};
+      const BF16* const v_tiles[1] = {v_now};
       float* const out[1] = {scores};
-      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, v_now, ps, out);
+      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, v_tiles, ps, out);
       return;
     }
   }
@@ -295,7 +291,7 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_R
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + s0 + s;
         const BF16* HWY_RESTRICT row = k_tile + dim * dim_stride;
-        PrefetchV(ahead.v_now, dim, ps);  // see Ahead
+        PrefetchV(v_now, dim, ps);  // see PrefetchShape
         V even[Shape::kPairs], odd[Shape::kPairs];
         for (size_t p = 0; p < Shape::kPairs; ++p) {
           LoadPairs(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
@@ -379,7 +375,7 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
 // once only give blocks of few rows more independent FMA chains).
 // kMasked: one row, positions outside [lo_off, hi_off] skipped (never read: a slot outside
 // the visible range may hold anything, NaN included, and NaN * 0 is NaN). `k_next`: the K of
-// the next tile, to prefetch meanwhile (Ahead); v_stride is v_head_dim.
+// the next tile, to prefetch meanwhile (PrefetchShape); v_stride is v_head_dim.
 template <size_t kRows, size_t kChunks, bool kMasked, uint64_t kTile, class DF>
 HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const BF16* HWY_RESTRICT v_tile,
                                  size_t v_stride, const BF16* k_next, const PrefetchShape& ps,
@@ -462,7 +458,7 @@ HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride,
 // the tile's raw scores (TwoTileScoresPaired).
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
-                          const BF16* HWY_RESTRICT k_tile, size_t dim_stride, const Ahead& ahead,
+                          const BF16* HWY_RESTRICT k_tile, size_t dim_stride, const BF16* k_next,
                           const PrefetchShape& ps, const BF16* HWY_RESTRICT v_tile, size_t v_stride,
                           size_t head_dim, size_t v_head_dim, float soft_cap,
                           const int32_t* lane_offsets, const int32_t* index_of_offset,
@@ -490,14 +486,14 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
     }
   }
   if (!any_active) return;
-  if (!scored) TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, ahead, ps, scores);
+  if (!scored) TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
   for (size_t r = 0; r < num_real; ++r) {
     if (!active[r]) continue;
     correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
                                       soft_cap, rows[r]);
   }
   if (all_full) {
-    AccumulateTile<kRows, false, kTile>(v_tile, v_stride, ahead.k_next, ps, v_head_dim, p,
+    AccumulateTile<kRows, false, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, p,
                                         index_of_offset, acc, correction, 0, 0);
     return;
   }
@@ -505,8 +501,8 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
   // never enters its accumulator (the order over the visible ones is the full path's).
   for (size_t r = 0; r < num_real; ++r) {
     if (!active[r]) continue;
-    AccumulateTile<1, true, kTile>(v_tile, v_stride, ahead.k_next, ps, v_head_dim, &p[r],
-                                   index_of_offset, &acc[r], &correction[r], lo_off[r], hi_off[r]);
+    AccumulateTile<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r], index_of_offset,
+                                   &acc[r], &correction[r], lo_off[r], hi_off[r]);
   }
 }
 
@@ -546,12 +542,13 @@ HWY_INLINE void WithRegisterBlock(Row* rows, size_t num_real, Row* padded, float
   }
 }
 
-// The K, V and prefetch pointers of one tile of an item, and its first position.
+// The K and V of one tile of an item, its first position, and the K to prefetch while its V
+// is accumulated (PrefetchShape).
 struct TileRefs {
   uint64_t pos = 0;
   const BF16* k = nullptr;
   const BF16* v = nullptr;
-  Ahead ahead;
+  const BF16* k_next = nullptr;
 };
 
 // Calls fn(tile_pos, slot) for the position-aligned tiles of a flash view, oldest first.
@@ -736,8 +733,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
         } else {
           tile.v = kv.v + v_mapping(slot, item.kv_head, 0);
         }
-        tile.ahead.v_now = tile.v;  // (a latent tile's values: in L1 already)
-        tile.ahead.k_next = k_after(slot, 1);
+        tile.k_next = k_after(slot, 1);
         return tile;
       };
       // Runs fn(k_rows, block, num_real) for each register block of the rows.
@@ -752,7 +748,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const auto one_tile = [&](const ai::TileRefs& tile, float* tile_scores, bool scored) {
         return [&, tile_scores, scored](auto k_rows, ai::Row* block, size_t num_real) {
           ai::BlockTile<decltype(k_rows)::value, kTile>(
-              block, num_real, tile.pos, tile.k, dim_stride, tile.ahead, prefetch_shape, tile.v,
+              block, num_real, tile.pos, tile.k, dim_stride, tile.k_next, prefetch_shape, tile.v,
               v_stride, head_dim, v_head_dim, options.soft_cap, lane_offsets, index_of_offset,
               tile_scores, scored);
         };
@@ -775,8 +771,8 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
         }
         holding = false;
         // The pair prefetches the next pair: each tile's V pass the K of the tile two after it.
-        held.ahead.k_next = k_after(slot, 1);
-        tile.ahead.k_next = k_after(slot, 2);
+        held.k_next = k_after(slot, 1);
+        tile.k_next = k_after(slot, 2);
 #if HWY_TARGET != HWY_SCALAR
         if constexpr (ai::kPairDims<kTile>) {
           float* second = scores + Shape::kMaxRegRows * kTile;
@@ -785,7 +781,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
             const float* q[kRows];
             for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
             const BF16* k_tiles[2] = {held.k, tile.k};
-            const BF16* v_now[2] = {held.ahead.v_now, tile.ahead.v_now};
+            const BF16* v_now[2] = {held.v, tile.v};
             float* out[2] = {scores, second};
             ai::TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, v_now, prefetch_shape, out);
             one_tile(held, scores, true)(k_rows, block, num_real);
