@@ -27,9 +27,11 @@ struct Problem {
   kvring::Visibility visibility{AttentionKind::kGlobal, 0};
 };
 
+// Attends on `num_threads` started threads, or on `pool` when it is set.
 template <typename Layout>
 std::vector<float> Attend(const Problem& p, const History& history, const Storage<Layout>& s,
-                          const std::vector<float>& queries, uint32_t num_threads) {
+                          const std::vector<float>& queries, uint32_t num_threads,
+                          kvring::ThreadPool* pool = nullptr) {
   std::vector<float> out(size_t{p.num_queries} * p.num_kv_heads * p.group * p.head_dim);
   kvring::AttentionBatch batch;
   batch.queries_f32 = queries.data();
@@ -40,8 +42,12 @@ std::vector<float> Attend(const Problem& p, const History& history, const Storag
   kvring::AttentionOptions options;
   options.split_positions = 256;
   (void)history;
-  hn_kvring::AttentionOnThreads(s.View(p.visibility), batch, options,
-                                kvring::AttentionThreads{num_threads});
+  if (pool != nullptr) {
+    hn_kvring::AttentionOnThreads(s.View(p.visibility), batch, options, *pool);
+  } else {
+    hn_kvring::AttentionOnThreads(s.View(p.visibility), batch, options,
+                                  kvring::AttentionThreads{num_threads});
+  }
   return out;
 }
 
@@ -93,6 +99,35 @@ TEST(AttentionThreads, StaticDispatchIsBitIdenticalOnAnyThreadCount) {
       const std::vector<float> b = Attend(p, history, tiled, q, threads);
       EXPECT_EQ(std::memcmp(a.data(), flash_one.data(), a.size() * sizeof(float)), 0);
       EXPECT_EQ(std::memcmp(b.data(), tiled_one.data(), b.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+// One pool serves many calls in a row (decode with KV splits and merges, prefill blocks, both
+// layouts) and gives the bits of one thread; ThreadSanitizer checks the pool's hand-offs.
+TEST(AttentionThreads, PoolGivesTheBitsOfOneThread) {
+  kvring::ThreadPool pools[] = {kvring::ThreadPool(1), kvring::ThreadPool(2),
+                                kvring::ThreadPool(3)};
+  for (uint32_t num_queries : {1u, 3u, 40u}) {
+    Problem p;
+    p.num_queries = num_queries;
+    p.visibility = kvring::Visibility{AttentionKind::kSliding, 700};
+    const uint64_t end = p.first_q_pos + num_queries;
+    const History history = History::Random(p.num_kv_heads, p.head_dim, p.head_dim, end, 11);
+    const auto flash = Storage<kvring::FlashLayout>::Make(history, 768, end);
+    const auto tiled = Storage<kvring::TiledLayout<16>>::Make(history, 768, end);
+    const std::vector<float> q = RandomQueries(p, 12);
+    const std::vector<float> flash_one = Attend(p, history, flash, q, 1);
+    const std::vector<float> tiled_one = Attend(p, history, tiled, q, 1);
+    for (kvring::ThreadPool& pool : pools) {
+      for (int call = 0; call < 4; ++call) {
+        const std::vector<float> a = Attend(p, history, flash, q, 0, &pool);
+        const std::vector<float> b = Attend(p, history, tiled, q, 0, &pool);
+        ASSERT_EQ(std::memcmp(a.data(), flash_one.data(), a.size() * sizeof(float)), 0)
+            << pool.NumThreads() << " threads, call " << call;
+        ASSERT_EQ(std::memcmp(b.data(), tiled_one.data(), b.size() * sizeof(float)), 0)
+            << pool.NumThreads() << " threads, call " << call;
+      }
     }
   }
 }

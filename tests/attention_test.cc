@@ -927,17 +927,6 @@ TEST(AttentionThreads, ThreadCountsAndRepeatedRunsGiveIdenticalBits) {
   });
 }
 
-TEST(AttentionThreads, ParallelForRunsEveryTaskOnce) {
-  for (uint32_t threads : {1u, 2u, 5u}) {
-    std::vector<std::atomic<int>> counts(1000);
-    kvring::ParallelFor(threads, counts.size(), [&](uint64_t task, uint32_t thread) {
-      EXPECT_LT(thread, threads);
-      counts[task].fetch_add(1);
-    });
-    for (const auto& count : counts) ASSERT_EQ(count.load(), 1);
-  }
-}
-
 TEST(AttentionAppend, VectorConversionMatchesScalarRounding) {
   std::vector<float> values;
   std::mt19937 rng(5);

@@ -22,13 +22,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Plain (non-template) wrappers, which HWY_EXPORT can name.
 void FlashAttend(const kvring::KVView<kvring::FlashLayout>& kv, const kvring::AttentionBatch& batch,
-                 const kvring::AttentionOptions& options, const kvring::AttentionThreads& threads) {
-  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options, threads);
+                 const kvring::AttentionOptions& options, kvring::ThreadPool& pool) {
+  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options, pool);
 }
 
 void TiledAttend(const kvring::KVView<Tiled>& kv, const kvring::AttentionBatch& batch,
-                 const kvring::AttentionOptions& options, const kvring::AttentionThreads& threads) {
-  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options, threads);
+                 const kvring::AttentionOptions& options, kvring::ThreadPool& pool) {
+  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options, pool);
 }
 
 void MatMulTarget(const float* HWY_RESTRICT x, size_t num_tokens, size_t num_rows,
@@ -71,13 +71,13 @@ HWY_EXPORT(TiledAttend);
 HWY_EXPORT(MatMulTarget);
 
 void Attend(const kvring::KVView<kvring::FlashLayout>& kv, const kvring::AttentionBatch& batch,
-            const kvring::AttentionOptions& options, const kvring::AttentionThreads& threads) {
-  HWY_DYNAMIC_DISPATCH(FlashAttend)(kv, batch, options, threads);
+            const kvring::AttentionOptions& options, kvring::ThreadPool& pool) {
+  HWY_DYNAMIC_DISPATCH(FlashAttend)(kv, batch, options, pool);
 }
 
 void Attend(const kvring::KVView<Tiled>& kv, const kvring::AttentionBatch& batch,
-            const kvring::AttentionOptions& options, const kvring::AttentionThreads& threads) {
-  HWY_DYNAMIC_DISPATCH(TiledAttend)(kv, batch, options, threads);
+            const kvring::AttentionOptions& options, kvring::ThreadPool& pool) {
+  HWY_DYNAMIC_DISPATCH(TiledAttend)(kv, batch, options, pool);
 }
 
 void MatMul(const float* x, size_t num_tokens, size_t num_rows, const float* w, size_t num_cols,

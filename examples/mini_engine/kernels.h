@@ -10,17 +10,19 @@
 #include "kvring/kv_view.h"
 #include "kvring/layouts/flash_layout.h"
 #include "kvring/layouts/tiled_layout.h"
+#include "kvring/thread_pool.h"
 
 namespace mini_engine {
 
 // The tiled layout the example uses: tiles of 16 rows.
 using Tiled = kvring::TiledLayout<16>;
 
-// Runs kvring's attention of `batch` over `kv` on the best target the CPU supports.
+// Runs kvring's attention of `batch` over `kv` on the best target the CPU supports, on the
+// threads of `pool`.
 void Attend(const kvring::KVView<kvring::FlashLayout>& kv, const kvring::AttentionBatch& batch,
-            const kvring::AttentionOptions& options, const kvring::AttentionThreads& threads);
+            const kvring::AttentionOptions& options, kvring::ThreadPool& pool);
 void Attend(const kvring::KVView<Tiled>& kv, const kvring::AttentionBatch& batch,
-            const kvring::AttentionOptions& options, const kvring::AttentionThreads& threads);
+            const kvring::AttentionOptions& options, kvring::ThreadPool& pool);
 
 // Writes out[t][col] = sum over row of x[t][row] * w[row][col], for t < num_tokens, adding
 // rows in order so that a token's result does not depend on the batch it is in.

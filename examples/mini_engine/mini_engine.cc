@@ -335,10 +335,15 @@ class Progress {
 template <class Layout>
 class Engine {
  public:
-  Engine(const char* name, const Model& model, kvring::KVCache<Layout> cache, uint32_t threads,
-         Meter* meter, Progress* progress)
-      : name_(name), model_(model), cache_(std::move(cache)), meter_(meter), progress_(progress) {
-    threads_.num_threads = threads;
+  // Runs attention on `pool`, which every engine of the process shares (one call at a time).
+  Engine(const char* name, const Model& model, kvring::KVCache<Layout> cache,
+         kvring::ThreadPool* pool, Meter* meter, Progress* progress)
+      : name_(name),
+        model_(model),
+        cache_(std::move(cache)),
+        pool_(pool),
+        meter_(meter),
+        progress_(progress) {
     // Calls of up to this many queries split long KV ranges (at multiples of
     // options_.split_positions) and merge the parts; larger calls do not. A query's bits depend
     // on that choice, so a speculative round of 1 + draft tokens must split exactly as a
@@ -441,7 +446,7 @@ class Engine {
       batch.first_q_pos = pos_;
       batch.num_queries = static_cast<uint32_t>(n);
       batch.num_q_heads = c.num_q_heads;
-      Attend(cache_.View(layer), batch, options_, threads_);
+      Attend(cache_.View(layer), batch, options_, *pool_);
       MatMul(attn.data(), n, q_dim, w.wo.data(), hidden, proj.data());
       for (size_t i = 0; i < n * hidden; ++i) x[i] += proj[i];
       RMSNorm(x.data(), w.mlp_norm.data(), n, hidden, h.data());
@@ -468,8 +473,8 @@ class Engine {
   const char* name_;
   const Model& model_;
   kvring::KVCache<Layout> cache_;
+  kvring::ThreadPool* pool_;
   kvring::AttentionOptions options_;
-  kvring::AttentionThreads threads_;
   Meter* meter_;
   Progress* progress_;
   uint64_t pos_ = 0;
@@ -600,8 +605,11 @@ int Run(const Config& config) {
                 "allocated bytes equal the plan's (" + std::to_string(ring_bytes) + " and " +
                     std::to_string(flat_bytes) + ")");
 
+  // The attention threads every engine below runs on: started once, used by every layer's
+  // call (starting threads per call would cost more than a decode step's attention).
+  kvring::ThreadPool pool(config.threads);
   Meter ring_meter, flat_meter, other_meter;
-  Engine<Layout> ring("kvring", model, std::move(ring_cache).value(), config.threads, &ring_meter,
+  Engine<Layout> ring("kvring", model, std::move(ring_cache).value(), &pool, &ring_meter,
                       &progress);
   const std::vector<int32_t> prompt = RandomTokens(config.seed + 1000, config.prompt, vocab);
 
@@ -609,7 +617,7 @@ int Run(const Config& config) {
   std::vector<int32_t> ref_tokens;
   std::vector<float> ref_logits;
   {
-    Engine<Layout> flat("flat", model, std::move(flat_cache).value(), config.threads, &flat_meter,
+    Engine<Layout> flat("flat", model, std::move(flat_cache).value(), &pool, &flat_meter,
                         &progress);
     checks.ExpectStatus(flat.Prefill(prompt, config.batch), "flat prefill");
     checks.ExpectStatus(flat.Decode(config.decode, &ref_tokens, &ref_logits), "flat decode");
@@ -644,8 +652,8 @@ int Run(const Config& config) {
   {
     kvring::Expected<kvring::KVCache<Layout>> restored = snapshot->Copy();
     if (!restored.ok()) return 2;
-    Engine<Layout> spec("speculative", model, std::move(restored).value(), config.threads,
-                        &other_meter, &progress);
+    Engine<Layout> spec("speculative", model, std::move(restored).value(), &pool, &other_meter,
+                        &progress);
     spec.Resume(snapshot_pos, snapshot_logits);
     std::vector<int32_t> spec_tokens;
     std::vector<float> spec_logits, batch_logits;
@@ -724,8 +732,8 @@ int Run(const Config& config) {
 
     kvring::Expected<kvring::KVCache<Layout>> fresh = kvring::KVCache<Layout>::Create(*flat_plan);
     if (!fresh.ok()) return 2;
-    Engine<Layout> flat("flat reference", model, std::move(fresh).value(), config.threads,
-                        &other_meter, &progress);
+    Engine<Layout> flat("flat reference", model, std::move(fresh).value(), &pool, &other_meter,
+                        &progress);
     std::vector<int32_t> want_tokens;
     std::vector<float> want_logits;
     checks.ExpectStatus(flat.Prefill(prompt, config.batch), "fresh flat prefill");
@@ -773,8 +781,8 @@ int Run(const Config& config) {
 
     kvring::Expected<kvring::KVCache<Layout>> fresh = kvring::KVCache<Layout>::Create(*flat_plan);
     if (!fresh.ok()) return 2;
-    Engine<Layout> flat("flat reference", model, std::move(fresh).value(), config.threads,
-                        &other_meter, &progress);
+    Engine<Layout> flat("flat reference", model, std::move(fresh).value(), &pool, &other_meter,
+                        &progress);
     std::vector<int32_t> want_tokens;
     std::vector<float> want_logits;
     checks.ExpectStatus(flat.Prefill(prompt2, big_batch), "fresh flat prefill 2");

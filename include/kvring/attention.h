@@ -1,23 +1,21 @@
 // kvring/attention.h: what attention over a KVView computes and how the work is split, without
 // vector code: options (scale, soft-cap, sinks, output type), the batch of queries, the plan of
-// independent work items (query blocks x kv_heads x KV splits) and a small std::thread helper.
-// The kernels that run the items are in kvring/ops/attention-inl.h (Highway per-target code).
+// independent work items (query blocks x kv_heads x KV splits). The kernels that run the items
+// are in kvring/ops/attention-inl.h (Highway per-target code); threads in kvring/thread_pool.h.
 #ifndef KVRING_ATTENTION_H_
 #define KVRING_ATTENTION_H_
 
-#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <thread>
 #include <type_traits>
-#include <vector>
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
+#include "kvring/thread_pool.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
@@ -237,33 +235,6 @@ static_assert(std::is_trivially_copyable<AttentionWork>::value,
 // Returns the score scale `options` asks for: options.scale, or 1/sqrt(head_dim) when 0.
 inline float AttentionScale(const AttentionOptions& options, uint32_t head_dim) {
   return options.scale != 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
-}
-
-// Runs fn(task, thread) for every task in [0, num_tasks) on `num_threads` threads (the calling
-// thread is thread 0; num_threads - 1 std::threads are started and joined). Tasks are taken
-// from a shared atomic counter, so which thread runs a task varies; `fn` must make results
-// independent of that. Allocates the threads only; returns after every task has run.
-template <typename Fn>
-void ParallelFor(uint32_t num_threads, uint64_t num_tasks, const Fn& fn) {
-  if (num_tasks == 0) return;
-  if (num_threads <= 1 || num_tasks == 1) {
-    for (uint64_t task = 0; task < num_tasks; ++task) fn(task, uint32_t{0});
-    return;
-  }
-  if (num_threads > num_tasks) num_threads = static_cast<uint32_t>(num_tasks);
-  std::atomic<uint64_t> next{0};
-  auto worker = [&](uint32_t thread) {
-    for (;;) {
-      const uint64_t task = next.fetch_add(1, std::memory_order_relaxed);
-      if (task >= num_tasks) return;
-      fn(task, thread);
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(num_threads - 1);
-  for (uint32_t thread = 1; thread < num_threads; ++thread) threads.emplace_back(worker, thread);
-  worker(0);
-  for (std::thread& thread : threads) thread.join();
 }
 
 }  // namespace kvring

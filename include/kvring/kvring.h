@@ -1,9 +1,10 @@
 // kvring/kvring.h: the umbrella header of everything in kvring that has no vector code
-// (planning and storage). Attention kernels live in kvring/ops/*-inl.h and are included
-// on their own, as Highway per-target code.
+// (planning, storage, attention work plans, threads). Attention kernels live in kvring/ops/*-inl.h
+// and are included on their own, as Highway per-target code.
 #ifndef KVRING_KVRING_H_
 #define KVRING_KVRING_H_
 
+#include "kvring/attention.h"
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/global_kv.h"
@@ -18,6 +19,7 @@
 #include "kvring/ring_kv.h"
 #include "kvring/status.h"
 #include "kvring/storage_spec.h"
+#include "kvring/thread_pool.h"
 #include "kvring/visibility.h"
 
 #endif  // KVRING_KVRING_H_

@@ -854,18 +854,19 @@ HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptio
   }
 }
 
-// Computes attention of `batch` over `kv` on threads.num_threads threads (a std::thread
-// helper for users without a pool; an engine with a pool runs AttentionWork's items and
-// merges itself). Allocates scratch for each thread (and the partial states of a split call)
-// per call. The output is bit-identical for every thread count.
-template <class Layout>
-HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                   const AttentionOptions& options,
-                                   const AttentionThreads& threads) {
+namespace attention_internal {
+
+// Runs the items, then the merges, of attending `batch` over `kv` with
+// run_tasks(num_threads, num_tasks, fn), which calls fn(task, thread) for every task with
+// thread < num_threads and returns after the last. Allocates scratch for num_threads threads
+// (and the partial states of a split call).
+template <class Layout, class RunTasks>
+HWY_INLINE void AttentionWithRunner(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                    const AttentionOptions& options, uint32_t num_threads,
+                                    const RunTasks& run_tasks) {
   const AttentionWork work = AttentionWork::Plan(kv, batch, options);
   if (work.NumItems() == 0) return;
-  uint32_t num_threads = threads.num_threads == 0 ? 1 : threads.num_threads;
-  if (num_threads > work.NumItems()) num_threads = static_cast<uint32_t>(work.NumItems());
+  if (num_threads == 0) num_threads = 1;
   const size_t scratch_floats = static_cast<size_t>(work.ScratchFloats());
   hwy::AlignedFreeUniquePtr<float[]> scratch =
       hwy::AllocateAligned<float>(scratch_floats * num_threads);
@@ -874,14 +875,46 @@ HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatc
   KVRING_CHECK(scratch != nullptr && (!work.Splits() || partial != nullptr));
   float* scratch_base = scratch.get();
   float* partial_base = partial.get();
-  ParallelFor(num_threads, work.NumItems(), [&](uint64_t item, uint32_t thread) {
+  run_tasks(num_threads, work.NumItems(), [&](uint64_t item, uint32_t thread) {
+    KVRING_DASSERT(thread < num_threads);
     RunAttentionItem(kv, batch, options, work, item, scratch_base + thread * scratch_floats,
                      partial_base);
   });
-  ParallelFor(num_threads, work.NumMerges(), [&](uint64_t merge, uint32_t thread) {
+  run_tasks(num_threads, work.NumMerges(), [&](uint64_t merge, uint32_t thread) {
+    KVRING_DASSERT(thread < num_threads);
     MergeAttention(batch, options, work, merge, partial_base,
                    scratch_base + thread * scratch_floats);
   });
+}
+
+}  // namespace attention_internal
+
+// Computes attention of `batch` over `kv` on threads.num_threads threads that it starts and
+// joins (ParallelFor). Allocates scratch for each thread (and the partial states of a split
+// call) per call. The output is bit-identical for every thread count. For repeated calls
+// (a decode step per layer), the ThreadPool overload below avoids starting threads per call.
+template <class Layout>
+HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                   const AttentionOptions& options,
+                                   const AttentionThreads& threads) {
+  const uint64_t num_items = AttentionWork::Plan(kv, batch, options).NumItems();
+  uint32_t num_threads = threads.num_threads == 0 ? 1 : threads.num_threads;
+  if (num_threads > num_items) num_threads = static_cast<uint32_t>(num_items);
+  attention_internal::AttentionWithRunner(
+      kv, batch, options, num_threads,
+      [](uint32_t n, uint64_t num_tasks, const auto& fn) { ParallelFor(n, num_tasks, fn); });
+}
+
+// Computes attention of `batch` over `kv` on the threads of `pool` (the calling thread is one
+// of them). Allocates scratch for each of the pool's threads (and the partial states of a
+// split call) per call; starts no threads. The output is bit-identical to every other thread
+// count's. One call at a time per pool.
+template <class Layout>
+HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                   const AttentionOptions& options, ThreadPool& pool) {
+  attention_internal::AttentionWithRunner(
+      kv, batch, options, pool.NumThreads(),
+      [&pool](uint32_t, uint64_t num_tasks, const auto& fn) { pool.Run(num_tasks, fn); });
 }
 
 // Computes attention of `batch` over `kv` on the calling thread. Allocates scratch per call.
