@@ -226,24 +226,38 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   // the FMA twin; the ratios compare the best time of each. Interleaving them means a slow
   // spell of this shared machine (or a neighbour's traffic in the L3) falls on both sides of a
   // ratio rather than on one; the best is the least disturbed measurement. The twins run on
-  // the benchmark's threads (kvring::ParallelFor, as the kernel), each thread its share, so
+  // the benchmark's threads (a kvring::ThreadPool, as the kernel), each thread its share, so
   // that a ratio also holds what this machine's cores give together: two vCPUs may share one
-  // core's FMA units. The reported time is the kernel's alone (manual time).
+  // core's FMA units. The reported time is the kernel's alone (manual time). On more than one
+  // thread the kernel runs on the pool, as an engine without a pool of its own would call it,
+  // once per layer and token.
   const uint32_t threads = shape.num_threads;
+  kvring::ThreadPool pool(threads);
+  kvring::ThreadPool* const pool_or_null = threads > 1 ? &pool : nullptr;
   std::vector<uint32_t> twin_buffer(bytes / 4, 1u);
   std::vector<uint32_t> read_sums(threads);
   std::vector<float> fma_sums(threads);
-  const auto read_twin = [&] {
-    const size_t share = twin_buffer.size() / threads;
-    kvring::ParallelFor(threads, threads, [&](uint64_t part, uint32_t) {
+  // Runs fn(part, thread) for part < n: on the pool, or on this thread when n is 1.
+  const auto parts = [&](uint32_t n, const auto& fn) {
+    if (n == 1) {
+      fn(0, 0);
+    } else {
+      pool.Run(n, fn);
+    }
+  };
+  const auto read_twin_on = [&](uint32_t n) {
+    const size_t share = twin_buffer.size() / n;
+    parts(n, [&](uint64_t part, uint32_t) {
       read_sums[part] = HWY_DYNAMIC_DISPATCH(ReadTwin)(twin_buffer.data() + part * share, share);
     });
   };
-  const auto fma_twin = [&] {
-    kvring::ParallelFor(threads, threads, [&](uint64_t part, uint32_t) {
-      fma_sums[part] = HWY_DYNAMIC_DISPATCH(FmaTwin)(fmas / threads, 0.999f);
+  const auto fma_twin_on = [&](uint32_t n) {
+    parts(n, [&](uint64_t part, uint32_t) {
+      fma_sums[part] = HWY_DYNAMIC_DISPATCH(FmaTwin)(fmas / n, 0.999f);
     });
   };
+  const auto read_twin = [&] { read_twin_on(threads); };
+  const auto fma_twin = [&] { fma_twin_on(threads); };
   // Decode reads each position's K/V once per call, and an engine calls a layer once per token
   // with every other layer's K/V (and weights) passing through the caches in between: a
   // decode call meets its K/V in memory, not in the L3 (32 MiB here, which would hold a
@@ -261,21 +275,43 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
     if (cold) Evict(twin_buffer.data(), twin_buffer.size() * sizeof(uint32_t));
   };
   const auto call = [&] {
-    return Seconds([&] { kvring_testing::DispatchAttention(kv, batch, options, threads); });
+    return Seconds(
+        [&] { kvring_testing::DispatchAttention(kv, batch, options, threads, pool_or_null); });
   };
   double best = 1e30, best_read = 1e30, best_fma = 1e30, best_flat = 1e30;
   double best_warm = 1e30, best_warm_read = 1e30;
   const auto flat_call = [&] {
     evict_kv(flat_view);
-    best_flat =
-        std::min(best_flat, Seconds([&] {
-                   kvring_testing::DispatchAttention(flat_view, flat_batch, options, threads);
-                 }));
+    best_flat = std::min(best_flat, Seconds([&] {
+                           kvring_testing::DispatchAttention(flat_view, flat_batch, options,
+                                                             threads, pool_or_null);
+                         }));
     benchmark::DoNotOptimize(out_flat.data());
+  };
+  // A benchmark on N > 1 threads also runs the call and both twins on one thread in each
+  // iteration: its speed-up (counter speedup) then compares calls interleaved in one loop, as
+  // the ratios do, beside what the twins gained on the same threads at the same time
+  // (fma_twin_speedup, read_twin_speedup). The one-thread output must equal the N-thread
+  // output bit for bit (the work split does not depend on the thread count).
+  std::vector<float> out_one(threads > 1 ? out.size() : 0);
+  kvring::AttentionBatch one_batch = batch;
+  one_batch.out_f32 = out_one.data();
+  double best_one = 1e30, best_one_read = 1e30, best_one_fma = 1e30;
+  const auto one_thread = [&] {
+    evict_kv(kv);
+    best_one = std::min(
+        best_one, Seconds([&] { kvring_testing::DispatchAttention(kv, one_batch, options, 1); }));
+    benchmark::DoNotOptimize(out_one.data());
+    evict_twin();
+    best_one_read = std::min(best_one_read, Seconds([&] { read_twin_on(1); }));
+    best_one_fma = std::min(best_one_fma, Seconds([&] { fma_twin_on(1); }));
   };
   uint64_t iteration = 0;
   for (auto _ : state) {
-    const bool flat_first = ring && iteration++ % 2 == 1;  // neither side always goes first
+    const bool odd = iteration++ % 2 == 1;  // neither side of a comparison always goes first
+    const bool one_first = threads > 1 && odd;
+    if (one_first) one_thread();
+    const bool flat_first = ring && odd;
     if (flat_first) flat_call();
     evict_kv(kv);
     const double seconds = call();
@@ -292,6 +328,7 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
       read_twin();
       best_warm_read = std::min(best_warm_read, Seconds(read_twin));
     }
+    if (threads > 1 && !one_first) one_thread();
     benchmark::DoNotOptimize(read_sums.data());
     benchmark::DoNotOptimize(fma_sums.data());
   }
@@ -303,6 +340,15 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
     state.counters["warm_us"] = best_warm * 1e6;
     state.counters["warm_read_ratio"] = best_warm_read / best_warm;
     state.counters["warm_fma_ratio"] = best_fma / best_warm;
+  }
+  if (threads > 1) {
+    if (std::memcmp(out.data(), out_one.data(), out.size() * sizeof(float)) != 0) {
+      state.SkipWithError("one thread and N threads gave different outputs");
+    }
+    state.counters["one_thread_us"] = best_one * 1e6;
+    state.counters["speedup"] = best_one / best;
+    state.counters["fma_twin_speedup"] = best_one_fma / best_fma;
+    state.counters["read_twin_speedup"] = best_one_read / best_read;
   }
   if (ring) {
     // Design property 1, checked on the benchmark's own data: the ring's output is the flat
@@ -320,6 +366,7 @@ void RegisterAll() {
       {"Decode", 128, 8, 4, 1, 4096, 1},
       {"Decode", 128, 16, 2, 1, 4096, 1},
       {"Decode", 256, 8, 4, 1, 4096, 1},
+      {"Decode", 128, 8, 4, 1, 4096, 2},
       {"Decode", 128, 8, 4, 1, 32768, 1},
       {"Decode", 128, 8, 4, 1, 32768, 2},
       {"Prefill", 256, 8, 4, 512, 1024, 1},

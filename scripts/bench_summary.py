@@ -132,35 +132,48 @@ def render(runs, contexts, load, command, json_paths):
         lines.append("No ring/flat pairs in this run.")
     lines.append("")
 
-    # Thread scaling: every /threadsN benchmark (N > 1) against its /threads1 twin, beside
-    # what the twins (run on the same threads) gained on this machine at the time.
+    # Thread scaling: every /threadsN benchmark (N > 1). Where it timed one thread itself, its
+    # calls interleaved with its own (counters speedup, fma_twin_speedup, read_twin_speedup),
+    # those; otherwise its /threads1 twin's time, from a run minutes apart.
     scaling = []
     for name, run in by_name.items():
         m = re.search(r"/threads(\d+)(?=/|$)", name)
         if not m or m.group(1) == "1":
             continue
         one = by_name.get(name[:m.start()] + "/threads1" + name[m.end():])
-        if one is not None:
+        if "speedup" in run or one is not None:
             scaling.append((name, one, run))
     if scaling:
         lines.append("### Threads")
         lines.append("")
         lines.append("Speed-up = one thread's time / N threads' time. The twins run on the "
                      "benchmark's threads too; their speed-up is what this machine's cores gave "
-                     "together at the time (two vCPUs may share one core's FMA units).")
+                     "together at the time (two vCPUs may share one core's FMA units). Marked *: "
+                     "the benchmark ran the call and the twins on one thread itself, interleaved "
+                     "with its own calls (counters `speedup`, `fma_twin_speedup`, "
+                     "`read_twin_speedup`); otherwise the `/threads1` benchmark's times.")
         lines.append("")
-        lines.append("| benchmark | speed-up | FMA twin speed-up | read twin speed-up |")
-        lines.append("|---|---|---|---|")
+        lines.append("| benchmark | one thread (us) | speed-up | FMA twin speed-up "
+                     "| read twin speed-up |")
+        lines.append("|---|---|---|---|---|")
         for name, one, many in scaling:
-            t1, tn = time_us(one), time_us(many)
-            cells = [f"`{name}`", f"{t1 / tn:.2f}"]
-            for key in ("fma_ratio", "read_ratio"):
-                if key in one and key in many and float(many[key]) > 0:
-                    twin1 = float(one[key]) * t1
-                    twinn = float(many[key]) * tn
-                    cells.append(f"{twin1 / twinn:.2f}")
-                else:
-                    cells.append("")
+            tn = time_us(many)
+            if "speedup" in many:
+                t1 = float(many["one_thread_us"]) if "one_thread_us" in many else tn * float(
+                    many["speedup"])
+                cells = [f"`{name}`", f"{fmt(t1)}*", f"{float(many['speedup']):.2f}"]
+                for key in ("fma_twin_speedup", "read_twin_speedup"):
+                    cells.append(f"{float(many[key]):.2f}" if key in many else "")
+            else:
+                t1 = time_us(one)
+                cells = [f"`{name}`", fmt(t1), f"{t1 / tn:.2f}"]
+                for key in ("fma_ratio", "read_ratio"):
+                    if key in one and key in many and float(many[key]) > 0:
+                        twin1 = float(one[key]) * t1
+                        twinn = float(many[key]) * tn
+                        cells.append(f"{twin1 / twinn:.2f}")
+                    else:
+                        cells.append("")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines.append(END)
