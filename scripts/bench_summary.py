@@ -35,12 +35,15 @@ def machine():
     return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
-def commit():
+def commit(outputs):
+    """HEAD, marked when files other than this run's outputs (`outputs`) are modified."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        excludes = [":(exclude)" + os.path.relpath(os.path.abspath(p)) for p in outputs]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."]
+                               + excludes, capture_output=True, text=True,
+                               check=True).stdout.strip()
         return head + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -74,10 +77,10 @@ def fmt(x):
     return f"{x:.3g}"
 
 
-def render(runs, contexts, load, command, json_paths):
+def render(runs, contexts, load, command, json_paths, doc):
     lines = [BEGIN, "", "## Summary of the last `scripts/bench.sh` run", ""]
     lines.append(f"- Command: `{command.strip()}`")
-    lines.append(f"- Commit: {commit()}")
+    lines.append(f"- Commit: {commit(list(json_paths) + [doc])}")
     lines.append(f"- Machine: {machine()}; load average at the start: {load}")
     lines.append(f"- Date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
     for name, ctx in contexts:
@@ -192,7 +195,7 @@ def main():
         print("bench_summary.py: no benchmark results in " + " ".join(args.jsons),
               file=sys.stderr)
         return 1
-    section = render(runs, contexts, args.load, args.command, args.jsons)
+    section = render(runs, contexts, args.load, args.command, args.jsons, args.doc)
     text = open(args.doc).read() if os.path.exists(args.doc) else "# Benchmarks\n"
     if BEGIN in text and END in text:
         before = text[:text.index(BEGIN)]
