@@ -106,7 +106,7 @@ TEST(ThreadPoolDeathTest, RunFromInsideATaskAborts) {
         kvring::ThreadPool pool(2);
         pool.Run(4, [&](uint64_t, uint32_t) { pool.Run(2, [](uint64_t, uint32_t) {}); });
       },
-      "running_");
+      "ThreadPool::Run inside a task");
 }
 
 }  // namespace
