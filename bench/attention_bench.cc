@@ -237,22 +237,15 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   std::vector<uint32_t> twin_buffer(bytes / 4, 1u);
   std::vector<uint32_t> read_sums(threads);
   std::vector<float> fma_sums(threads);
-  // Runs fn(part, thread) for part < n: on the pool, or on this thread when n is 1.
-  const auto parts = [&](uint32_t n, const auto& fn) {
-    if (n == 1) {
-      fn(0, 0);
-    } else {
-      pool.Run(n, fn);
-    }
-  };
+  // The twins on n threads: n parts on the pool (one part runs on this thread alone).
   const auto read_twin_on = [&](uint32_t n) {
     const size_t share = twin_buffer.size() / n;
-    parts(n, [&](uint64_t part, uint32_t) {
+    pool.Run(n, [&](uint64_t part, uint32_t) {
       read_sums[part] = HWY_DYNAMIC_DISPATCH(ReadTwin)(twin_buffer.data() + part * share, share);
     });
   };
   const auto fma_twin_on = [&](uint32_t n) {
-    parts(n, [&](uint64_t part, uint32_t) {
+    pool.Run(n, [&](uint64_t part, uint32_t) {
       fma_sums[part] = HWY_DYNAMIC_DISPATCH(FmaTwin)(fmas / n, 0.999f);
     });
   };

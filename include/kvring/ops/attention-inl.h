@@ -856,17 +856,16 @@ HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptio
 
 namespace attention_internal {
 
-// Runs the items, then the merges, of attending `batch` over `kv` with
-// run_tasks(num_threads, num_tasks, fn), which calls fn(task, thread) for every task with
-// thread < num_threads and returns after the last. Allocates scratch for num_threads threads
-// (and the partial states of a split call).
+// Runs the items, then the merges, of `work` (the plan of attending `batch` over `kv` with
+// `options`) with run_tasks(num_threads, num_tasks, fn), which calls fn(task, thread) for
+// every task with thread < num_threads (>= 1) and returns after the last. Allocates scratch
+// for num_threads threads (and the partial states of a split call).
 template <class Layout, class RunTasks>
 HWY_INLINE void AttentionWithRunner(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                    const AttentionOptions& options, uint32_t num_threads,
-                                    const RunTasks& run_tasks) {
-  const AttentionWork work = AttentionWork::Plan(kv, batch, options);
+                                    const AttentionOptions& options, const AttentionWork& work,
+                                    uint32_t num_threads, const RunTasks& run_tasks) {
   if (work.NumItems() == 0) return;
-  if (num_threads == 0) num_threads = 1;
+  KVRING_DASSERT(num_threads >= 1);
   const size_t scratch_floats = static_cast<size_t>(work.ScratchFloats());
   hwy::AlignedFreeUniquePtr<float[]> scratch =
       hwy::AllocateAligned<float>(scratch_floats * num_threads);
@@ -897,11 +896,11 @@ template <class Layout>
 HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatch& batch,
                                    const AttentionOptions& options,
                                    const AttentionThreads& threads) {
-  const uint64_t num_items = AttentionWork::Plan(kv, batch, options).NumItems();
+  const AttentionWork work = AttentionWork::Plan(kv, batch, options);
   uint32_t num_threads = threads.num_threads == 0 ? 1 : threads.num_threads;
-  if (num_threads > num_items) num_threads = static_cast<uint32_t>(num_items);
+  if (num_threads > work.NumItems()) num_threads = static_cast<uint32_t>(work.NumItems());
   attention_internal::AttentionWithRunner(
-      kv, batch, options, num_threads,
+      kv, batch, options, work, num_threads,
       [](uint32_t n, uint64_t num_tasks, const auto& fn) { ParallelFor(n, num_tasks, fn); });
 }
 
@@ -913,7 +912,7 @@ template <class Layout>
 HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatch& batch,
                                    const AttentionOptions& options, ThreadPool& pool) {
   attention_internal::AttentionWithRunner(
-      kv, batch, options, pool.NumThreads(),
+      kv, batch, options, AttentionWork::Plan(kv, batch, options), pool.NumThreads(),
       [&pool](uint32_t, uint64_t num_tasks, const auto& fn) { pool.Run(num_tasks, fn); });
 }
 
