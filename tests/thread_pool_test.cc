@@ -49,20 +49,26 @@ TEST(ThreadPool, ManyShortRunsInARow) {
   for (uint64_t sum : sums) EXPECT_EQ(sum, uint64_t{3000} * 3001 / 2);
 }
 
-// Runs after the workers stopped polling and went to sleep on the condition variable.
+// Runs after the workers stopped polling and went to sleep on the condition variable: each of
+// two tasks waits (up to 10 s) for the other to start, which only a woken worker can do while
+// the caller runs the first.
 TEST(ThreadPool, WakesSleepingWorkers) {
   kvring::ThreadPool pool(2);
-  std::atomic<uint64_t> on_worker{0};
   for (int round = 0; round < 3; ++round) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    // Tasks long enough that the caller cannot run them all before the worker wakes.
-    pool.Run(64, [&](uint64_t, uint32_t thread) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      if (thread != 0) on_worker.fetch_add(1);
+    std::atomic<int> started{0};
+    std::atomic<int> met{0};
+    pool.Run(2, [&](uint64_t, uint32_t) {
+      started.fetch_add(1);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (started.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      if (started.load() == 2) met.fetch_add(1);
     });
+    EXPECT_EQ(met.load(), 2) << "round " << round;
     ExpectEveryTaskOnce(pool, 100);
   }
-  EXPECT_GT(on_worker.load(), 0u);
 }
 
 TEST(ThreadPool, IdlePoolsJoinOnDestruction) {
