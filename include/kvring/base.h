@@ -62,7 +62,7 @@ struct Error {
 };
 
 // The value of a call that can fail at configuration time, or the Error that says why not.
-// Reading value() of a failed result aborts with a message; check ok() first.
+// Reading value() of a failed result prints the error's message and aborts; check ok() first.
 template <typename T>
 class [[nodiscard]] Expected {
  public:
@@ -73,15 +73,15 @@ class [[nodiscard]] Expected {
   explicit operator bool() const { return ok_; }
 
   const T& value() const& {
-    KVRING_CHECK(ok_ && "value() of a failed kvring::Expected");
+    CheckOk();
     return value_;
   }
   T& value() & {
-    KVRING_CHECK(ok_ && "value() of a failed kvring::Expected");
+    CheckOk();
     return value_;
   }
   T&& value() && {
-    KVRING_CHECK(ok_ && "value() of a failed kvring::Expected");
+    CheckOk();
     return std::move(value_);
   }
   const T& operator*() const& { return value(); }
@@ -93,6 +93,14 @@ class [[nodiscard]] Expected {
   const Error& error() const { return error_; }
 
  private:
+  // Reading the value of a failed result is a bug of the caller: say which error it ignored.
+  void CheckOk() const {
+    if (ok_) return;
+    std::fprintf(stderr, "kvring: value() of a failed kvring::Expected: %s\n",
+                 error_.message.c_str());
+    KVRING_CHECK(ok_ && "value() of a failed kvring::Expected");
+  }
+
   bool ok_;
   T value_{};
   Error error_;

@@ -1,21 +1,24 @@
-// kvring/status.h: the result of a run-time call on a cache that an engine must handle
-// (a full global cache, a rollback past what is kept). A refused call changes nothing.
+// kvring/status.h: the result of a run-time call that an engine must handle (a full global
+// cache, a rollback past what is kept, an attention call whose shapes do not fit its view):
+// a Status, and a Result that adds what was refused and why. A refused call changes nothing.
 #ifndef KVRING_STATUS_H_
 #define KVRING_STATUS_H_
 
 #include <cstdint>
+#include <cstdio>
+#include <string>
 
 namespace kvring {
 
 enum class [[nodiscard]] Status : uint8_t{
     kOk,
     kWrongPosition,   // an append did not start at the layer's next position
-    kEmptyBatch,      // an append of zero tokens, or null rows
+    kEmptyBatch,      // an append of zero tokens
     kContextFull,     // an append past a global (flat) cache's capacity, the context
     kRollbackTooFar,  // more than the planned rollback headroom, or than is live
     kNotLive,         // a read of a position the cache does not hold
     kNotOwner,        // a write to a layer that reads another layer's KV
-    kBadArgument,     // a layer index, capacity, shape or null rows outside what the cache takes
+    kBadArgument,     // a layer index, capacity, shape, stride or null rows outside what a call takes
     kBatchTooLarge,   // a batch that would overwrite positions its queries read: grow first
     kOutOfMemory,     // growing could not allocate
 };
@@ -46,6 +49,63 @@ inline const char* ToString(Status status) {
   }
   return "Invalid";
 }
+
+// The outcome of a run-time call: a Status and, when the call was refused, the rule it broke
+// with the values involved (for example "layers[3]: append at 34, but the layer's next position
+// is 32"). Building and returning one never allocates: the rule is a static printf format and
+// the values are numbers; Message() formats them on request. Converts to and compares with
+// Status, so `if (cache.AppendF32(...) != kvring::Status::kOk)` reads as before.
+class [[nodiscard]] Result {
+ public:
+  Result() = default;
+  Result(Status status) : status_(status) {}  // NOLINT: implicit on purpose
+
+  // Returns a refusal with `status` whose message is `format` (a string literal with up to
+  // four %llu conversions) applied to the values.
+  static Result Refused(Status status, const char* format, uint64_t a = 0, uint64_t b = 0,
+                        uint64_t c = 0, uint64_t d = 0) {
+    Result result(status);
+    result.format_ = format;
+    result.values_[0] = a;
+    result.values_[1] = b;
+    result.values_[2] = c;
+    result.values_[3] = d;
+    return result;
+  }
+
+  bool ok() const { return status_ == Status::kOk; }
+  Status status() const { return status_; }
+  operator Status() const { return status_; }  // NOLINT: implicit on purpose
+
+  // Returns the refusal in words: "<Status>: <what was refused>", or "Ok". Allocates.
+  std::string Message() const {
+    std::string message = ToString(status_);
+    if (format_ == nullptr) return message;
+    char buffer[512];
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+#endif
+    std::snprintf(buffer, sizeof(buffer), format_, static_cast<unsigned long long>(values_[0]),
+                  static_cast<unsigned long long>(values_[1]),
+                  static_cast<unsigned long long>(values_[2]),
+                  static_cast<unsigned long long>(values_[3]));
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+    return message + ": " + buffer;
+  }
+
+  friend bool operator==(const Result& a, Status b) { return a.status_ == b; }
+  friend bool operator!=(const Result& a, Status b) { return a.status_ != b; }
+  friend bool operator==(Status a, const Result& b) { return a == b.status_; }
+  friend bool operator!=(Status a, const Result& b) { return a != b.status_; }
+
+ private:
+  Status status_ = Status::kOk;
+  const char* format_ = nullptr;  // static; nullptr: no detail
+  uint64_t values_[4] = {0, 0, 0, 0};
+};
 
 }  // namespace kvring
 
