@@ -267,18 +267,22 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   const auto evict_twin = [&] {
     if (cold) Evict(twin_buffer.data(), twin_buffer.size() * sizeof(uint32_t));
   };
+  // Each storage's calls reuse one workspace, as an engine's do: no allocation per call.
+  kvring::AttentionWorkspace workspace, flat_workspace, one_workspace;
   const auto call = [&] {
-    return Seconds(
-        [&] { kvring_testing::DispatchAttention(kv, batch, options, threads, pool_or_null); });
+    return Seconds([&] {
+      kvring_testing::DispatchAttention(kv, batch, options, threads, pool_or_null, &workspace);
+    });
   };
   double best = 1e30, best_read = 1e30, best_fma = 1e30, best_flat = 1e30;
   double best_warm = 1e30, best_warm_read = 1e30;
   const auto flat_call = [&] {
     evict_kv(flat_view);
-    best_flat = std::min(best_flat, Seconds([&] {
-                           kvring_testing::DispatchAttention(flat_view, flat_batch, options,
-                                                             threads, pool_or_null);
-                         }));
+    best_flat =
+        std::min(best_flat, Seconds([&] {
+                   kvring_testing::DispatchAttention(flat_view, flat_batch, options, threads,
+                                                     pool_or_null, &flat_workspace);
+                 }));
     benchmark::DoNotOptimize(out_flat.data());
   };
   // A benchmark on N > 1 threads also runs the call and both twins on one thread in each
@@ -292,8 +296,10 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   double best_one = 1e30, best_one_read = 1e30, best_one_fma = 1e30;
   const auto one_thread = [&] {
     evict_kv(kv);
-    best_one = std::min(
-        best_one, Seconds([&] { kvring_testing::DispatchAttention(kv, one_batch, options, 1); }));
+    best_one = std::min(best_one, Seconds([&] {
+                          kvring_testing::DispatchAttention(kv, one_batch, options, 1, nullptr,
+                                                            &one_workspace);
+                        }));
     benchmark::DoNotOptimize(out_one.data());
     evict_twin();
     best_one_read = std::min(best_one_read, Seconds([&] { read_twin_on(1); }));

@@ -8,10 +8,12 @@ install(EXPORT kvringTargets NAMESPACE kvring::
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/kvringConfig.cmake.in"
   "${PROJECT_BINARY_DIR}/kvringConfig.cmake"
   INSTALL_DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/kvring")
-# Header-only: any architecture may use the installed package.
+# Header-only (kvring::kernels is compiled in the user's build): any architecture may use the
+# installed package.
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/kvringConfigVersion.cmake"
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
 install(FILES "${PROJECT_BINARY_DIR}/kvringConfig.cmake"
               "${PROJECT_BINARY_DIR}/kvringConfigVersion.cmake"
+              "${PROJECT_SOURCE_DIR}/cmake/KvringKernels.cmake"
         DESTINATION "${CMAKE_INSTALL_LIBDIR}/cmake/kvring")
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/kvring")

@@ -1,45 +1,18 @@
-// Dynamic dispatch of kvring's attention kernels: this one translation unit compiles them for
-// every Highway target (foreach_target), exports a wrapper, and calls the best one the CPU
-// supports at run time. Static dispatch is simpler (include kvring/ops/attention-inl.h and call
-// kvring::HWY_NAMESPACE::Attention), but compiles only the target of the compiler flags:
-// SCALAR under default flags.
+// Dynamic dispatch of kvring's attention kernels in one line: including
+// kvring/ops/dispatch_unit.h compiles them for every Highway target in this translation unit
+// (the one unit of the program that does), and kvring::Attention of kvring/dispatch.h runs the
+// best one the CPU supports. Programs that would rather link than compile Highway code link
+// kvring::kernels instead. Static dispatch (include kvring/ops/attention-inl.h and call
+// kvring::HWY_NAMESPACE::Attention) compiles only the target of the compiler flags: SCALAR
+// under default flags.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
-// Highway 1.0.3 compiles AVX-512 with BF16/VNNI (AVX3_DL) only on request.
-#ifndef HWY_WANT_AVX3_DL
-#define HWY_WANT_AVX3_DL
-#endif
-// foreach_target re-includes this file once per target; it must come before any kvring
-// -inl.h header.
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "dynamic_dispatch.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-#include "hwy/highway.h"
-#include "kvring/ops/attention-inl.h"
-
-// Per-target wrappers: plain (non-template) functions, which HWY_EXPORT can name.
-HWY_BEFORE_NAMESPACE();
-namespace example {
-namespace HWY_NAMESPACE {
-
-void FlashAttention(const kvring::KVView<kvring::FlashLayout>& kv,
-                    const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options) {
-  kvring::HWY_NAMESPACE::Attention(kv, batch, options);
-}
-
-// NOLINTNEXTLINE(google-readability-namespace-comments)
-}  // namespace HWY_NAMESPACE
-}  // namespace example
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-namespace example {
-HWY_EXPORT(FlashAttention);  // the table of every target's FlashAttention
-}  // namespace example
+#include "kvring/dispatch.h"
+#include "kvring/kvring.h"
+#include "kvring/ops/dispatch_unit.h"  // first: it includes Highway with its choices
 
 int main() {
   // One sliding-window layer (window 64), 2 kv_heads of 64 dims, 8 q heads, in a 96-slot ring
@@ -79,10 +52,18 @@ int main() {
   batch.first_q_pos = 199;
   batch.num_queries = 1;
   batch.num_q_heads = kQHeads;
-  HWY_DYNAMIC_DISPATCH(example::FlashAttention)(view, batch, kvring::AttentionOptions());
-  // The best compiled target this CPU supports is the one dispatched to.
-  std::printf("target %s: out[0][0] = %f\n",
-              hwy::TargetName(hwy::SupportedAndGeneratedTargets()[0]), static_cast<double>(out[0]));
-  return std::isfinite(out[0]) ? 0 : 1;
+  kvring::AttentionWorkspace workspace;  // reused by every call; grows on the first
+  const kvring::Result result =
+      kvring::Attention(view, batch, kvring::AttentionOptions(), workspace);
+  if (!result.ok()) {
+    std::fprintf(stderr, "attention refused: %s\n", result.Message().c_str());
+    return 1;
+  }
+  // A query whose K/V was never appended is refused with a message, and writes nothing.
+  batch.first_q_pos = 200;
+  const kvring::Result refused =
+      kvring::Attention(view, batch, kvring::AttentionOptions(), workspace);
+  std::printf("target %s: out[0][0] = %f; a query at 200: %s\n", kvring::DispatchedTargetName(),
+              static_cast<double>(out[0]), refused.Message().c_str());
+  return std::isfinite(out[0]) && refused.status() == kvring::Status::kNotLive ? 0 : 1;
 }
-#endif  // HWY_ONCE

@@ -3,8 +3,10 @@
 // (CMakePresets.json "tsan" builds only this binary).
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -12,6 +14,7 @@
 #include "kvring/ops/attention-inl.h"
 #include "reference/kv_fixture.h"
 #include "reference/reference_attention.h"
+#include "reference/started_threads.h"
 
 namespace kvring_test {
 namespace {
@@ -42,12 +45,13 @@ std::vector<float> Attend(const Problem& p, const History& history, const Storag
   kvring::AttentionOptions options;
   options.split_positions = 256;
   (void)history;
-  if (pool != nullptr) {
-    hn_kvring::AttentionOnThreads(s.View(p.visibility), batch, options, *pool);
-  } else {
-    hn_kvring::AttentionOnThreads(s.View(p.visibility), batch, options,
-                                  kvring::AttentionThreads{num_threads});
-  }
+  kvring::AttentionWorkspace workspace;
+  const kvring::Result result =
+      pool != nullptr
+          ? hn_kvring::Attention(s.View(p.visibility), batch, options, workspace, pool->Runner())
+          : hn_kvring::Attention(s.View(p.visibility), batch, options, workspace,
+                                 kvring_testing::StartedThreads(&num_threads));
+  EXPECT_TRUE(result.ok()) << result.Message();
   return out;
 }
 
@@ -130,6 +134,143 @@ TEST(AttentionThreads, PoolGivesTheBitsOfOneThread) {
       }
     }
   }
+}
+
+// --- Checked calls: every bad argument is refused with a message naming it, and writes nothing.
+
+// A sliding-window ring of 96 slots holding [224, 320), 8 q heads on 2 kv_heads of 64 dims.
+struct CheckedCall {
+  Problem p;
+  History history;
+  Storage<kvring::FlashLayout> ring;
+  std::vector<float> queries, out;
+  kvring::AttentionBatch batch;
+  kvring::AttentionOptions options;
+
+  CheckedCall() {
+    p.group = 4;
+    p.visibility = kvring::Visibility{AttentionKind::kSliding, 64};
+    p.first_q_pos = 319;
+    history = History::Random(p.num_kv_heads, p.head_dim, p.head_dim, 320, 21);
+    ring = Storage<kvring::FlashLayout>::Make(history, 96, 320);
+    queries = RandomQueries(p, 22);
+    out.assign(queries.size(), -7.0f);
+    batch.queries_f32 = queries.data();
+    batch.out_f32 = out.data();
+    batch.first_q_pos = p.first_q_pos;
+    batch.num_queries = 1;
+    batch.num_q_heads = p.num_kv_heads * p.group;
+  }
+  kvring::KVView<kvring::FlashLayout> View() const { return ring.View(p.visibility); }
+  // Runs the call and expects it refused with `status` and a message holding each of `words`,
+  // with the output and the workspace untouched.
+  void ExpectRefused(const kvring::KVView<kvring::FlashLayout>& view, kvring::Status status,
+                     std::initializer_list<const char*> words) {
+    kvring::AttentionWorkspace workspace;
+    const kvring::Result result = hn_kvring::Attention(view, batch, options, workspace);
+    EXPECT_EQ(result.status(), status) << result.Message();
+    for (const char* word : words) {
+      EXPECT_NE(result.Message().find(word), std::string::npos)
+          << "'" << word << "' not in: " << result.Message();
+    }
+    EXPECT_EQ(kvring::CheckAttention(view, batch, options).status(), status);
+    for (float x : out) ASSERT_EQ(x, -7.0f) << "a refused call wrote its output";
+    EXPECT_EQ(workspace.NumFloats(), 0u) << "a refused call grew the workspace";
+  }
+};
+
+TEST(AttentionChecks, AWellFormedCallIsAccepted) {
+  CheckedCall call;
+  kvring::AttentionWorkspace workspace;
+  const kvring::Result result =
+      hn_kvring::Attention(call.View(), call.batch, call.options, workspace);
+  EXPECT_TRUE(result.ok()) << result.Message();
+  EXPECT_GT(workspace.NumFloats(), 0u);
+}
+
+TEST(AttentionChecks, AQueryWhoseKVWasNeverAppendedIsRefusedNamingThePositions) {
+  CheckedCall call;
+  call.batch.first_q_pos = 320;
+  call.ExpectRefused(call.View(), kvring::Status::kNotLive, {"320", "end"});
+  call.batch.first_q_pos = 318;
+  call.batch.num_queries = 3;  // 318, 319 held; 320 not
+  call.ExpectRefused(call.View(), kvring::Status::kNotLive, {"318", "320"});
+}
+
+TEST(AttentionChecks, AQueryOlderThanTheRingHoldsIsRefused) {
+  CheckedCall call;
+  call.batch.first_q_pos = 100;  // the ring holds [224, 320)
+  call.ExpectRefused(call.View(), kvring::Status::kNotLive, {"100", "224", "320"});
+  // A query inside the ring whose window starts before it: 250 sees from 187.
+  call.batch.first_q_pos = 250;
+  call.ExpectRefused(call.View(), kvring::Status::kNotLive, {"250", "187", "224"});
+}
+
+TEST(AttentionChecks, HeadDimsTheKernelsCannotServeAreRefused) {
+  for (uint32_t head_dim : {8u, 72u, 100u, 592u}) {
+    CheckedCall call;
+    kvring::KVShape shape = call.View().layout.Shape();
+    shape.head_dim = head_dim;
+    shape.v_head_dim = head_dim;
+    kvring::KVView<kvring::FlashLayout> view = call.View();
+    view.layout = kvring::FlashLayout(shape);
+    call.ExpectRefused(view, kvring::Status::kBadArgument,
+                       {"head_dim", std::to_string(head_dim).c_str()});
+  }
+}
+
+TEST(AttentionChecks, QHeadsThatAreNotAMultipleOfTheKVHeadsAreRefused) {
+  CheckedCall call;
+  call.batch.num_q_heads = 7;
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"num_q_heads", "7", "2"});
+  call.batch.num_q_heads = 0;
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"num_q_heads", "0"});
+}
+
+TEST(AttentionChecks, MissingOrDoubledPointersAreRefused) {
+  CheckedCall call;
+  std::vector<kvring::BF16> bf16(call.queries.size());
+  call.batch.queries_f32 = nullptr;
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"queries_f32", "queries_bf16"});
+  call.batch.queries_f32 = call.queries.data();
+  call.batch.queries_bf16 = bf16.data();
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"queries_f32", "queries_bf16"});
+  call.batch.queries_bf16 = nullptr;
+  call.batch.out_f32 = nullptr;
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"out_f32", "out_bf16"});
+  call.batch.out_f32 = call.out.data();
+  kvring::KVView<kvring::FlashLayout> view = call.View();
+  view.k = nullptr;
+  call.ExpectRefused(view, kvring::Status::kBadArgument, {"view.k"});
+}
+
+TEST(AttentionChecks, RowStridesBelowARowAreRefused) {
+  CheckedCall call;
+  call.batch.q_row_stride = 8 * 64 - 1;
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"q_row_stride", "511", "512"});
+  call.batch.q_row_stride = 0;
+  call.batch.out_row_stride = 100;
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"out_row_stride", "100", "512"});
+}
+
+TEST(AttentionChecks, LatentValueDimsMustMatchTheView) {
+  CheckedCall call;
+  call.options.latent_v_dims = 32;  // the view has V
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"latent_v_dims", "32"});
+  call.options.latent_v_dims = 0;
+  kvring::KVView<kvring::FlashLayout> view = call.View();
+  view.v = nullptr;  // a view without V must say how many dims its values take; this one's
+                     // shape also still has a v_head_dim
+  call.ExpectRefused(view, kvring::Status::kBadArgument, {"view.v", "64"});
+}
+
+TEST(AttentionChecks, AViewHoldingMoreThanItsSlotsOrBadOptionsAreRefused) {
+  CheckedCall call;
+  kvring::KVView<kvring::FlashLayout> view = call.View();
+  view.first_pos = 100;  // 220 positions in 96 slots
+  call.ExpectRefused(view, kvring::Status::kBadArgument, {"100", "320", "96"});
+  call.options.soft_cap = -1.0f;
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"soft_cap"});
 }
 
 }  // namespace

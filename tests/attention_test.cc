@@ -36,12 +36,12 @@ void ConvertF32ToBF16(const float* in, kvring::BF16* out, size_t count) {
 // Tile heights other than the benchmarks' 16: 8 (half a 256-bit K vector) and 32.
 void Tiled8Attention(const kvring::KVView<kvring::TiledLayout<8>>& kv,
                      const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options) {
-  kvring::HWY_NAMESPACE::Attention(kv, batch, options);
+  kvring_testing::ExpectAttended(kvring::HWY_NAMESPACE::Attention(kv, batch, options));
 }
 void Tiled32Attention(const kvring::KVView<kvring::TiledLayout<32>>& kv,
                       const kvring::AttentionBatch& batch,
                       const kvring::AttentionOptions& options) {
-  kvring::HWY_NAMESPACE::Attention(kv, batch, options);
+  kvring_testing::ExpectAttended(kvring::HWY_NAMESPACE::Attention(kv, batch, options));
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)

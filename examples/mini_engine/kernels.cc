@@ -1,18 +1,18 @@
-// Dynamic dispatch of the mini engine's vector code: foreach_target compiles this translation
-// unit once per Highway target, HWY_EXPORT tables the per-target functions and the plain
-// functions at the end call the best one the CPU supports (as examples/dynamic_dispatch.cc).
+// Dynamic dispatch of the mini engine's own vector code: foreach_target compiles this
+// translation unit once per Highway target, HWY_EXPORT tables the per-target functions and the
+// plain functions at the end call the best one the CPU supports. (kvring's attention needs no
+// such unit: the engine links kvring::kernels.)
 #include <cstddef>
 
 // Highway 1.0.3 compiles AVX-512 with BF16/VNNI (AVX3_DL) only on request.
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
-// foreach_target re-includes this file once per target; it comes before any kvring -inl.h.
+// foreach_target re-includes this file once per target.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "mini_engine/kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kvring/ops/attention-inl.h"
 #include "mini_engine/kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -20,17 +20,7 @@ namespace mini_engine {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Plain (non-template) wrappers, which HWY_EXPORT can name.
-void FlashAttend(const kvring::KVView<kvring::FlashLayout>& kv, const kvring::AttentionBatch& batch,
-                 const kvring::AttentionOptions& options, kvring::ThreadPool& pool) {
-  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options, pool);
-}
-
-void TiledAttend(const kvring::KVView<Tiled>& kv, const kvring::AttentionBatch& batch,
-                 const kvring::AttentionOptions& options, kvring::ThreadPool& pool) {
-  kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options, pool);
-}
-
+// A plain (non-template) function, which HWY_EXPORT can name.
 void MatMulTarget(const float* HWY_RESTRICT x, size_t num_tokens, size_t num_rows,
                   const float* HWY_RESTRICT w, size_t num_cols, float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
@@ -66,19 +56,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace mini_engine {
 
-HWY_EXPORT(FlashAttend);
-HWY_EXPORT(TiledAttend);
 HWY_EXPORT(MatMulTarget);
-
-void Attend(const kvring::KVView<kvring::FlashLayout>& kv, const kvring::AttentionBatch& batch,
-            const kvring::AttentionOptions& options, kvring::ThreadPool& pool) {
-  HWY_DYNAMIC_DISPATCH(FlashAttend)(kv, batch, options, pool);
-}
-
-void Attend(const kvring::KVView<Tiled>& kv, const kvring::AttentionBatch& batch,
-            const kvring::AttentionOptions& options, kvring::ThreadPool& pool) {
-  HWY_DYNAMIC_DISPATCH(TiledAttend)(kv, batch, options, pool);
-}
 
 void MatMul(const float* x, size_t num_tokens, size_t num_rows, const float* w, size_t num_cols,
             float* out) {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "kvring/attention.h"
+#include "kvring/dispatch.h"
 #include "kvring/kvring.h"
 #include "mini_engine/kernels.h"
 
@@ -342,6 +342,7 @@ class Engine {
         model_(model),
         cache_(std::move(cache)),
         pool_(pool),
+        runner_(pool->Runner()),
         meter_(meter),
         progress_(progress) {
     // Calls of up to this many queries split long KV ranges (at multiples of
@@ -446,7 +447,12 @@ class Engine {
       batch.first_q_pos = pos_;
       batch.num_queries = static_cast<uint32_t>(n);
       batch.num_q_heads = c.num_q_heads;
-      Attend(cache_.View(layer), batch, options_, *pool_);
+      const kvring::Result attended =
+          kvring::Attention(cache_.View(layer), batch, options_, workspace_, runner_);
+      if (!attended.ok()) {
+        std::fprintf(stderr, "%s: layer %zu: %s\n", name_, layer, attended.Message().c_str());
+        return attended.status();
+      }
       MatMul(attn.data(), n, q_dim, w.wo.data(), hidden, proj.data());
       for (size_t i = 0; i < n * hidden; ++i) x[i] += proj[i];
       RMSNorm(x.data(), w.mlp_norm.data(), n, hidden, h.data());
@@ -474,6 +480,10 @@ class Engine {
   const Model& model_;
   kvring::KVCache<Layout> cache_;
   kvring::ThreadPool* pool_;
+  kvring::TaskRunner runner_;  // pool_'s
+  // The attention calls' scratch, grown by the first call that needs more: decode steps after
+  // the first allocate nothing.
+  kvring::AttentionWorkspace workspace_;
   kvring::AttentionOptions options_;
   Meter* meter_;
   Progress* progress_;
@@ -568,7 +578,7 @@ int Run(const Config& config) {
   std::printf(
       "  %s backend on target %s, %u attention thread(s); context %llu, batch %llu, "
       "rollback %llu\n",
-      kvring::ToString(Layout::kBackend), TargetName(), config.threads,
+      kvring::ToString(Layout::kBackend), kvring::DispatchedTargetName(), config.threads,
       static_cast<unsigned long long>(context), static_cast<unsigned long long>(config.batch),
       static_cast<unsigned long long>(config.draft));
   std::printf("  layer  kind     owner  capacity  num_slots\n");

@@ -1,7 +1,8 @@
 // kvring/attention.h: what attention over a KVView computes and how the work is split, without
-// vector code: options (scale, soft-cap, sinks, output type), the batch of queries, the plan of
-// independent work items (query blocks x kv_heads x KV splits). The kernels that run the items
-// are in kvring/ops/attention-inl.h (Highway per-target code); threads in kvring/thread_pool.h.
+// vector code: options (scale, soft-cap, sinks), the batch of queries (with row strides), the
+// checks every entry point makes, the plan of independent work items (query blocks x kv_heads x
+// KV splits) and the caller-owned workspace they run in. The kernels are in
+// kvring/ops/attention-inl.h (static dispatch) and behind kvring/dispatch.h (dynamic dispatch).
 #ifndef KVRING_ATTENTION_H_
 #define KVRING_ATTENTION_H_
 
@@ -9,12 +10,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <type_traits>
+#include <utility>
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
+#include "kvring/status.h"
+#include "kvring/task_runner.h"
 #include "kvring/thread_pool.h"
 #include "kvring/visibility.h"
 
@@ -52,22 +57,133 @@ struct AttentionOptions {
 
 // The queries of one call and where their output goes. Queries sit at the consecutive
 // positions [first_q_pos, first_q_pos + num_queries), whose K/V the view already holds.
-// Exactly one of queries_f32 / queries_bf16 and one of out_f32 / out_bf16 is set.
+// Exactly one of queries_f32 / queries_bf16 and one of out_f32 / out_bf16 is set. Query i's
+// row starts q_row_stride elements after query i - 1's and holds its q heads one after the
+// other ([num_q_heads][head_dim]); likewise the output rows. A stride of 0 means packed rows,
+// so fused QKV buffers ([token][q heads | k heads | v heads]) are read in place by setting
+// q_row_stride to the fused row's length.
 struct AttentionBatch {
-  const float* queries_f32 = nullptr;  // [num_queries][num_q_heads][head_dim]
-  const BF16* queries_bf16 = nullptr;  // [num_queries][num_q_heads][head_dim]
-  float* out_f32 = nullptr;            // [num_queries][num_q_heads][v_head_dim]
-  BF16* out_bf16 = nullptr;            // [num_queries][num_q_heads][v_head_dim], rounded to
-                                       // nearest even
+  const float* queries_f32 = nullptr;  // [num_queries: q_row_stride][num_q_heads][head_dim]
+  const BF16* queries_bf16 = nullptr;  // [num_queries: q_row_stride][num_q_heads][head_dim]
+  float* out_f32 = nullptr;            // [num_queries: out_row_stride][num_q_heads][v_head_dim]
+  BF16* out_bf16 = nullptr;            // the same, rounded to nearest even
   uint64_t first_q_pos = 0;
   uint32_t num_queries = 0;
-  uint32_t num_q_heads = 0;  // a multiple of the view's num_kv_heads (MHA, GQA, MQA)
+  uint32_t num_q_heads = 0;     // a multiple of the view's num_kv_heads (MHA, GQA, MQA)
+  uint64_t q_row_stride = 0;    // elements; 0: num_q_heads * head_dim
+  uint64_t out_row_stride = 0;  // elements; 0: num_q_heads * v_head_dim (the output's)
 };
 
-// How many threads AttentionOnThreads (ops/attention-inl.h) uses.
-struct AttentionThreads {
-  uint32_t num_threads = 1;
-};
+// Returns kOk when attending `batch` over `kv` with `options` is well defined, else a
+// kBadArgument (shapes, head ratio, dims, pointers, strides, options) or kNotLive (a query
+// whose K/V the view does not hold, or whose visible positions it no longer holds) whose
+// message names the field and the values. O(1); every attention entry point calls it first
+// and changes nothing when it refuses. Does not allocate.
+template <typename Layout>
+Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                      const AttentionOptions& options) {
+  const KVShape& shape = kv.layout.Shape();
+  const uint64_t head_dim = shape.head_dim;
+  if (kv.k == nullptr) return Result::Refused(Status::kBadArgument, "view.k: is null");
+  if (shape.num_kv_heads == 0) {
+    return Result::Refused(Status::kBadArgument, "view: has 0 kv_heads");
+  }
+  if (head_dim == 0 || head_dim % kAttentionDimMultiple != 0 || head_dim > kMaxAttentionHeadDim) {
+    return Result::Refused(Status::kBadArgument,
+                           "view head_dim: %llu is not a multiple of %llu from %llu to %llu "
+                           "(the kernels' head dims)",
+                           head_dim, kAttentionDimMultiple, kAttentionDimMultiple,
+                           kMaxAttentionHeadDim);
+  }
+  uint64_t v_head_dim = shape.v_head_dim;
+  if (kv.v == nullptr) {
+    if (shape.v_head_dim != 0) {
+      return Result::Refused(Status::kBadArgument,
+                             "view.v: is null, but the view's v_head_dim is %llu",
+                             shape.v_head_dim);
+    }
+    v_head_dim = options.latent_v_dims;
+    if (v_head_dim == 0 || v_head_dim % kAttentionDimMultiple != 0 || v_head_dim > head_dim) {
+      return Result::Refused(Status::kBadArgument,
+                             "options.latent_v_dims: %llu is not a multiple of %llu from %llu "
+                             "to the head_dim %llu (a view without V reads its values from K)",
+                             v_head_dim, kAttentionDimMultiple, kAttentionDimMultiple, head_dim);
+    }
+  } else {
+    if (options.latent_v_dims != 0) {
+      return Result::Refused(Status::kBadArgument,
+                             "options.latent_v_dims: %llu must be 0 for a view with V",
+                             options.latent_v_dims);
+    }
+    if (v_head_dim == 0 || v_head_dim % kAttentionDimMultiple != 0 ||
+        v_head_dim > kMaxAttentionHeadDim) {
+      return Result::Refused(
+          Status::kBadArgument, "view v_head_dim: %llu is not a multiple of %llu from %llu to %llu",
+          v_head_dim, kAttentionDimMultiple, kAttentionDimMultiple, kMaxAttentionHeadDim);
+    }
+  }
+  if (kv.NumSlots() == 0 || kv.NumSlots() % Layout::kTileSlots != 0) {
+    return Result::Refused(Status::kBadArgument,
+                           "view num_slots: %llu is not a positive multiple of the layout's "
+                           "tile of %llu slots",
+                           kv.NumSlots(), Layout::kTileSlots);
+  }
+  if (kv.first_pos > kv.end_pos || kv.end_pos - kv.first_pos > kv.NumSlots()) {
+    return Result::Refused(Status::kBadArgument,
+                           "view: holds [%llu, %llu), more than its %llu slots", kv.first_pos,
+                           kv.end_pos, kv.NumSlots());
+  }
+  if (!(options.soft_cap >= 0.0f) || !std::isfinite(options.soft_cap) ||
+      !std::isfinite(options.scale)) {
+    return Result::Refused(Status::kBadArgument,
+                           "options: soft_cap and scale must be finite and soft_cap >= 0");
+  }
+  if (batch.num_q_heads == 0 || batch.num_q_heads % shape.num_kv_heads != 0) {
+    return Result::Refused(Status::kBadArgument,
+                           "batch.num_q_heads: %llu is not a positive multiple of the view's "
+                           "%llu kv_heads",
+                           batch.num_q_heads, shape.num_kv_heads);
+  }
+  if ((batch.queries_f32 == nullptr) == (batch.queries_bf16 == nullptr)) {
+    return Result::Refused(Status::kBadArgument,
+                           "batch: exactly one of queries_f32 and queries_bf16 must be set");
+  }
+  if ((batch.out_f32 == nullptr) == (batch.out_bf16 == nullptr)) {
+    return Result::Refused(Status::kBadArgument,
+                           "batch: exactly one of out_f32 and out_bf16 must be set");
+  }
+  const uint64_t q_row = uint64_t{batch.num_q_heads} * head_dim;
+  if (batch.q_row_stride != 0 && batch.q_row_stride < q_row) {
+    return Result::Refused(Status::kBadArgument,
+                           "batch.q_row_stride: %llu is below a query row's %llu elements "
+                           "(%llu q heads x %llu)",
+                           batch.q_row_stride, q_row, batch.num_q_heads, head_dim);
+  }
+  const uint64_t out_row = uint64_t{batch.num_q_heads} * v_head_dim;
+  if (batch.out_row_stride != 0 && batch.out_row_stride < out_row) {
+    return Result::Refused(Status::kBadArgument,
+                           "batch.out_row_stride: %llu is below an output row's %llu elements "
+                           "(%llu q heads x %llu)",
+                           batch.out_row_stride, out_row, batch.num_q_heads, v_head_dim);
+  }
+  if (batch.num_queries == 0) return Result();
+  if (batch.first_q_pos > std::numeric_limits<uint64_t>::max() - batch.num_queries ||
+      batch.first_q_pos + batch.num_queries > kv.end_pos) {
+    return Result::Refused(Status::kNotLive,
+                           "batch: queries at [%llu, %llu + %llu) are past the view's end %llu "
+                           "(append their K/V first)",
+                           batch.first_q_pos, batch.first_q_pos, batch.num_queries, kv.end_pos);
+  }
+  // Every rule's first visible position grows with the query, so the first query decides.
+  const uint64_t first_visible = kv.visibility.FirstVisible(batch.first_q_pos);
+  if (first_visible < kv.first_pos) {
+    return Result::Refused(Status::kNotLive,
+                           "batch.first_q_pos: a query at %llu sees positions from %llu, but "
+                           "the view holds only [%llu, %llu)",
+                           batch.first_q_pos, first_visible, kv.first_pos, kv.end_pos);
+  }
+  return Result();
+}
 
 // One work item: the rows (query, q head) of one query block that share one kv_head, over the
 // positions [pos_begin, pos_end) (one KV split, or everything when the call does not split).
@@ -92,8 +208,8 @@ class AttentionWork {
   // register blocks.
   static constexpr uint32_t kTargetRows = 16;
 
-  // Returns the plan of attending `batch` over `kv` with `options`. Checks the shapes
-  // (head dims, head ratio, positions the view must hold) in debug builds.
+  // Returns the plan of attending `batch` over `kv` with `options`, which must pass
+  // CheckAttention (checked in debug builds; the entry points check it in every build).
   template <typename Layout>
   static AttentionWork Plan(const KVView<Layout>& kv, const AttentionBatch& batch,
                             const AttentionOptions& options) {
@@ -108,6 +224,11 @@ class AttentionWork {
     work.num_q_heads_ = batch.num_q_heads;
     work.num_queries_ = batch.num_queries;
     work.first_q_pos_ = batch.first_q_pos;
+    work.q_row_stride_ =
+        batch.q_row_stride != 0 ? batch.q_row_stride : uint64_t{batch.num_q_heads} * shape.head_dim;
+    work.out_row_stride_ = batch.out_row_stride != 0
+                               ? batch.out_row_stride
+                               : uint64_t{batch.num_q_heads} * work.v_head_dim_;
     KVRING_DASSERT(kv.k != nullptr);
     KVRING_DASSERT(kv.v != nullptr
                        ? options.latent_v_dims == 0
@@ -199,6 +320,14 @@ class AttentionWork {
   uint64_t PartialFloats() const {
     return Splits() ? NumItems() * MaxItemRows() * PartialRowFloats() : 0;
   }
+  // Returns the floats of the workspace a call of this plan needs on `num_threads` threads:
+  // the partial states, then ScratchFloats() per thread (AttentionWorkspace lays them out).
+  uint64_t WorkspaceFloats(uint32_t num_threads) const {
+    return PartialFloats() + ScratchFloats() * (num_threads == 0 ? 1 : num_threads);
+  }
+  // Elements from one query's row (output row) to the next: the batch's strides, resolved.
+  uint64_t QRowStride() const { return q_row_stride_; }
+  uint64_t OutRowStride() const { return out_row_stride_; }
 
   uint32_t Group() const { return group_; }
   uint32_t NumSplits() const { return num_splits_; }
@@ -218,6 +347,8 @@ class AttentionWork {
   uint64_t first_q_pos_ = 0;
   uint64_t split_positions_ = 0;  // 0: no splits
   uint64_t first_split_ = 0;
+  uint64_t q_row_stride_ = 0;
+  uint64_t out_row_stride_ = 0;
   uint32_t num_kv_heads_ = 0;
   uint32_t head_dim_ = 0;
   uint32_t v_head_dim_ = 0;
@@ -231,6 +362,58 @@ class AttentionWork {
 };
 static_assert(std::is_trivially_copyable<AttentionWork>::value,
               "AttentionWork must be trivially copyable");
+
+// The memory one attention call works in, owned by the caller and reused from call to call:
+// each thread's scratch and the partial states of a call that splits its KV. Entry points
+// grow it when a call needs more than any call before it (Reserve), so a decode loop
+// allocates only on its first step, or never after the engine reserves its largest call's
+// WorkspaceFloats up front. Move-only; one call at a time per workspace.
+class AttentionWorkspace {
+ public:
+  AttentionWorkspace() = default;
+  AttentionWorkspace(AttentionWorkspace&& other) noexcept { *this = std::move(other); }
+  AttentionWorkspace& operator=(AttentionWorkspace&& other) noexcept {
+    if (this != &other) {
+      Release();
+      data_ = other.data_;
+      num_floats_ = other.num_floats_;
+      other.data_ = nullptr;
+      other.num_floats_ = 0;
+    }
+    return *this;
+  }
+  AttentionWorkspace(const AttentionWorkspace&) = delete;
+  AttentionWorkspace& operator=(const AttentionWorkspace&) = delete;
+  ~AttentionWorkspace() { Release(); }
+
+  // Makes room for `num_floats` floats (64-byte aligned), keeping nothing of the old
+  // contents. Allocates only when num_floats exceeds NumFloats(); returns false (and keeps
+  // the old buffer) if that allocation fails.
+  bool Reserve(uint64_t num_floats) {
+    if (num_floats <= num_floats_) return true;
+    if (num_floats > std::numeric_limits<size_t>::max() / sizeof(float)) return false;
+    void* data = ::operator new (static_cast<size_t>(num_floats) * sizeof(float),
+                                 std::align_val_t{kAlignment}, std::nothrow);
+    if (data == nullptr) return false;
+    Release();
+    data_ = static_cast<float*>(data);
+    num_floats_ = num_floats;
+    return true;
+  }
+  float* Data() { return data_; }
+  uint64_t NumFloats() const { return num_floats_; }
+
+ private:
+  static constexpr size_t kAlignment = 64;
+  void Release() {
+    if (data_ != nullptr) ::operator delete (data_, std::align_val_t{kAlignment});
+    data_ = nullptr;
+    num_floats_ = 0;
+  }
+
+  float* data_ = nullptr;
+  uint64_t num_floats_ = 0;
+};
 
 // Returns the score scale `options` asks for: options.scale, or 1/sqrt(head_dim) when 0.
 inline float AttentionScale(const AttentionOptions& options, uint32_t head_dim) {

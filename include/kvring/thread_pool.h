@@ -1,8 +1,8 @@
 // kvring/thread_pool.h: running independent tasks on threads, for users without a thread pool
 // of their own. ThreadPool keeps its threads between calls (a decode step runs attention once
-// per layer: starting threads per call would cost more than a short call's work);
-// ParallelFor starts and joins threads per call. Neither schedules fairly or nests: an engine
-// with its own pool runs kvring's work items on it instead.
+// per layer: starting threads per call would cost more than a short call's work), and hands
+// kvring's calls a TaskRunner; ParallelFor starts and joins threads per call. Neither schedules
+// fairly or nests: an engine with its own pool passes kvring a TaskRunner of that pool instead.
 #ifndef KVRING_THREAD_POOL_H_
 #define KVRING_THREAD_POOL_H_
 
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvring/base.h"
+#include "kvring/task_runner.h"
 
 namespace kvring {
 
@@ -70,6 +71,20 @@ class ThreadPool {
 
   // Threads that run tasks, the caller's included (at least 1).
   uint32_t NumThreads() const { return static_cast<uint32_t>(workers_.size()) + 1; }
+
+  // Returns a TaskRunner that runs tasks on this pool (valid while the pool lives). Does not
+  // allocate.
+  TaskRunner Runner() {
+    TaskRunner runner;
+    runner.context = this;
+    runner.num_threads = NumThreads();
+    runner.run = [](void* context, uint64_t num_tasks, TaskRunner::TaskFn task,
+                    const void* task_context) {
+      static_cast<ThreadPool*>(context)->Run(
+          num_tasks, [&](uint64_t index, uint32_t thread) { task(task_context, index, thread); });
+    };
+    return runner;
+  }
 
   // Runs fn(task, thread) for every task in [0, num_tasks), thread < NumThreads(), and returns
   // after every task has run. Which thread runs a task varies from call to call. `fn` must not

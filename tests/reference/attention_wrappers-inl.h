@@ -1,8 +1,9 @@
 // tests/reference/attention_wrappers-inl.h: per-target wrappers around
-// kvring::HWY_NAMESPACE::AttentionOnThreads (started threads or a ThreadPool) for the two layouts
-// the attention tests and benchmarks run (FlashLayout, TiledLayout<16>), as plain functions
-// HWY_EXPORT can name. Include after hwy/foreach_target.h; call kvring_testing::DispatchAttention
-// (defined at the end, once per translation unit).
+// kvring::HWY_NAMESPACE::Attention for the two layouts the attention tests and benchmarks run
+// (FlashLayout, TiledLayout<16>), as plain functions HWY_EXPORT can name, on the calling
+// thread, a kvring::ThreadPool or threads started per call through a TaskRunner of the test's
+// own (what an engine with its own pool does). Include after hwy/foreach_target.h; call
+// kvring_testing::DispatchAttention (defined at the end, once per translation unit).
 
 // Per-target include guard (the toggle pattern of kvring/ops/attention-inl.h).
 #if defined(KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -13,6 +14,7 @@
 #endif
 
 #include <cstdint>
+#include <cstdio>
 
 #include "hwy/highway.h"
 #include "kvring/attention.h"
@@ -20,37 +22,46 @@
 #include "kvring/layouts/flash_layout.h"
 #include "kvring/layouts/tiled_layout.h"
 #include "kvring/ops/attention-inl.h"
+#include "kvring/status.h"
+#include "kvring/task_runner.h"
 #include "kvring/thread_pool.h"
+#include "reference/started_threads.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring_testing {
 namespace HWY_NAMESPACE {
 
-// Runs attention on `pool` when it is set, else on `num_threads` started threads (allocates
-// their scratch); see AttentionOnThreads.
+// Runs attention on `pool` when it is set, else on `num_threads` threads started per call, in
+// `workspace` (a fresh one when null). Returns the call's Result.
 // Inline, so that two translation units of one program may both include this header.
 template <class Layout>
-inline void AttentionOn(const kvring::KVView<Layout>& kv, const kvring::AttentionBatch& batch,
-                        const kvring::AttentionOptions& options, uint32_t num_threads,
-                        kvring::ThreadPool* pool) {
+inline kvring::Result AttentionOn(const kvring::KVView<Layout>& kv,
+                                  const kvring::AttentionBatch& batch,
+                                  const kvring::AttentionOptions& options, uint32_t num_threads,
+                                  kvring::ThreadPool* pool, kvring::AttentionWorkspace* workspace) {
+  kvring::AttentionWorkspace local;
+  kvring::AttentionWorkspace& ws = workspace != nullptr ? *workspace : local;
   if (pool != nullptr) {
-    kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options, *pool);
-  } else {
-    kvring::HWY_NAMESPACE::AttentionOnThreads(kv, batch, options,
-                                              kvring::AttentionThreads{num_threads});
+    return kvring::HWY_NAMESPACE::Attention(kv, batch, options, ws, pool->Runner());
   }
+  if (num_threads > 1) {
+    return kvring::HWY_NAMESPACE::Attention(kv, batch, options, ws, StartedThreads(&num_threads));
+  }
+  return kvring::HWY_NAMESPACE::Attention(kv, batch, options, ws);
 }
-inline void FlashAttention(const kvring::KVView<kvring::FlashLayout>& kv,
-                           const kvring::AttentionBatch& batch,
-                           const kvring::AttentionOptions& options, uint32_t num_threads,
-                           kvring::ThreadPool* pool) {
-  AttentionOn(kv, batch, options, num_threads, pool);
+inline kvring::Result FlashAttention(const kvring::KVView<kvring::FlashLayout>& kv,
+                                     const kvring::AttentionBatch& batch,
+                                     const kvring::AttentionOptions& options, uint32_t num_threads,
+                                     kvring::ThreadPool* pool,
+                                     kvring::AttentionWorkspace* workspace) {
+  return AttentionOn(kv, batch, options, num_threads, pool, workspace);
 }
-inline void TiledAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
-                           const kvring::AttentionBatch& batch,
-                           const kvring::AttentionOptions& options, uint32_t num_threads,
-                           kvring::ThreadPool* pool) {
-  AttentionOn(kv, batch, options, num_threads, pool);
+inline kvring::Result TiledAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+                                     const kvring::AttentionBatch& batch,
+                                     const kvring::AttentionOptions& options, uint32_t num_threads,
+                                     kvring::ThreadPool* pool,
+                                     kvring::AttentionWorkspace* workspace) {
+  return AttentionOn(kv, batch, options, num_threads, pool, workspace);
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -67,20 +78,28 @@ namespace kvring_testing {
 HWY_EXPORT(FlashAttention);
 HWY_EXPORT(TiledAttention);
 
-// Runs attention on `num_threads` started threads, or on `pool` when it is set.
-[[maybe_unused]] static void DispatchAttention(const kvring::KVView<kvring::FlashLayout>& kv,
-                                               const kvring::AttentionBatch& batch,
-                                               const kvring::AttentionOptions& options,
-                                               uint32_t num_threads,
-                                               kvring::ThreadPool* pool = nullptr) {
-  HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, options, num_threads, pool);
+// Runs attention on `num_threads` threads started per call, or on `pool` when it is set, in
+// `workspace` when it is set; aborts if the call is refused (CheckedAttention returns it).
+[[maybe_unused]] static kvring::Result CheckedAttention(
+    const kvring::KVView<kvring::FlashLayout>& kv, const kvring::AttentionBatch& batch,
+    const kvring::AttentionOptions& options, uint32_t num_threads,
+    kvring::ThreadPool* pool = nullptr, kvring::AttentionWorkspace* workspace = nullptr) {
+  return HWY_DYNAMIC_DISPATCH(FlashAttention)(kv, batch, options, num_threads, pool, workspace);
 }
-[[maybe_unused]] static void DispatchAttention(const kvring::KVView<kvring::TiledLayout<16>>& kv,
+[[maybe_unused]] static kvring::Result CheckedAttention(
+    const kvring::KVView<kvring::TiledLayout<16>>& kv, const kvring::AttentionBatch& batch,
+    const kvring::AttentionOptions& options, uint32_t num_threads,
+    kvring::ThreadPool* pool = nullptr, kvring::AttentionWorkspace* workspace = nullptr) {
+  return HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads, pool, workspace);
+}
+template <class Layout>
+[[maybe_unused]] static void DispatchAttention(const kvring::KVView<Layout>& kv,
                                                const kvring::AttentionBatch& batch,
                                                const kvring::AttentionOptions& options,
                                                uint32_t num_threads,
-                                               kvring::ThreadPool* pool = nullptr) {
-  HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads, pool);
+                                               kvring::ThreadPool* pool = nullptr,
+                                               kvring::AttentionWorkspace* workspace = nullptr) {
+  ExpectAttended(CheckedAttention(kv, batch, options, num_threads, pool, workspace));
 }
 }  // namespace kvring_testing
 #endif  // HWY_ONCE

@@ -24,13 +24,14 @@
 #include <limits>
 #include <type_traits>
 
-#include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kvring/attention.h"
 #include "kvring/bf16.h"
 #include "kvring/detail/transpose.h"
 #include "kvring/kv_view.h"
+#include "kvring/status.h"
+#include "kvring/task_runner.h"
 #include "kvring/views.h"
 
 // After highway.h: per-target helpers this file uses.
@@ -686,7 +687,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const uint64_t q_pos = batch.first_q_pos + query;
       ai::Row& state = rows[r];
       float* q = q_rows + row * q_stride;
-      const size_t src = (query * batch.num_q_heads + q_head) * head_dim;
+      const size_t src = static_cast<size_t>(query * work.QRowStride()) + q_head * head_dim;
       if (batch.queries_f32 != nullptr) {
         for (size_t dim = 0; dim < head_dim; ++dim) q[dim] = batch.queries_f32[src + dim] * scale;
       } else {
@@ -804,7 +805,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       }
       const size_t query = item.first_query + row / group;
       const size_t q_head = size_t{item.kv_head} * group + row % group;
-      const size_t dst = (query * batch.num_q_heads + q_head) * v_head_dim;
+      const size_t dst = static_cast<size_t>(query * work.OutRowStride()) + q_head * v_head_dim;
       ai::FinalizeRow(state.m, state.l, state.acc,
                       options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim,
                       dummy_acc, batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
@@ -814,11 +815,11 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
 }
 
 // Combines the partial states of merge `merge_index` (< work.NumMerges()) in chronological
-// order and writes its output rows. Run after every item of the call. `scratch` as for
-// RunAttentionItem. Does not allocate.
+// order and writes its output rows. Run after every item of the call. `scratch` and
+// `partial` as for RunAttentionItem. Does not allocate.
 HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptions& options,
                                const AttentionWork& work, uint64_t merge_index,
-                               const float* HWY_RESTRICT partial, float* HWY_RESTRICT scratch) {
+                               float* HWY_RESTRICT scratch, const float* HWY_RESTRICT partial) {
   const uint64_t first_item = work.MergeFirstItem(merge_index);
   const AttentionItem item = work.Item(first_item);
   const size_t group = work.Group();
@@ -846,7 +847,7 @@ HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptio
     }
     const size_t query = item.first_query + row / group;
     const size_t q_head = size_t{item.kv_head} * group + row % group;
-    const size_t dst = (query * batch.num_q_heads + q_head) * v_head_dim;
+    const size_t dst = static_cast<size_t>(query * work.OutRowStride()) + q_head * v_head_dim;
     attention_internal::FinalizeRow(
         m, l, acc, options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim, tmp,
         batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
@@ -857,70 +858,68 @@ HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptio
 namespace attention_internal {
 
 // Runs the items, then the merges, of `work` (the plan of attending `batch` over `kv` with
-// `options`) with run_tasks(num_threads, num_tasks, fn), which calls fn(task, thread) for
-// every task with thread < num_threads (>= 1) and returns after the last. Allocates scratch
-// for num_threads threads (and the partial states of a split call).
-template <class Layout, class RunTasks>
-HWY_INLINE void AttentionWithRunner(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                    const AttentionOptions& options, const AttentionWork& work,
-                                    uint32_t num_threads, const RunTasks& run_tasks) {
-  if (work.NumItems() == 0) return;
-  KVRING_DASSERT(num_threads >= 1);
+// `options`) through `runner`, in `workspace`: work.PartialFloats() floats of partial states,
+// then work.ScratchFloats() per thread. Not inlined: every entry point of one layout shares
+// this one copy of the kernels (a dispatch unit compiles them once per target and layout).
+template <class Layout>
+HWY_NOINLINE void RunAttentionWork(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                   const AttentionOptions& options, const AttentionWork& work,
+                                   float* HWY_RESTRICT workspace, const TaskRunner& runner) {
   const size_t scratch_floats = static_cast<size_t>(work.ScratchFloats());
-  hwy::AlignedFreeUniquePtr<float[]> scratch =
-      hwy::AllocateAligned<float>(scratch_floats * num_threads);
-  hwy::AlignedFreeUniquePtr<float[]> partial;
-  if (work.Splits()) partial = hwy::AllocateAligned<float>(work.PartialFloats());
-  KVRING_CHECK(scratch != nullptr && (!work.Splits() || partial != nullptr));
-  float* scratch_base = scratch.get();
-  float* partial_base = partial.get();
-  run_tasks(num_threads, work.NumItems(), [&](uint64_t item, uint32_t thread) {
-    KVRING_DASSERT(thread < num_threads);
-    RunAttentionItem(kv, batch, options, work, item, scratch_base + thread * scratch_floats,
-                     partial_base);
+  float* partial = workspace;
+  float* scratch = workspace + work.PartialFloats();
+  runner.Run(work.NumItems(), [&](uint64_t item, uint32_t thread) {
+    KVRING_DASSERT(thread < runner.NumThreads());
+    RunAttentionItem(kv, batch, options, work, item, scratch + thread * scratch_floats, partial);
   });
-  run_tasks(num_threads, work.NumMerges(), [&](uint64_t merge, uint32_t thread) {
-    KVRING_DASSERT(thread < num_threads);
-    MergeAttention(batch, options, work, merge, partial_base,
-                   scratch_base + thread * scratch_floats);
+  runner.Run(work.NumMerges(), [&](uint64_t merge, uint32_t thread) {
+    KVRING_DASSERT(thread < runner.NumThreads());
+    MergeAttention(batch, options, work, merge, scratch + thread * scratch_floats, partial);
   });
 }
 
 }  // namespace attention_internal
 
-// Computes attention of `batch` over `kv` on threads.num_threads threads that it starts and
-// joins (ParallelFor). Allocates scratch for each thread (and the partial states of a split
-// call) per call. The output is bit-identical for every thread count. For repeated calls
-// (a decode step per layer), the ThreadPool overload below avoids starting threads per call.
+// Computes attention of `batch` over `kv` with `options`, its work items run by `runner` (the
+// calling thread, ThreadPool::Runner(), or the engine's own pool) in `workspace`, which grows
+// when this call needs more than it holds. Checks the arguments first (CheckAttention) and
+// returns its refusal without writing anything. Otherwise returns kOk, or kOutOfMemory if the
+// workspace could not grow. Allocates only when the workspace grows; the output is
+// bit-identical for every runner and thread count.
 template <class Layout>
-HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                   const AttentionOptions& options,
-                                   const AttentionThreads& threads) {
+HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                            const AttentionOptions& options, AttentionWorkspace& workspace,
+                            const TaskRunner& runner) {
+  const Result check = CheckAttention(kv, batch, options);
+  if (!check.ok()) return check;
   const AttentionWork work = AttentionWork::Plan(kv, batch, options);
-  uint32_t num_threads = threads.num_threads == 0 ? 1 : threads.num_threads;
-  if (num_threads > work.NumItems()) num_threads = static_cast<uint32_t>(work.NumItems());
-  attention_internal::AttentionWithRunner(
-      kv, batch, options, work, num_threads,
-      [](uint32_t n, uint64_t num_tasks, const auto& fn) { ParallelFor(n, num_tasks, fn); });
+  if (work.NumItems() == 0) return Result();
+  // A call of one item runs on the calling thread (TaskRunner::Run), which needs one scratch.
+  const uint32_t num_threads = work.NumItems() == 1 ? 1 : runner.NumThreads();
+  const uint64_t floats = work.WorkspaceFloats(num_threads);
+  if (!workspace.Reserve(floats)) {
+    return Result::Refused(Status::kOutOfMemory,
+                           "workspace: %llu floats for %llu threads could not be allocated", floats,
+                           num_threads);
+  }
+  attention_internal::RunAttentionWork(kv, batch, options, work, workspace.Data(), runner);
+  return Result();
 }
 
-// Computes attention of `batch` over `kv` on the threads of `pool` (the calling thread is one
-// of them). Allocates scratch for each of the pool's threads (and the partial states of a
-// split call) per call; starts no threads. The output is bit-identical to every other thread
-// count's. One call at a time per pool.
+// As above, on the calling thread.
 template <class Layout>
-HWY_INLINE void AttentionOnThreads(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                   const AttentionOptions& options, ThreadPool& pool) {
-  attention_internal::AttentionWithRunner(
-      kv, batch, options, AttentionWork::Plan(kv, batch, options), pool.NumThreads(),
-      [&pool](uint32_t, uint64_t num_tasks, const auto& fn) { pool.Run(num_tasks, fn); });
+HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                            const AttentionOptions& options, AttentionWorkspace& workspace) {
+  return Attention(kv, batch, options, workspace, TaskRunner::Inline());
 }
 
-// Computes attention of `batch` over `kv` on the calling thread. Allocates scratch per call.
+// As above, in a workspace of its own: allocates it on every call. For a loop of calls, keep an
+// AttentionWorkspace and pass it.
 template <class Layout>
-HWY_INLINE void Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
-                          const AttentionOptions& options) {
-  AttentionOnThreads(kv, batch, options, AttentionThreads{1});
+HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                            const AttentionOptions& options) {
+  AttentionWorkspace workspace;
+  return Attention(kv, batch, options, workspace, TaskRunner::Inline());
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
