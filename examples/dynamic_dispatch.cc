@@ -12,7 +12,7 @@
 
 #include "kvring/dispatch.h"
 #include "kvring/kvring.h"
-#include "kvring/ops/dispatch_unit.h"  // first: it includes Highway with its choices
+#include "kvring/ops/dispatch_unit.h"  // before any other Highway header
 
 int main() {
   // One sliding-window layer (window 64), 2 kv_heads of 64 dims, 8 q heads, in a 96-slot ring
