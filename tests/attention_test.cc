@@ -898,6 +898,71 @@ TEST(Attention, ResultsDoNotDependOnTheSplitLengthBeyondTolerance) {
   });
 }
 
+TEST(Attention, FusedQKVRowsAndStridedOutputsGiveThePackedRowsBits) {
+  // An engine's fused projection writes [token][q heads | k heads | v heads]; the queries are
+  // read in place with q_row_stride, and outputs land in rows with a gap (out_row_stride),
+  // BF16 and f32 queries, decode with KV splits and prefill blocks, both layouts.
+  ForEachTarget([](int64_t) {
+    for (uint32_t num_queries : {1u, 3u, 37u}) {
+      for (bool bf16_queries : {false, true}) {
+        Case c;
+        c.head_dim = 64;
+        c.num_kv_heads = 2;
+        c.group = 4;
+        c.visibility = Sliding(300);
+        c.first_q_pos = 700;
+        c.num_queries = num_queries;
+        c.bf16_queries = bf16_queries;
+        const Inputs in = MakeInputs(c);
+        AttentionOptions options = OptionsOf(c, in);
+        options.split_positions = 128;
+        const auto flash = Ring<FlashLayout>(c, in.history, c.RingSlots());
+        const auto tiled = Ring<Tiled>(c, in.history, c.RingSlots());
+        const size_t q_row = size_t{c.NumQHeads()} * c.head_dim;
+        const size_t kv_row = size_t{c.num_kv_heads} * c.head_dim;
+        const size_t fused_row = q_row + 2 * kv_row;
+        const size_t out_row = size_t{c.NumQHeads()} * c.VHeadDim();
+        const size_t out_stride = out_row + 24;
+        std::vector<float> fused(num_queries * fused_row, 99.0f);
+        std::vector<BF16> fused_bf16(num_queries * fused_row, kvring::BF16FromF32(99.0f));
+        for (size_t t = 0; t < num_queries; ++t) {
+          for (size_t i = 0; i < q_row; ++i) {
+            fused[t * fused_row + i] = in.queries[t * q_row + i];
+            if (bf16_queries) fused_bf16[t * fused_row + i] = in.queries_bf16[t * q_row + i];
+          }
+        }
+        for (int layout = 0; layout < 2; ++layout) {
+          const std::vector<float> packed =
+              layout == 0 ? RunKernel(c, in, flash, options) : RunKernel(c, in, tiled, options);
+          std::vector<float> strided(num_queries * out_stride, -3.0f);
+          kvring::AttentionBatch batch = BatchOf(c, in, strided.data());
+          if (bf16_queries) {
+            batch.queries_bf16 = fused_bf16.data();
+          } else {
+            batch.queries_f32 = fused.data();
+          }
+          batch.q_row_stride = fused_row;
+          batch.out_row_stride = out_stride;
+          if (layout == 0) {
+            kvring_testing::DispatchAttention(flash.View(c.visibility), batch, options, 1);
+          } else {
+            kvring_testing::DispatchAttention(tiled.View(c.visibility), batch, options, 1);
+          }
+          for (size_t t = 0; t < num_queries; ++t) {
+            ASSERT_EQ(std::memcmp(strided.data() + t * out_stride, packed.data() + t * out_row,
+                                  out_row * sizeof(float)),
+                      0)
+                << "query " << t << " layout " << layout << ": " << c.Name();
+            for (size_t i = out_row; i < out_stride; ++i) {
+              ASSERT_EQ(strided[t * out_stride + i], -3.0f) << "the gap was written";
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 // Threading tests: the TSan preset runs only these (filter "AttentionThreads").
 TEST(AttentionThreads, ThreadCountsAndRepeatedRunsGiveIdenticalBits) {
   ForEachTarget([](int64_t target) {

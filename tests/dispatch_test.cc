@@ -1,0 +1,218 @@
+// kvring/dispatch.h, linked from kvring::kernels: dynamic dispatch through plain functions,
+// checked like the per-target calls, and a decode step (appends and attention on a thread
+// pool, with a reused workspace) that allocates nothing. Counts every operator new of the
+// process (kvring allocates through it or calloc; the workspace through aligned new).
+#include "kvring/dispatch.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvring/kvring.h"
+#include "reference/reference_attention.h"
+
+namespace {
+std::atomic<uint64_t> g_allocations{0};
+}  // namespace
+
+// Every allocation of the process goes through these while the test binary runs.
+void* operator new(size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = std::malloc(size == 0 ? 1 : size);
+  if (p == nullptr) std::abort();
+  return p;
+}
+void* operator new[](size_t size) { return operator new(size); }
+void* operator new(size_t size, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(size == 0 ? 1 : size);
+}
+void* operator new(size_t size, std::align_val_t align) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = std::aligned_alloc(static_cast<size_t>(align), (size + static_cast<size_t>(align) - 1) /
+                                                               static_cast<size_t>(align) *
+                                                               static_cast<size_t>(align));
+  if (p == nullptr) std::abort();
+  return p;
+}
+void* operator new(size_t size, std::align_val_t align, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::aligned_alloc(static_cast<size_t>(align), (size + static_cast<size_t>(align) - 1) /
+                                                            static_cast<size_t>(align) *
+                                                            static_cast<size_t>(align));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace kvring_test {
+namespace {
+
+// The toy engine of a new user: a sliding layer (window 64) and a global one, 8 q heads on 2
+// kv_heads of 128 dims.
+constexpr uint32_t kKVHeads = 2, kQHeads = 8, kDim = 128;
+
+template <typename Layout>
+kvring::KVCache<Layout> MakeCache() {
+  kvring::LayerPlan::Builder builder;
+  builder.AddLayer(kvring::LayerSpec::Sliding(64, kKVHeads, kDim))
+      .AddLayer(kvring::LayerSpec::Global(kKVHeads, kDim))
+      .SetContext(4096)
+      .SetBatch(32);
+  if (Layout::kBackend == kvring::Backend::kTiled) builder.SetBackend(kvring::Backend::kTiled, 16);
+  kvring::Expected<kvring::LayerPlan> plan = builder.Build();
+  EXPECT_TRUE(plan.ok()) << plan.error().message;
+  return kvring::KVCache<Layout>::Create(*plan).value();
+}
+
+std::vector<float> Random(size_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+template <typename Layout>
+void DecodeAllocatesNothing() {
+  kvring::KVCache<Layout> cache = MakeCache<Layout>();
+  kvring::ThreadPool pool(2);
+  const kvring::TaskRunner runner = pool.Runner();
+  kvring::AttentionWorkspace workspace;
+  std::mt19937 rng(5);
+  const size_t kv_row = size_t{kKVHeads} * kDim, q_row = size_t{kQHeads} * kDim;
+  // Prefill 100 positions, then decode: rows of every step made before counting.
+  const std::vector<float> prompt_k = Random(100 * kv_row, rng),
+                           prompt_v = Random(100 * kv_row, rng);
+  uint64_t pos = 0;
+  for (size_t layer = 0; layer < 2; ++layer) {
+    for (uint64_t first = 0; first < 100; first += 25) {
+      ASSERT_EQ(cache.AppendF32(layer, first, prompt_k.data() + first * kv_row,
+                                prompt_v.data() + first * kv_row, 25),
+                kvring::Status::kOk);
+    }
+  }
+  pos = 100;
+  constexpr int kSteps = 40;
+  const std::vector<float> k = Random(kSteps * kv_row, rng), v = Random(kSteps * kv_row, rng),
+                           q = Random(kSteps * q_row, rng);
+  std::vector<float> out(q_row);
+  kvring::AttentionOptions options;
+  options.split_positions = 32;  // long ranges split: partial states and merges too
+  int growing_calls = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    for (size_t layer = 0; layer < 2; ++layer) {
+      const uint64_t before_append = g_allocations.load();
+      ASSERT_EQ(cache.AppendF32(layer, pos, k.data() + step * kv_row, v.data() + step * kv_row, 1),
+                kvring::Status::kOk);
+      EXPECT_EQ(g_allocations.load() - before_append, 0u) << "an append allocated, step " << step;
+      kvring::AttentionBatch batch;
+      batch.queries_f32 = q.data() + step * q_row;
+      batch.out_f32 = out.data();
+      batch.first_q_pos = pos;
+      batch.num_queries = 1;
+      batch.num_q_heads = kQHeads;
+      const uint64_t before = g_allocations.load();
+      const uint64_t floats_before = workspace.NumFloats();
+      const kvring::Result result =
+          kvring::Attention(cache.View(layer), batch, options, workspace, runner);
+      ASSERT_TRUE(result.ok()) << result.Message();
+      // A call allocates exactly when the workspace grows: the first call of each layer's
+      // shape, and a call whose global range reaches one more KV split (more partial states).
+      const bool grew = workspace.NumFloats() != floats_before;
+      growing_calls += grew;
+      EXPECT_EQ(g_allocations.load() - before, grew ? 1u : 0u)
+          << "step " << step << " layer " << layer;
+      for (float x : out) ASSERT_TRUE(std::isfinite(x));
+    }
+    ++pos;
+  }
+  EXPECT_LE(growing_calls, 4) << "the workspace grew on most calls";
+  // Reserved up front for the longest call, the steps allocate nothing at all.
+  kvring::AttentionWorkspace reserved;
+  ASSERT_TRUE(reserved.Reserve(1u << 20));
+  const uint64_t before = g_allocations.load();
+  for (int step = 0; step < 8; ++step) {
+    for (size_t layer = 0; layer < 2; ++layer) {
+      kvring::AttentionBatch batch;
+      batch.queries_f32 = q.data() + step * q_row;
+      batch.out_f32 = out.data();
+      batch.first_q_pos = pos - 1;
+      batch.num_queries = 1;
+      batch.num_q_heads = kQHeads;
+      ASSERT_TRUE(kvring::Attention(cache.View(layer), batch, options, reserved, runner).ok());
+    }
+  }
+  EXPECT_EQ(g_allocations.load() - before, 0u);
+}
+
+TEST(Dispatch, ADecodeStepOnAThreadPoolAllocatesNothingFlash) {
+  DecodeAllocatesNothing<kvring::FlashLayout>();
+}
+TEST(Dispatch, ADecodeStepOnAThreadPoolAllocatesNothingTiled) {
+  DecodeAllocatesNothing<kvring::TiledLayout<16>>();
+}
+
+TEST(Dispatch, TheDispatchedCallMatchesTheReferenceAndRefusesBadCalls) {
+  kvring::KVCache<kvring::FlashLayout> cache = MakeCache<kvring::FlashLayout>();
+  std::mt19937 rng(9);
+  const size_t kv_row = size_t{kKVHeads} * kDim, q_row = size_t{kQHeads} * kDim;
+  constexpr uint64_t kEnd = 300;  // the sliding ring (64 - 1 + 32, padded) has wrapped
+  const std::vector<float> k = Random(kEnd * kv_row, rng), v = Random(kEnd * kv_row, rng);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    for (uint64_t first = 0; first < kEnd; first += 20) {
+      ASSERT_EQ(
+          cache.AppendF32(layer, first, k.data() + first * kv_row, v.data() + first * kv_row, 20),
+          kvring::Status::kOk);
+    }
+  }
+  const std::vector<float> q = Random(q_row, rng);
+  std::vector<float> out(q_row);
+  kvring::AttentionBatch batch;
+  batch.queries_f32 = q.data();
+  batch.out_f32 = out.data();
+  batch.first_q_pos = kEnd - 1;
+  batch.num_queries = 1;
+  batch.num_q_heads = kQHeads;
+  kvring::AttentionWorkspace workspace;
+  ASSERT_TRUE(kvring::Attention(cache.View(0), batch, kvring::AttentionOptions(), workspace).ok());
+  // The float64 reference over the BF16 rows the cache stores.
+  kvring::reference::ReferenceKV ref;
+  ref.num_kv_heads = kKVHeads;
+  ref.head_dim = kDim;
+  ref.v_head_dim = kDim;
+  const auto stored = [](const std::vector<float>& rows) {
+    return [&rows](uint64_t pos, uint32_t kv_head, uint32_t dim) {
+      return kvring::BF16ToF32(kvring::BF16FromF32(rows[(pos * kKVHeads + kv_head) * kDim + dim]));
+    };
+  };
+  ref.k = stored(k);
+  ref.v = stored(v);
+  kvring::reference::ReferenceOptions ro;
+  ro.scale = 1.0 / std::sqrt(double{kDim});
+  const std::vector<double> expected = kvring::reference::ReferenceAttention(
+      ref, cache.View(0).visibility, q, kEnd - 1, 1, kQHeads, ro);
+  for (uint32_t head = 0; head < kQHeads; ++head) {
+    EXPECT_LE(
+        kvring::reference::NormwiseRelativeError(&out[head * kDim], &expected[head * kDim], kDim),
+        1e-3);
+  }
+  // A query past the end is refused through dispatch too, naming the positions.
+  batch.first_q_pos = kEnd;
+  const kvring::Result refused =
+      kvring::Attention(cache.View(1), batch, kvring::AttentionOptions(), workspace);
+  EXPECT_EQ(refused.status(), kvring::Status::kNotLive);
+  EXPECT_NE(refused.Message().find("300"), std::string::npos) << refused.Message();
+  EXPECT_NE(std::string(kvring::DispatchedTargetName()), "");
+}
+
+}  // namespace
+}  // namespace kvring_test
