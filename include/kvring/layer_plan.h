@@ -192,7 +192,7 @@ struct LayerSpec {
 struct RuntimeSpec {
   uint64_t context = 0;   // T: the logical limit of positions in one sequence
   uint64_t batch = 1;     // B: most positions appended before attention reads them
-  uint64_t rollback = 0;  // R: most newest positions that may be discarded
+  uint64_t rollback = 0;  // R: most newest positions one rollback discards
   Backend backend = Backend::kFlash;
   uint32_t tile_rows = 16;  // kTiled only: TiledLayout<kTileRows>
   uint64_t num_sequences = 1;
