@@ -350,7 +350,7 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
     state.counters["read_twin_speedup"] = best_one_read / best_read;
   }
   if (ring) {
-    // Design property 1, checked on the benchmark's own data: the ring's output is the flat
+    // Property 1 (docs/design.md), on the benchmark's own data: the ring's output is the flat
     // storage's, bit for bit.
     if (std::memcmp(out.data(), out_flat.data(), out.size() * sizeof(float)) != 0) {
       state.SkipWithError("ring and flat storage gave different outputs");

@@ -131,7 +131,7 @@ struct Case {
            " sinks=" + std::to_string(sinks) + " bf16q=" + std::to_string(bf16_queries) +
            " seed=" + std::to_string(seed) + (latent_v_dims != 0 ? " latent" : "");
   }
-  // Slots of the smallest ring that serves the batch (design section 3), plus the extra.
+  // Slots of the smallest ring that serves the batch (docs/design.md), plus the extra.
   uint64_t RingSlots() const {
     const uint64_t span = visibility.kind == AttentionKind::kGlobal ? EndPos() : visibility.span;
     uint64_t capacity = span - 1 + num_queries;

@@ -265,7 +265,7 @@ TEST(HfConfig, PublishedGemma3_27BConfigGivesTheDesignsWorkedCheck) {
   const HfModel model = Read("presets/gemma-3-27b.json");
   EXPECT_TRUE(HasDefault(model, "text_config.max_position_embeddings", "131072"));
   EXPECT_TRUE(HasDefault(model, "text_config.sliding_window_pattern", "6"));
-  // design.md section 3: 52 sliding layers of 1535 slots, 10 of 131072, 8 KiB a slot; the
+  // docs/design.md, worked check: 52 sliding layers of 1535 slots, 10 of 131072, 8 KiB a slot; the
   // flash layout pads them to odd numbers of 32-slot tiles: 1568 and 131104.
   const LayerPlan plan = Plan(model.layers, 131072, 512);
   EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), (52 * 1535 + 10 * 131072) * 8 * kKiB);
@@ -452,7 +452,7 @@ TEST(HfConfig, TensorParallelPlansOneRank) {
                              "--tensor-parallel", "8", "--context", "32768"});
   ASSERT_EQ(mla.status, 0) << mla.err;
   // 61 layers x 32768 x 576 x 2 bytes = 2196 MiB apart from padding, as on one rank
-  // (shared/models.md); 32768 positions sit in 32800 slots (1024 tiles, made odd).
+  // (llama.cpp's MLA figure); 32768 positions sit in 32800 slots (1024 tiles, made odd).
   const nlohmann::json mla_json = nlohmann::json::parse(mla.out);
   EXPECT_EQ(mla_json["total_bytes"].get<uint64_t>(), 61ull * 32800 * 576 * 2);
   EXPECT_EQ(mla_json["total_bytes"].get<uint64_t>() - mla_json["padding_bytes"].get<uint64_t>(),

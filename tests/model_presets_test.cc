@@ -1,4 +1,4 @@
-// Tests of kvring/model_presets.h: every preset's layer pattern (shared/models.md) and the
+// Tests of kvring/model_presets.h: every preset's layer pattern (published configs) and the
 // published memory figures a correct planner reproduces. Expected numbers are worked out
 // here by hand from the models' facts.
 #include "kvring/model_presets.h"
@@ -32,7 +32,7 @@ struct Pattern {
   uint64_t max_context;
 };
 
-// From shared/models.md, counted by hand: e.g. Gemma 3 27B has 62 layers, globals at
+// From the models' published configs, counted by hand: e.g. Gemma 3 27B has 62 layers, globals at
 // i = 5, 11, ..., 59 (10 of them), so 52 sliding.
 constexpr Pattern kPatterns[] = {
     {"gemma-2-2b", 26, 13, 0, 13, 0, 4096, 4, 256, 0, 8192},

@@ -549,7 +549,7 @@ int Run(const Config& config) {
   Progress progress;
 
   // 1. Describe the model and plan: the batch the engine prefills in and the rollback its
-  //    speculative decoding needs (design section 3: sliding capacity W - 1 + max(B, R)).
+  //    speculative decoding needs (docs/design.md: sliding capacity W - 1 + max(B, R)).
   kvring::LayerPlan::Builder builder;
   for (const kvring::LayerSpec& spec : LayerSpecs(config)) builder.AddLayer(spec);
   builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);

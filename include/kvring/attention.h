@@ -30,7 +30,7 @@ inline constexpr uint32_t kMaxAttentionHeadDim = 576;
 // head_dim and v_head_dim must be multiples of this.
 inline constexpr uint32_t kAttentionDimMultiple = 16;
 
-// Numeric options of one attention call (shared/design.md section 6).
+// Numeric options of one attention call (docs/attention.md).
 struct AttentionOptions {
   // Multiplies q . k; 0 means 1 / sqrt(head_dim).
   float scale = 0.0f;

@@ -60,7 +60,7 @@ class GlobalKV : public detail::OwnedLayerKV<Layout> {
     return this->storage_.Append(pos, k, v, num_tokens, /*may_grow=*/false);
   }
 
-  // Returns an independent snapshot (property 3). Allocates the context's slots but
+  // Returns an independent snapshot (property 3, docs/design.md). Allocates the context's slots but
   // writes only the held positions.
   Expected<GlobalKV> Copy() const { return this->template CopyAs<GlobalKV>(this->NumSlots()); }
 };

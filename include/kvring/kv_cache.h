@@ -159,7 +159,7 @@ class KVCache {
     return Status::kOk;
   }
 
-  // Returns an independent snapshot of every layer (property 3). Allocates; copies the
+  // Returns an independent copy of every layer (property 3, docs/design.md). Allocates; copies the
   // held positions only.
   Expected<KVCache> Copy() const {
     KVCache copy;

@@ -1,6 +1,6 @@
 // kvring/layer_plan.h: the per-layer capacity plan and memory accounting of a KV cache.
 // Describe each layer (LayerSpec) and the runtime (RuntimeSpec), then LayerPlan::Builder
-// computes what every layer must hold (shared/design.md section 3) and what it costs.
+// computes what every layer must hold (docs/design.md, the capacity rule) and what it costs.
 // Plans only: allocates no K/V (see kv_cache.h) and uses no vector code.
 #ifndef KVRING_LAYER_PLAN_H_
 #define KVRING_LAYER_PLAN_H_
@@ -17,7 +17,7 @@
 
 namespace kvring {
 
-// How a layer's queries see earlier positions (design section 2).
+// How a layer's queries see earlier positions (docs/design.md, visibility rules).
 enum class AttentionKind : uint8_t {
   kGlobal,   // every pos <= q
   kSliding,  // q - window < pos <= q
@@ -192,7 +192,7 @@ struct LayerSpec {
 struct RuntimeSpec {
   uint64_t context = 0;   // T: the logical limit of positions in one sequence
   uint64_t batch = 1;     // B: most positions appended before attention reads them
-  uint64_t rollback = 0;  // R: most newest positions that may be discarded
+  uint64_t rollback = 0;  // R: most newest positions one rollback discards
   Backend backend = Backend::kFlash;
   uint32_t tile_rows = 16;  // kTiled only: TiledLayout<kTileRows>
   uint64_t num_sequences = 1;
@@ -336,7 +336,7 @@ class LayerPlan {
   // or the error that runtime has.
   Expected<LayerPlan> WithRuntime(const RuntimeSpec& runtime) const;
 
-  // Returns the capacity rule of design section 3 for an owner whose readers' largest
+  // Returns the capacity rule (docs/design.md) for an owner whose readers' largest
   // window or chunk is `span` (0: some reader is global).
   static uint64_t CapacityOf(uint64_t span, uint64_t context, const RuntimeSpec& runtime) {
     if (span == 0) return context;

@@ -19,7 +19,7 @@ class RingIndex {
   RingIndex() = default;
   // num_slots: physical slots (>= 1). keep: positions before a new batch that queries still
   // read (the largest window or chunk minus one). max_rollback: the planned rollback
-  // headroom. context: end positions never pass it.
+  // headroom of one rollback call. context: end positions never pass it.
   RingIndex(uint64_t num_slots, uint64_t keep, uint64_t max_rollback, uint64_t context)
       : num_slots_(num_slots), keep_(keep), max_rollback_(max_rollback), context_(context) {
     KVRING_DASSERT(num_slots >= 1);

@@ -1,4 +1,4 @@
-// kvring/visibility.h: the one home of the visibility rule (shared/design.md section 2):
+// kvring/visibility.h: the one home of the visibility rule (docs/design.md, visibility rules):
 // which positions a query at `q` may read. Caches, views and kernels all ask this type.
 // It knows positions only, not slots or storage.
 #ifndef KVRING_VISIBILITY_H_

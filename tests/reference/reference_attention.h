@@ -1,6 +1,6 @@
 // tests/reference/reference_attention.h: the float64 oracle of every attention kernel test.
 // Computes attention from the same BF16 K/V and the same queries the kernels see, in double,
-// straight from the definitions of shared/design.md sections 2 and 6 (visibility asked of
+// straight from the definitions of docs/design.md and docs/attention.md (visibility asked of
 // kvring::Visibility). Slow and simple on purpose; allocates.
 #ifndef KVRING_TESTS_REFERENCE_REFERENCE_ATTENTION_H_
 #define KVRING_TESTS_REFERENCE_REFERENCE_ATTENTION_H_

@@ -3,11 +3,11 @@
 // and call (static dispatch), or include after hwy/foreach_target.h in one translation unit and
 // export your own wrappers (see examples/dynamic_dispatch.cc and docs/attention.md).
 //
-// Numerics (shared/design.md section 6): q . k in f32 from BF16 K, online softmax in f32, V
+// Numerics (docs/attention.md): q . k in f32 from BF16 K, online softmax in f32, V
 // accumulated in f32. Every item walks position-aligned tiles of Layout::kTileSlots positions
 // in chronological order with a fixed in-tile order, and masks invisible lanes by selection
 // (scores to -inf, invisible V rows never read into an accumulator), so ring and flat storage
-// of the same history give bit-identical outputs (design property 1).
+// of the same history give bit-identical outputs (property 1, docs/design.md).
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
 #if defined(KVRING_OPS_ATTENTION_INL_H_) == defined(HWY_TARGET_TOGGLE)
