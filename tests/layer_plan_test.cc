@@ -315,7 +315,7 @@ TEST(LayerPlan, TenMillionTokenContextsDoNotOverflow) {
 
 TEST(LayerPlan, BytesAtContextSaturatesInsteadOfWrapping) {
   const LayerPlan plan =
-      MustBuild(LayerPlan::Builder().AddLayer(LayerSpec::Global(1024, 1024)).SetContext(16));
+      MustBuild(LayerPlan::Builder().AddLayer(LayerSpec::Global(2048, 512)).SetContext(16));
   EXPECT_EQ(plan.BytesAtContext(1ull << 62), detail::kMaxU64);
 }
 
@@ -414,15 +414,28 @@ std::vector<BadCase> BadCases() {
       "runtime.backend: 7");
   add("element type out of range", Base().SetElementType(static_cast<ElementType>(42)),
       "runtime.element_type", "runtime.element_type: 42");
-  add("bytes of one position overflow 64 bits",
-      LayerPlan::Builder().AddLayer(LayerSpec::Global(1u << 31, 1u << 31)).SetContext(1 << 20),
-      "layers[0].head_dim", "overflow 64 bits");
+  add("head dim of 2^31", Base().AddLayer(LayerSpec::Global(1u << 31, 1u << 31)),
+      "layers[2].head_dim", "layers[2].head_dim: 2147483648 is above 576");
   add("bytes of a layer overflow 64 bits",
-      LayerPlan::Builder().AddLayer(LayerSpec::Global(1024, 1024)).SetContext(1ull << 50),
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(2048, 512)).SetContext(1ull << 50),
       "runtime.context", "overflow 64 bits");
   add("context overflows the padding",
-      LayerPlan::Builder().AddLayer(LayerSpec::Global(1, 1)).SetContext(detail::kMaxU64),
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(1, 16)).SetContext(detail::kMaxU64),
       "runtime.context", "overflow 64 bits");
+  add("head dim not a multiple of 16", Base().AddLayer(LayerSpec::Global(2, 72)),
+      "layers[2].head_dim", "layers[2].head_dim: 72 is not a multiple of 16");
+  add("head dim past what the kernels take", Base().AddLayer(LayerSpec::Global(2, 592)),
+      "layers[2].head_dim", "layers[2].head_dim: 592 is above 576");
+  {
+    LayerSpec spec = LayerSpec::Global(2, 128);
+    spec.v_head_dim = 40;
+    add("v head dim not a multiple of 16", Base().AddLayer(spec), "layers[2].v_head_dim",
+        "layers[2].v_head_dim: 40 is not a multiple of 16");
+  }
+  add("latent not a multiple of 16", Base().AddLayer(LayerSpec::Latent(520)),
+      "layers[2].latent_dim", "layers[2].latent_dim: 520 is not a multiple of 16");
+  add("latent past what the kernels take", Base().AddLayer(LayerSpec::Latent(640)),
+      "layers[2].latent_dim", "layers[2].latent_dim: 640 is above 576");
   return cases;
 }
 
@@ -438,6 +451,25 @@ TEST(LayerPlan, BuildRejectsBadConfigurationsNamingFieldAndValue) {
     EXPECT_EQ(plan.error().message.rfind(c.field, 0), 0u)
         << c.what << ": the message starts with the field: " << plan.error().message;
   }
+}
+
+TEST(LayerPlan, AHeadDimTheKernelsCannotServeIsRefusedWithTheRule) {
+  Expected<LayerPlan> plan = LayerPlan::Builder()
+                                 .AddLayers(3, LayerSpec::Global(8, 128))
+                                 .AddLayer(LayerSpec::Global(8, 72))
+                                 .SetContext(4096)
+                                 .Build();
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.error().message,
+            "layers[3].head_dim: 72 is not a multiple of 16 (the attention kernels need head "
+            "dims in multiples of 16, at most 576)");
+  // The largest the kernels take is served: the MLA latent of DeepSeek.
+  EXPECT_TRUE(LayerPlan::Builder()
+                  .AddLayer(LayerSpec::Latent(kMaxAttentionHeadDim))
+                  .SetContext(4096)
+                  .Build()
+                  .ok());
+  EXPECT_EQ(kMaxAttentionHeadDim % kAttentionDimMultiple, 0u);
 }
 
 TEST(LayerPlan, ValueOfAFailedBuildAborts) {

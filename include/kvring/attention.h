@@ -14,16 +14,12 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/kv_view.h"
+#include "kvring/layer_plan.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/thread_pool.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
-
-// Largest head_dim and v_head_dim the kernels accept (DeepSeek's MLA latent is 576).
-inline constexpr uint32_t kMaxAttentionHeadDim = 576;
-// head_dim and v_head_dim must be multiples of this.
-inline constexpr uint32_t kAttentionDimMultiple = 16;
 
 // Numeric options of one attention call (shared/design.md section 6).
 struct AttentionOptions {

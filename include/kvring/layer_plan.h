@@ -1,6 +1,6 @@
 // kvring/layer_plan.h: the per-layer capacity plan and memory accounting of a KV cache.
 // Describe each layer (LayerSpec) and the runtime (RuntimeSpec), then LayerPlan::Builder
-// computes what every layer must hold (shared/design.md section 3) and what it costs.
+// computes what every layer must hold and what it costs.
 // Plans only: allocates no K/V (see kv_cache.h) and uses no vector code.
 #ifndef KVRING_LAYER_PLAN_H_
 #define KVRING_LAYER_PLAN_H_
@@ -106,6 +106,13 @@ inline bool FlashNumSlots(uint64_t capacity, uint64_t* num_slots) {
 }
 
 }  // namespace detail
+// Largest head_dim, v_head_dim and MLA latent_dim the attention kernels take (DeepSeek's MLA
+// latent is 576). A plan refuses larger ones.
+inline constexpr uint32_t kMaxAttentionHeadDim = 576;
+// head_dim, v_head_dim and latent_dim must be multiples of this (the kernels split a head
+// into 16-element pieces). A plan refuses others.
+inline constexpr uint32_t kAttentionDimMultiple = 16;
+
 // Tile heights TiledLayout supports: powers of two in [kMinTileRows, kMaxTileRows].
 inline constexpr uint32_t kMinTileRows = 8;
 inline constexpr uint32_t kMaxTileRows = 64;
@@ -421,6 +428,23 @@ inline std::string LayerField(size_t index, const char* name) {
   return "layers[" + std::to_string(index) + "]." + name;
 }
 
+// Returns an Error for a head dimension (`field`, nonzero) the attention kernels cannot
+// serve, or an empty field.
+inline Error ValidateAttentionDim(std::string field, uint32_t dim) {
+  const std::string rule = "(the attention kernels need head dims in multiples of " +
+                           std::to_string(kAttentionDimMultiple) + ", at most " +
+                           std::to_string(kMaxAttentionHeadDim) + ")";
+  if (dim % kAttentionDimMultiple != 0) {
+    return FieldError(std::move(field), std::to_string(dim),
+                      "is not a multiple of " + std::to_string(kAttentionDimMultiple) + " " + rule);
+  }
+  if (dim > kMaxAttentionHeadDim) {
+    return FieldError(std::move(field), std::to_string(dim),
+                      "is above " + std::to_string(kMaxAttentionHeadDim) + " " + rule);
+  }
+  return Error{};
+}
+
 // Returns an Error for the first invalid runtime field, or an empty field if all are valid.
 inline Error ValidateRuntime(const RuntimeSpec& runtime) {
   using std::to_string;
@@ -507,6 +531,15 @@ inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
       return FieldError(LayerField(index, "head_dim"), "0",
                         "is invalid: the head dimension must be at least 1");
     }
+  }
+  // A dim of 0 is absent here: MLA has no heads, v_head_dim 0 means head_dim.
+  const std::pair<const char*, uint32_t> dims[] = {{"head_dim", spec.head_dim},
+                                                   {"v_head_dim", spec.v_head_dim},
+                                                   {"latent_dim", spec.latent_dim}};
+  for (const auto& [name, dim] : dims) {
+    if (dim == 0) continue;
+    Error error = ValidateAttentionDim(LayerField(index, name), dim);
+    if (!error.field.empty()) return error;
   }
   if (spec.kv_source != kOwnsKV) {
     const std::string field = LayerField(index, "kv_source");

@@ -67,21 +67,22 @@ class StorageDriver {
   // global owner, sometimes an MLA-like layer without V) and runs `num_steps` operations.
   std::string Run(size_t num_steps) {
     LayerPlan::Builder builder;
+    // Head dims are multiples of 16, as the attention kernels (and so the plan) require.
     const uint32_t heads = static_cast<uint32_t>(source_->Between(1, 3));
-    const uint32_t head_dim = static_cast<uint32_t>(source_->Between(1, 20));
+    const uint32_t head_dim = 16 * static_cast<uint32_t>(source_->Between(1, 2));
     const uint64_t window = source_->Between(1, 90);
     const uint64_t consumer_window = source_->Between(1, 120);
     builder.AddLayer(LayerSpec::Sliding(window, heads, head_dim));
     builder.AddLayer(LayerSpec::Sliding(consumer_window, heads, head_dim).SharedFrom(0));
     LayerSpec global = LayerSpec::Global(heads, head_dim);
-    global.v_head_dim = static_cast<uint32_t>(source_->Between(1, 24));
+    global.v_head_dim = 16 * static_cast<uint32_t>(source_->Between(1, 2));
     builder.AddLayer(global);
     const bool chunked = source_->Below(2) == 1;
     const uint64_t chunk = chunked ? source_->Between(1, 70) : 0;
     if (chunked) {
-      builder.AddLayer(LayerSpec::Chunked(chunk, 1, 8));
+      builder.AddLayer(LayerSpec::Chunked(chunk, 1, 16));
     } else {
-      builder.AddLayer(LayerSpec::Latent(static_cast<uint32_t>(source_->Between(1, 40))));
+      builder.AddLayer(LayerSpec::Latent(16 * static_cast<uint32_t>(source_->Between(1, 3))));
     }
     RuntimeSpec runtime;
     runtime.context = source_->Between(1, 400);

@@ -40,6 +40,12 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
   if (shape.head_dim == 0) {
     return FieldError("shape.head_dim", "0", "is invalid: storage needs a head dimension");
   }
+  Error error = ValidateAttentionDim("shape.head_dim", shape.head_dim);
+  if (!error.field.empty()) return error;
+  if (shape.v_head_dim != 0) {  // 0: no V stream (MLA)
+    error = ValidateAttentionDim("shape.v_head_dim", shape.v_head_dim);
+    if (!error.field.empty()) return error;
+  }
   if (spec.context == 0) {
     return FieldError("context", "0", "is invalid: the context must be at least 1");
   }
