@@ -436,6 +436,9 @@ std::vector<BadCase> BadCases() {
       "layers[2].latent_dim", "layers[2].latent_dim: 520 is not a multiple of 16");
   add("latent past what the kernels take", Base().AddLayer(LayerSpec::Latent(640)),
       "layers[2].latent_dim", "layers[2].latent_dim: 640 is above 576");
+  add("flash with a tile height", Base().SetBackend(Backend::kFlash, 24), "runtime.tile_rows",
+      "runtime.tile_rows: 24 is ignored by the flash backend; use SetLayout<FlashLayout>() or "
+      "SetBackend(Backend::kFlash)");
   return cases;
 }
 
@@ -470,6 +473,53 @@ TEST(LayerPlan, AHeadDimTheKernelsCannotServeIsRefusedWithTheRule) {
                   .Build()
                   .ok());
   EXPECT_EQ(kMaxAttentionHeadDim % kAttentionDimMultiple, 0u);
+}
+
+// Two stand-ins for the layouts (the plan does not include them): only kBackend and, for the
+// tiled backend, kRows are read.
+struct FlashLike {
+  static constexpr Backend kBackend = Backend::kFlash;
+};
+template <uint32_t kTileRows>
+struct TiledLike {
+  static constexpr Backend kBackend = Backend::kTiled;
+  static constexpr uint32_t kRows = kTileRows;
+};
+
+TEST(LayerPlan, SetLayoutChoosesTheBackendAndTileHeightOnce) {
+  const auto built = [](LayerPlan::Builder builder) {
+    return MustBuild(builder.AddLayer(LayerSpec::Sliding(1000, 4, 64)).SetContext(8192));
+  };
+  const LayerPlan tiled = built(LayerPlan::Builder().SetLayout<TiledLike<32>>());
+  EXPECT_EQ(tiled.Runtime().backend, Backend::kTiled);
+  EXPECT_EQ(tiled.Runtime().tile_rows, 32u);
+  EXPECT_EQ(tiled.SlotAlignment(), 32u);
+  const LayerPlan flash = built(LayerPlan::Builder().SetLayout<FlashLike>());
+  EXPECT_EQ(flash.Runtime().backend, Backend::kFlash);
+  EXPECT_EQ(flash.SlotAlignment(), kFlashSlotAlignment);
+  // SetLayout after a refused tile height, and SetBackend without one, replace it.
+  EXPECT_EQ(built(LayerPlan::Builder().SetBackend(Backend::kFlash, 32).SetLayout<FlashLike>())
+                .Runtime()
+                .backend,
+            Backend::kFlash);
+  EXPECT_EQ(built(LayerPlan::Builder().SetBackend(Backend::kFlash, 16).SetBackend(Backend::kFlash))
+                .SlotAlignment(),
+            kFlashSlotAlignment);
+  EXPECT_EQ(built(LayerPlan::Builder().SetBackend(Backend::kTiled)).Runtime().tile_rows, 16u);
+  EXPECT_EQ(built(LayerPlan::Builder().SetBackend(Backend::kTiled, 64)).Runtime().tile_rows, 64u);
+}
+
+TEST(LayerPlan, FlashWithAnExplicitTileHeightIsRefused) {
+  Expected<LayerPlan> plan = LayerPlan::Builder()
+                                 .AddLayer(LayerSpec::Global(8, 128))
+                                 .SetContext(4096)
+                                 .SetBackend(Backend::kFlash, 24)
+                                 .Build();
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.error().field, "runtime.tile_rows");
+  EXPECT_EQ(plan.error().message,
+            "runtime.tile_rows: 24 is ignored by the flash backend; use "
+            "SetLayout<FlashLayout>() or SetBackend(Backend::kFlash)");
 }
 
 TEST(LayerPlan, ValueOfAFailedBuildAborts) {

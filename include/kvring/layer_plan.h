@@ -375,8 +375,10 @@ class LayerPlan::Builder {
     specs_.insert(specs_.end(), count, spec);
     return *this;
   }
+  // Replaces the whole runtime, its backend and tile_rows included.
   Builder& SetRuntime(const RuntimeSpec& runtime) {
     runtime_ = runtime;
+    tile_rows_given_ = false;
     return *this;
   }
   Builder& SetContext(uint64_t context) {
@@ -391,9 +393,31 @@ class LayerPlan::Builder {
     runtime_.rollback = rollback;
     return *this;
   }
-  Builder& SetBackend(Backend backend, uint32_t tile_rows = 16) {
+  // Chooses the backend and tile height of `Layout` (FlashLayout or TiledLayout<kTileRows>),
+  // the layout the cache is then created with: KVCache<Layout>::Create(plan). Reads only
+  // Layout::kBackend and, for the tiled backend, Layout::kRows, so that this header needs no
+  // layout header.
+  template <typename Layout>
+  Builder& SetLayout() {
+    runtime_.backend = Layout::kBackend;
+    runtime_.tile_rows = RuntimeSpec().tile_rows;
+    if constexpr (Layout::kBackend == Backend::kTiled) runtime_.tile_rows = Layout::kRows;
+    tile_rows_given_ = false;
+    return *this;
+  }
+  // Chooses the backend; the tiled backend gets tiles of 16 rows.
+  Builder& SetBackend(Backend backend) {
+    runtime_.backend = backend;
+    runtime_.tile_rows = RuntimeSpec().tile_rows;
+    tile_rows_given_ = false;
+    return *this;
+  }
+  // Chooses the tiled backend with tiles of `tile_rows` (a power of two from kMinTileRows to
+  // kMaxTileRows). Build() refuses a tile height given with the flash backend, which has none.
+  Builder& SetBackend(Backend backend, uint32_t tile_rows) {
     runtime_.backend = backend;
     runtime_.tile_rows = tile_rows;
+    tile_rows_given_ = true;
     return *this;
   }
   Builder& SetNumSequences(uint64_t num_sequences) {
@@ -415,6 +439,7 @@ class LayerPlan::Builder {
  private:
   std::vector<LayerSpec> specs_;
   RuntimeSpec runtime_;
+  bool tile_rows_given_ = false;  // by SetBackend(backend, tile_rows)
 };
 
 namespace detail {
@@ -587,6 +612,11 @@ inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
   }
   Error error = detail::ValidateRuntime(runtime_);
   if (!error.field.empty()) return error;
+  if (runtime_.backend == Backend::kFlash && tile_rows_given_) {
+    return detail::FieldError("runtime.tile_rows", to_string(runtime_.tile_rows),
+                              "is ignored by the flash backend; use SetLayout<FlashLayout>() or "
+                              "SetBackend(Backend::kFlash)");
+  }
   for (size_t i = 0; i < specs_.size(); ++i) {
     error = detail::ValidateLayer(specs_, i);
     if (!error.field.empty()) return error;
