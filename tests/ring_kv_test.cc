@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -199,6 +200,127 @@ TYPED_TEST(RingKVTest, CreateRefusesHeadDimsTheAttentionKernelsCannotServe) {
   EXPECT_EQ(GlobalKV<TypeParam>::Create(spec).error().field, "shape.head_dim");
   spec.shape.head_dim = kMaxAttentionHeadDim;
   EXPECT_TRUE(GlobalKV<TypeParam>::Create(spec).ok());
+}
+
+TYPED_TEST(RingKVTest, RefusalsSayWhatWasWrongWithTheValues) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(RingSpec(32, 4)).value();
+  for (int i = 0; i < 5; ++i) Append(&ring, 8);  // [8, 40)
+  const std::vector<float> rows = Rows(40, 2, 0);
+  EXPECT_EQ(ring.AppendF32(41, rows.data(), rows.data(), 2).Message(),
+            "WrongPosition: append at 41, but its next position is 40");
+  EXPECT_EQ(ring.AppendF32(40, rows.data(), nullptr, 2).Message(),
+            "BadArgument: append at 40: v is null, but the layer stores V rows of 32 elements");
+  EXPECT_EQ(ring.AppendF32(40, rows.data(), rows.data(), 2, {31, 0}).Message(),
+            "BadArgument: append at 40: k row stride 31 is below the 32 elements of a K row "
+            "(kv_heads x head_dim)");
+  EXPECT_EQ(ring.AppendF32(40, rows.data(), rows.data(), 0).Message(),
+            "EmptyBatch: append at 40 of no tokens: a batch holds at least one");
+  std::vector<BF16> k(kRow);
+  EXPECT_EQ(ring.ReadRow(7, k.data(), nullptr).Message(),
+            "NotLive: read of 7, but the held positions are [8, 40)");
+  EXPECT_EQ(ring.Rollback(5).Message(),
+            "RollbackTooFar: rollback of 5 positions, but at most 4 are allowed now (planned "
+            "headroom 4; the next query's window stays held)");
+  EXPECT_EQ(ring.Grow(20000).Message(), "BadArgument: capacity 20000 is past the context 10000");
+  ExpectHolds(ring, 8, 40);
+  const RollbackResult rolled = ring.Rollback(3);
+  EXPECT_TRUE(rolled.ok());
+  EXPECT_EQ(rolled.EndPos(), 37u);
+  // With room to spare in the headroom, the window before the new end bounds a rollback:
+  // [8, 40) less the 9 positions the next query reads leaves 23.
+  RingKV<TypeParam> deep = RingKV<TypeParam>::Create(RingSpec(32, 30)).value();
+  for (int i = 0; i < 5; ++i) Append(&deep, 8);
+  EXPECT_EQ(deep.Rollback(24).Message(),
+            "RollbackTooFar: rollback of 24 positions, but at most 23 are allowed now (planned "
+            "headroom 30; the next query's window stays held)");
+  EXPECT_EQ(deep.Rollback(23).EndPos(), 17u);
+
+  StorageSpec spec = RingSpec(64);
+  spec.context = 50;
+  spec.keep = 50;
+  GlobalKV<TypeParam> flat = GlobalKV<TypeParam>::Create(spec).value();
+  Append(&flat, 45);
+  const std::vector<float> more = Rows(45, 6, 0);
+  EXPECT_EQ(flat.AppendF32(45, more.data(), more.data(), 6).Message(),
+            "ContextFull: append at 45 of 6 tokens passes the context of 50 positions");
+  ExpectHolds(flat, 0, 45);
+}
+
+// Returns `rows` ([token][row_elements]) laid out `stride` elements apart, the gaps filled
+// with a value that must never be read.
+template <typename T>
+std::vector<T> Strided(const std::vector<T>& rows, uint64_t row_elements, uint64_t stride,
+                       T filler) {
+  const uint64_t num_tokens = rows.size() / row_elements;
+  std::vector<T> strided(num_tokens * stride, filler);
+  for (uint64_t t = 0; t < num_tokens; ++t) {
+    std::copy_n(rows.begin() + static_cast<std::ptrdiff_t>(t * row_elements), row_elements,
+                strided.begin() + static_cast<std::ptrdiff_t>(t * stride));
+  }
+  return strided;
+}
+
+TYPED_TEST(RingKVTest, StridedRowsAreStoredAsTheSameRowsPacked) {
+  // Rings and flat storage, f32 and BF16, one token and 300 (streamed K lines in a ring),
+  // K and V strides that differ and are not multiples of a vector.
+  StorageSpec ring_spec = RingSpec();
+  ring_spec.shape.num_slots = 0;
+  ASSERT_TRUE(TypeParam::NumSlotsFor(400, &ring_spec.shape.num_slots));
+  StorageSpec flat_spec = ring_spec;
+  flat_spec.context = 2000;
+  flat_spec.keep = 2000;
+  ASSERT_TRUE(TypeParam::NumSlotsFor(2000, &flat_spec.shape.num_slots));
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(ring_spec).value();
+  RingKV<TypeParam> packed_ring = RingKV<TypeParam>::Create(ring_spec).value();
+  GlobalKV<TypeParam> flat = GlobalKV<TypeParam>::Create(flat_spec).value();
+  GlobalKV<TypeParam> packed_flat = GlobalKV<TypeParam>::Create(flat_spec).value();
+  const RowStrides strides{kRow + 7, 3 * kRow};
+  for (uint64_t num_tokens : {1u, 300u, 1u, 300u, 300u}) {
+    const uint64_t pos = ring.EndPos();
+    const std::vector<float> k = Rows(pos, num_tokens, 0), v = Rows(pos, num_tokens, 1000);
+    const std::vector<float> k_strided = Strided(k, kRow, strides.k, -1e30f);
+    const std::vector<float> v_strided = Strided(v, kRow, strides.v, -1e30f);
+    if (num_tokens % 2 == 0) {
+      ASSERT_EQ(ring.AppendF32(pos, k_strided.data(), v_strided.data(), num_tokens, strides),
+                Status::kOk);
+      ASSERT_EQ(flat.AppendF32(pos, k_strided.data(), v_strided.data(), num_tokens, strides),
+                Status::kOk);
+      ASSERT_EQ(packed_ring.AppendF32(pos, k.data(), v.data(), num_tokens), Status::kOk);
+      ASSERT_EQ(packed_flat.AppendF32(pos, k.data(), v.data(), num_tokens), Status::kOk);
+    } else {
+      std::vector<BF16> k16(k.size()), v16(v.size());
+      for (size_t i = 0; i < k.size(); ++i) k16[i] = BF16FromF32(k[i]);
+      for (size_t i = 0; i < v.size(); ++i) v16[i] = BF16FromF32(v[i]);
+      const BF16 nan{0x7FC1};
+      const std::vector<BF16> k_strided16 = Strided(k16, kRow, strides.k, nan);
+      const std::vector<BF16> v_strided16 = Strided(v16, kRow, strides.v, nan);
+      ASSERT_EQ(ring.AppendBF16(pos, k_strided16.data(), v_strided16.data(), num_tokens, strides),
+                Status::kOk);
+      ASSERT_EQ(flat.AppendBF16(pos, k_strided16.data(), v_strided16.data(), num_tokens, strides),
+                Status::kOk);
+      ASSERT_EQ(packed_ring.AppendBF16(pos, k16.data(), v16.data(), num_tokens), Status::kOk);
+      ASSERT_EQ(packed_flat.AppendBF16(pos, k16.data(), v16.data(), num_tokens), Status::kOk);
+    }
+  }
+  ExpectHolds(ring, ring.EndPos() - std::min(ring.EndPos(), ring.NumSlots()), ring.EndPos());
+  ExpectHolds(flat, 0, flat.EndPos());
+  std::vector<BF16> k(kRow), v(kRow), k_packed(kRow), v_packed(kRow);
+  for (uint64_t pos = ring.FirstPos(); pos < ring.EndPos(); ++pos) {
+    ASSERT_EQ(ring.ReadRow(pos, k.data(), v.data()), Status::kOk);
+    ASSERT_EQ(packed_ring.ReadRow(pos, k_packed.data(), v_packed.data()), Status::kOk);
+    for (size_t e = 0; e < kRow; ++e) {
+      ASSERT_EQ(k[e].bits, k_packed[e].bits) << pos;
+      ASSERT_EQ(v[e].bits, v_packed[e].bits) << pos;
+    }
+  }
+  for (uint64_t pos = 0; pos < flat.EndPos(); ++pos) {
+    ASSERT_EQ(flat.ReadRow(pos, k.data(), v.data()), Status::kOk);
+    ASSERT_EQ(packed_flat.ReadRow(pos, k_packed.data(), v_packed.data()), Status::kOk);
+    for (size_t e = 0; e < kRow; ++e) {
+      ASSERT_EQ(k[e].bits, k_packed[e].bits) << pos;
+      ASSERT_EQ(v[e].bits, v_packed[e].bits) << pos;
+    }
+  }
 }
 
 TYPED_TEST(RingKVTest, GlobalKVHoldsTheContextAndRefusesPastIt) {
