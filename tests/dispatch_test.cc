@@ -68,7 +68,7 @@ kvring::KVCache<Layout> MakeCache() {
       .AddLayer(kvring::LayerSpec::Global(kKVHeads, kDim))
       .SetContext(4096)
       .SetBatch(32);
-  if (Layout::kBackend == kvring::Backend::kTiled) builder.SetBackend(kvring::Backend::kTiled, 16);
+  builder.SetLayout<Layout>();
   kvring::Expected<kvring::LayerPlan> plan = builder.Build();
   EXPECT_TRUE(plan.ok()) << plan.error().message;
   return kvring::KVCache<Layout>::Create(*plan).value();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -201,6 +202,247 @@ TEST(KVCache, ARefusedLargeAppendGrowsNothing) {
   EXPECT_EQ(cache.AppendF32(0, 0, rows.data(), rows.data(), 100), Status::kOk);  // grows
   EXPECT_EQ(cache.Plan().Runtime().batch, 100u);
   EXPECT_EQ(cache.AllocatedBytes(), cache.Plan().TotalBytes());
+}
+
+// Returns the K (and V) rows layer `layer` of `cache` holds, one vector per position of
+// [FirstPos, EndPos), to see that a refused call changed none of them.
+template <typename Layout>
+std::vector<std::vector<uint16_t>> HeldRows(const KVCache<Layout>& cache, size_t layer) {
+  std::vector<std::vector<uint16_t>> held;
+  std::vector<BF16> k(32), v(32);
+  for (uint64_t pos = cache.FirstPos(layer); pos < cache.EndPos(layer); ++pos) {
+    EXPECT_EQ(cache.ReadRow(layer, pos, k.data(), v.data()), Status::kOk);
+    held.emplace_back();
+    for (const BF16& x : k) held.back().push_back(x.bits);
+    for (const BF16& x : v) held.back().push_back(x.bits);
+  }
+  return held;
+}
+
+// Appends `num_tokens` rows to layer `layer` at its end.
+template <typename Layout>
+Result AppendTo(KVCache<Layout>* cache, size_t layer, uint64_t num_tokens) {
+  const uint64_t pos = cache->EndPos(layer);
+  const std::vector<float> rows = Rows(pos, num_tokens, static_cast<float>(layer));
+  return cache->AppendF32(layer, pos, rows.data(), rows.data(), num_tokens);
+}
+
+TEST(KVCache, EndPosIsThePositionEveryOwningLayerHasReached) {
+  const LayerPlan plan = PlanOf(SharedModel(), 100, 4, 4, Backend::kFlash, 32);
+  KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();
+  EXPECT_EQ(cache.EndPos(), 0u);
+  for (int i = 0; i < 8; ++i) AppendStep(&cache, 4);
+  EXPECT_EQ(cache.EndPos(), 32u);
+  ASSERT_EQ(AppendTo(&cache, 0, 2), Status::kOk);  // a step begun
+  EXPECT_EQ(cache.EndPos(), 32u);
+  EXPECT_EQ(cache.EndPos(0), 34u);
+  EXPECT_EQ(cache.EndPos(2), 34u);  // a consumer reports its owner's end
+  EXPECT_EQ(cache.EndPos(1), 32u);
+  ASSERT_EQ(AppendTo(&cache, 1, 2), Status::kOk);  // and finished
+  EXPECT_EQ(cache.EndPos(), 34u);
+}
+
+TEST(KVCache, AppendToALayerAheadOfTheOthersIsRefusedNamingBoth) {
+  const LayerPlan plan = PlanOf(SharedModel(), 100, 4, 4, Backend::kFlash, 32);
+  KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();
+  for (int i = 0; i < 8; ++i) AppendStep(&cache, 4);
+  ASSERT_EQ(AppendTo(&cache, 0, 2), Status::kOk);
+  const auto held0 = HeldRows(cache, 0), held1 = HeldRows(cache, 1);
+  const uint64_t bytes = cache.AllocatedBytes();
+
+  const Result ahead = AppendTo(&cache, 0, 1);
+  EXPECT_EQ(ahead, Status::kWrongPosition);
+  EXPECT_EQ(ahead.Message(),
+            "WrongPosition: layers[0]: already at 34 while layers[1] is at 32; append the other "
+            "owning layers up to it first");
+  // Past the furthest layer, even in a batch larger than planned (which would grow first).
+  const Result passing = AppendTo(&cache, 1, 3);
+  EXPECT_EQ(passing, Status::kWrongPosition);
+  EXPECT_EQ(passing.Message(),
+            "WrongPosition: layers[1]: an append at 32 passes 34, where layers[0] is; append up "
+            "to there to finish the step first");
+  EXPECT_EQ(AppendTo(&cache, 1, 50), Status::kWrongPosition);
+  const std::vector<float> rows = Rows(33, 1, 1);
+  EXPECT_EQ(cache.AppendF32(1, 33, rows.data(), rows.data(), 1).Message(),
+            "WrongPosition: layers[1]: append at 33, but its next position is 32");
+
+  EXPECT_EQ(cache.EndPos(0), 34u);
+  EXPECT_EQ(cache.EndPos(1), 32u);
+  EXPECT_EQ(cache.AllocatedBytes(), bytes);
+  EXPECT_EQ(cache.Plan().Runtime().batch, 4u);
+  EXPECT_EQ(HeldRows(cache, 0), held0);
+  EXPECT_EQ(HeldRows(cache, 1), held1);
+  ASSERT_EQ(AppendTo(&cache, 1, 2), Status::kOk);  // the step done, any layer may go on
+  EXPECT_EQ(AppendTo(&cache, 1, 4), Status::kOk);
+  EXPECT_EQ(AppendTo(&cache, 0, 4), Status::kOk);
+  EXPECT_EQ(cache.EndPos(), 38u);
+}
+
+TEST(KVCache, RollbackReturnsTheNewEnd) {
+  const LayerPlan plan = PlanOf(SharedModel(), 100, 4, 3, Backend::kFlash, 32);
+  KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();
+  for (int i = 0; i < 10; ++i) AppendStep(&cache, 4);
+  const RollbackResult rolled = cache.Rollback(3);
+  ASSERT_TRUE(rolled.ok()) << rolled.Message();
+  EXPECT_EQ(rolled.EndPos(), 37u);
+  EXPECT_EQ(cache.EndPos(), 37u);
+  const RollbackResult refused = cache.Rollback(4);
+  EXPECT_EQ(refused, Status::kRollbackTooFar);
+  EXPECT_EQ(refused.EndPos(), 37u);
+  EXPECT_EQ(refused.Message(),
+            "RollbackTooFar: layers[0]: rollback of 4 positions, but at most 3 are allowed now "
+            "(planned headroom 3; the next query's window stays held)");
+  EXPECT_EQ(cache.Rollback(0).EndPos(), 37u);
+}
+
+TEST(KVCache, RollbackInTheMiddleOfAStepIsRefused) {
+  const LayerPlan plan = PlanOf(SharedModel(), 100, 4, 3, Backend::kFlash, 32);
+  KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();
+  for (int i = 0; i < 10; ++i) AppendStep(&cache, 4);
+  ASSERT_EQ(AppendTo(&cache, 0, 1), Status::kOk);
+  const auto held0 = HeldRows(cache, 0), held1 = HeldRows(cache, 1);
+  const RollbackResult refused = cache.Rollback(1);
+  EXPECT_EQ(refused, Status::kWrongPosition);
+  EXPECT_EQ(refused.EndPos(), 40u);
+  EXPECT_EQ(refused.Message(),
+            "WrongPosition: rollback while layers[1] is at 40 and layers[0] at 41; append every "
+            "owning layer to the same position first");
+  EXPECT_EQ(cache.EndPos(0), 41u);
+  EXPECT_EQ(cache.EndPos(1), 40u);
+  EXPECT_EQ(HeldRows(cache, 0), held0);
+  EXPECT_EQ(HeldRows(cache, 1), held1);
+  ASSERT_EQ(AppendTo(&cache, 1, 1), Status::kOk);
+  EXPECT_EQ(cache.Rollback(1).EndPos(), 40u);
+}
+
+TEST(KVCache, RefusalsNameTheLayerAndTheValues) {
+  const LayerPlan plan = PlanOf(SharedModel(), 100, 4, 3, Backend::kFlash, 32);
+  KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();
+  for (int i = 0; i < 24; ++i) AppendStep(&cache, 4);  // [0, 96) in flat layer 1
+  const auto held0 = HeldRows(cache, 0), held1 = HeldRows(cache, 1);
+  const std::vector<float> rows = Rows(96, 8, 0);
+  EXPECT_EQ(cache.AppendF32(1, 96, rows.data(), rows.data(), 5).Message(),
+            "ContextFull: layers[1]: append at 96 of 5 tokens passes the context of 100 "
+            "positions");
+  EXPECT_EQ(cache.AppendF32(7, 96, rows.data(), rows.data(), 1).Message(),
+            "BadArgument: layers[7]: the model has 4 layers");
+  EXPECT_EQ(cache.AppendF32(2, 96, rows.data(), rows.data(), 1).Message(),
+            "NotOwner: layers[2] reads the KV of layers[0]; append to that owner");
+  EXPECT_EQ(cache.AppendF32(0, 96, rows.data(), rows.data(), 1, {8, 0}).Message(),
+            "BadArgument: layers[0]: append at 96: k row stride 8 is below the 32 elements of a "
+            "K row (kv_heads x head_dim)");
+  EXPECT_EQ(cache.AppendF32(0, 96, rows.data(), rows.data(), 1, {0, 31}).Message(),
+            "BadArgument: layers[0]: append at 96: v row stride 31 is below the 32 elements of a "
+            "V row (kv_heads x v_head_dim)");
+  EXPECT_EQ(cache.AppendF32(0, 96, nullptr, rows.data(), 1).Message(),
+            "BadArgument: layers[0]: append at 96: k is null");
+  EXPECT_EQ(cache.AppendF32(0, 96, rows.data(), rows.data(), 0).Message(),
+            "EmptyBatch: layers[0]: append at 96 of no tokens: a batch holds at least one");
+  std::vector<BF16> k(32);
+  EXPECT_EQ(cache.ReadRow(2, 50, k.data(), nullptr).Message(),
+            "NotLive: layers[2]: read of 50, but the held positions are [" +
+                std::to_string(cache.FirstPos(0)) + ", 96)");
+  EXPECT_EQ(cache.ReadRow(1, 96, k.data(), nullptr), Status::kNotLive);
+  EXPECT_EQ(cache.ReadRow(4, 0, k.data(), nullptr).Message(),
+            "BadArgument: layers[4]: the model has 4 layers");
+  EXPECT_EQ(cache.ReadRow(1, 0, nullptr, nullptr).Message(),
+            "BadArgument: layers[1]: read of 0: k_out is null");
+  EXPECT_EQ(cache.Grow(0).Message(),
+            "BadArgument: grow to a batch of 0 tokens: a batch holds at least one");
+  EXPECT_EQ(cache.Grow(101).Message(),
+            "BadArgument: grow to a batch of 101 tokens: past the context of 100");
+  EXPECT_EQ(cache.EndPos(), 96u);
+  EXPECT_EQ(cache.Plan().Runtime().batch, 4u);
+  EXPECT_EQ(HeldRows(cache, 0), held0);
+  EXPECT_EQ(HeldRows(cache, 1), held1);
+}
+
+TYPED_TEST(KVCacheTest, ClearResetsEveryLayer) {
+  const LayerPlan plan = PlanOf(SharedModel(), 200, 4, 0, TypeParam::kBackend,
+                                static_cast<uint32_t>(TypeParam::kSlotAlignment));
+  KVCache<TypeParam> cache = KVCache<TypeParam>::Create(plan).value();
+  for (int i = 0; i < 10; ++i) AppendStep(&cache, 3);
+  ASSERT_EQ(AppendTo(&cache, 0, 2), Status::kOk);  // even in the middle of a step
+  cache.Clear();
+  EXPECT_EQ(cache.EndPos(), 0u);
+  for (size_t layer = 0; layer < cache.NumLayers(); ++layer) {
+    EXPECT_EQ(cache.EndPos(layer), 0u);
+    EXPECT_EQ(cache.FirstPos(layer), 0u);
+  }
+  EXPECT_EQ(AppendTo(&cache, 1, 3), Status::kOk);
+}
+
+// A model whose layer 0 is a ring (window 64) and layer 1 flat, each with 2 kv_heads of K
+// head_dim 16 and V v_head_dim 32, and 4 query heads of 16: a fused row [q | k | v] holds
+// 64 + 32 + 64 elements.
+constexpr uint64_t kQDim = 64, kKDim = 32, kVDim = 64, kQKVDim = kQDim + kKDim + kVDim;
+
+LayerPlan FusedModelPlan(Backend backend, uint32_t tile_rows) {
+  LayerSpec sliding = LayerSpec::Sliding(64, 2, 16), global = LayerSpec::Global(2, 16);
+  sliding.v_head_dim = global.v_head_dim = 32;
+  return PlanOf(LayerPlan::Builder().AddLayer(sliding).AddLayer(global), 2000, 300, 0, backend,
+                tile_rows);
+}
+
+template <typename Layout>
+class KVCacheFusedTest : public ::testing::Test {};
+using FusedLayouts = ::testing::Types<FlashLayout, TiledLayout<16>>;
+TYPED_TEST_SUITE(KVCacheFusedTest, FusedLayouts);
+
+TYPED_TEST(KVCacheFusedTest, FusedQKVRowsAreStoredAsTheSameRowsPacked) {
+  const LayerPlan plan =
+      FusedModelPlan(TypeParam::kBackend, static_cast<uint32_t>(TypeParam::kSlotAlignment));
+  KVCache<TypeParam> fused = KVCache<TypeParam>::Create(plan).value();
+  KVCache<TypeParam> packed = KVCache<TypeParam>::Create(plan).value();
+  ASSERT_FALSE(fused.IsFlat(0));
+  ASSERT_TRUE(fused.IsFlat(1));
+  uint32_t seed = 7;
+  const auto next = [&seed] {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<float>(seed >> 8) / 65536.0f - 128.0f;
+  };
+  // One token and 300 (streamed K lines into the ring, split where it wraps), f32 and BF16.
+  const uint64_t batches[] = {1, 300, 1, 300, 300, 1, 300};
+  for (size_t b = 0; b < sizeof(batches) / sizeof(batches[0]); ++b) {
+    const uint64_t num_tokens = batches[b];
+    for (size_t layer = 0; layer < 2; ++layer) {
+      const uint64_t pos = fused.EndPos(layer);
+      std::vector<float> qkv(num_tokens * kQKVDim);
+      for (float& x : qkv) x = next();
+      std::vector<float> k(num_tokens * kKDim), v(num_tokens * kVDim);
+      for (uint64_t t = 0; t < num_tokens; ++t) {
+        std::copy_n(qkv.data() + t * kQKVDim + kQDim, kKDim, k.data() + t * kKDim);
+        std::copy_n(qkv.data() + t * kQKVDim + kQDim + kKDim, kVDim, v.data() + t * kVDim);
+      }
+      const RowStrides strides{kQKVDim, kQKVDim};
+      if (b % 2 == 0) {
+        ASSERT_EQ(fused.AppendF32(layer, pos, qkv.data() + kQDim, qkv.data() + kQDim + kKDim,
+                                  num_tokens, strides),
+                  Status::kOk);
+        ASSERT_EQ(packed.AppendF32(layer, pos, k.data(), v.data(), num_tokens), Status::kOk);
+      } else {
+        std::vector<BF16> qkv16(qkv.size()), k16(k.size()), v16(v.size());
+        std::transform(qkv.begin(), qkv.end(), qkv16.begin(), BF16FromF32);
+        std::transform(k.begin(), k.end(), k16.begin(), BF16FromF32);
+        std::transform(v.begin(), v.end(), v16.begin(), BF16FromF32);
+        ASSERT_EQ(fused.AppendBF16(layer, pos, qkv16.data() + kQDim, qkv16.data() + kQDim + kKDim,
+                                   num_tokens, strides),
+                  Status::kOk);
+        ASSERT_EQ(packed.AppendBF16(layer, pos, k16.data(), v16.data(), num_tokens), Status::kOk);
+      }
+    }
+  }
+  EXPECT_EQ(fused.EndPos(), 1203u);
+  std::vector<BF16> k(kKDim), v(kVDim), k_packed(kKDim), v_packed(kVDim);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    ASSERT_EQ(fused.FirstPos(layer), packed.FirstPos(layer));
+    for (uint64_t pos = fused.FirstPos(layer); pos < fused.EndPos(layer); ++pos) {
+      ASSERT_EQ(fused.ReadRow(layer, pos, k.data(), v.data()), Status::kOk);
+      ASSERT_EQ(packed.ReadRow(layer, pos, k_packed.data(), v_packed.data()), Status::kOk);
+      for (uint64_t e = 0; e < kKDim; ++e) ASSERT_EQ(k[e].bits, k_packed[e].bits) << pos;
+      for (uint64_t e = 0; e < kVDim; ++e) ASSERT_EQ(v[e].bits, v_packed[e].bits) << pos;
+    }
+  }
 }
 
 TEST(KVCacheDeathTest, ViewOfALayerPastTheModelAborts) {

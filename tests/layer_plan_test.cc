@@ -315,7 +315,7 @@ TEST(LayerPlan, TenMillionTokenContextsDoNotOverflow) {
 
 TEST(LayerPlan, BytesAtContextSaturatesInsteadOfWrapping) {
   const LayerPlan plan =
-      MustBuild(LayerPlan::Builder().AddLayer(LayerSpec::Global(1024, 1024)).SetContext(16));
+      MustBuild(LayerPlan::Builder().AddLayer(LayerSpec::Global(2048, 512)).SetContext(16));
   EXPECT_EQ(plan.BytesAtContext(1ull << 62), detail::kMaxU64);
 }
 
@@ -414,15 +414,31 @@ std::vector<BadCase> BadCases() {
       "runtime.backend: 7");
   add("element type out of range", Base().SetElementType(static_cast<ElementType>(42)),
       "runtime.element_type", "runtime.element_type: 42");
-  add("bytes of one position overflow 64 bits",
-      LayerPlan::Builder().AddLayer(LayerSpec::Global(1u << 31, 1u << 31)).SetContext(1 << 20),
-      "layers[0].head_dim", "overflow 64 bits");
+  add("head dim of 2^31", Base().AddLayer(LayerSpec::Global(1u << 31, 1u << 31)),
+      "layers[2].head_dim", "layers[2].head_dim: 2147483648 is above 576");
   add("bytes of a layer overflow 64 bits",
-      LayerPlan::Builder().AddLayer(LayerSpec::Global(1024, 1024)).SetContext(1ull << 50),
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(2048, 512)).SetContext(1ull << 50),
       "runtime.context", "overflow 64 bits");
   add("context overflows the padding",
-      LayerPlan::Builder().AddLayer(LayerSpec::Global(1, 1)).SetContext(detail::kMaxU64),
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(1, 16)).SetContext(detail::kMaxU64),
       "runtime.context", "overflow 64 bits");
+  add("head dim not a multiple of 16", Base().AddLayer(LayerSpec::Global(2, 72)),
+      "layers[2].head_dim", "layers[2].head_dim: 72 is not a multiple of 16");
+  add("head dim past what the kernels take", Base().AddLayer(LayerSpec::Global(2, 592)),
+      "layers[2].head_dim", "layers[2].head_dim: 592 is above 576");
+  {
+    LayerSpec spec = LayerSpec::Global(2, 128);
+    spec.v_head_dim = 40;
+    add("v head dim not a multiple of 16", Base().AddLayer(spec), "layers[2].v_head_dim",
+        "layers[2].v_head_dim: 40 is not a multiple of 16");
+  }
+  add("latent not a multiple of 16", Base().AddLayer(LayerSpec::Latent(520)),
+      "layers[2].latent_dim", "layers[2].latent_dim: 520 is not a multiple of 16");
+  add("latent past what the kernels take", Base().AddLayer(LayerSpec::Latent(640)),
+      "layers[2].latent_dim", "layers[2].latent_dim: 640 is above 576");
+  add("flash with a tile height", Base().SetBackend(Backend::kFlash, 24), "runtime.tile_rows",
+      "runtime.tile_rows: 24 is ignored by the flash backend; use SetLayout<FlashLayout>() or "
+      "SetBackend(Backend::kFlash)");
   return cases;
 }
 
@@ -438,6 +454,72 @@ TEST(LayerPlan, BuildRejectsBadConfigurationsNamingFieldAndValue) {
     EXPECT_EQ(plan.error().message.rfind(c.field, 0), 0u)
         << c.what << ": the message starts with the field: " << plan.error().message;
   }
+}
+
+TEST(LayerPlan, AHeadDimTheKernelsCannotServeIsRefusedWithTheRule) {
+  Expected<LayerPlan> plan = LayerPlan::Builder()
+                                 .AddLayers(3, LayerSpec::Global(8, 128))
+                                 .AddLayer(LayerSpec::Global(8, 72))
+                                 .SetContext(4096)
+                                 .Build();
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.error().message,
+            "layers[3].head_dim: 72 is not a multiple of 16 (the attention kernels need head "
+            "dims in multiples of 16, at most 576)");
+  // The largest the kernels take is served: the MLA latent of DeepSeek.
+  EXPECT_TRUE(LayerPlan::Builder()
+                  .AddLayer(LayerSpec::Latent(kMaxAttentionHeadDim))
+                  .SetContext(4096)
+                  .Build()
+                  .ok());
+  EXPECT_EQ(kMaxAttentionHeadDim % kAttentionDimMultiple, 0u);
+}
+
+// Two stand-ins for the layouts (the plan does not include them): only kBackend and, for the
+// tiled backend, kRows are read.
+struct FlashLike {
+  static constexpr Backend kBackend = Backend::kFlash;
+};
+template <uint32_t kTileRows>
+struct TiledLike {
+  static constexpr Backend kBackend = Backend::kTiled;
+  static constexpr uint32_t kRows = kTileRows;
+};
+
+TEST(LayerPlan, SetLayoutChoosesTheBackendAndTileHeightOnce) {
+  const auto built = [](LayerPlan::Builder builder) {
+    return MustBuild(builder.AddLayer(LayerSpec::Sliding(1000, 4, 64)).SetContext(8192));
+  };
+  const LayerPlan tiled = built(LayerPlan::Builder().SetLayout<TiledLike<32>>());
+  EXPECT_EQ(tiled.Runtime().backend, Backend::kTiled);
+  EXPECT_EQ(tiled.Runtime().tile_rows, 32u);
+  EXPECT_EQ(tiled.SlotAlignment(), 32u);
+  const LayerPlan flash = built(LayerPlan::Builder().SetLayout<FlashLike>());
+  EXPECT_EQ(flash.Runtime().backend, Backend::kFlash);
+  EXPECT_EQ(flash.SlotAlignment(), kFlashSlotAlignment);
+  // SetLayout after a refused tile height, and SetBackend without one, replace it.
+  EXPECT_EQ(built(LayerPlan::Builder().SetBackend(Backend::kFlash, 32).SetLayout<FlashLike>())
+                .Runtime()
+                .backend,
+            Backend::kFlash);
+  EXPECT_EQ(built(LayerPlan::Builder().SetBackend(Backend::kFlash, 16).SetBackend(Backend::kFlash))
+                .SlotAlignment(),
+            kFlashSlotAlignment);
+  EXPECT_EQ(built(LayerPlan::Builder().SetBackend(Backend::kTiled)).Runtime().tile_rows, 16u);
+  EXPECT_EQ(built(LayerPlan::Builder().SetBackend(Backend::kTiled, 64)).Runtime().tile_rows, 64u);
+}
+
+TEST(LayerPlan, FlashWithAnExplicitTileHeightIsRefused) {
+  Expected<LayerPlan> plan = LayerPlan::Builder()
+                                 .AddLayer(LayerSpec::Global(8, 128))
+                                 .SetContext(4096)
+                                 .SetBackend(Backend::kFlash, 24)
+                                 .Build();
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.error().field, "runtime.tile_rows");
+  EXPECT_EQ(plan.error().message,
+            "runtime.tile_rows: 24 is ignored by the flash backend; use "
+            "SetLayout<FlashLayout>() or SetBackend(Backend::kFlash)");
 }
 
 TEST(LayerPlan, ValueOfAFailedBuildAborts) {

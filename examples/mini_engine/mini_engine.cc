@@ -553,7 +553,7 @@ int Run(const Config& config) {
   kvring::LayerPlan::Builder builder;
   for (const kvring::LayerSpec& spec : LayerSpecs(config)) builder.AddLayer(spec);
   builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);
-  builder.SetBackend(Layout::kBackend, static_cast<uint32_t>(Layout::kSlotAlignment));
+  builder.SetLayout<Layout>();
   const kvring::Expected<kvring::LayerPlan> plan = builder.Build();
   if (!plan.ok()) {
     std::fprintf(stderr, "mini_engine: %s\n", plan.error().message.c_str());

@@ -17,6 +17,7 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/kv_view.h"
+#include "kvring/layer_plan.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/status.h"
 #include "kvring/task_runner.h"
@@ -24,11 +25,6 @@
 #include "kvring/visibility.h"
 
 namespace kvring {
-
-// Largest head_dim and v_head_dim the kernels accept (DeepSeek's MLA latent is 576).
-inline constexpr uint32_t kMaxAttentionHeadDim = 576;
-// head_dim and v_head_dim must be multiples of this.
-inline constexpr uint32_t kAttentionDimMultiple = 16;
 
 // Numeric options of one attention call (docs/attention.md).
 struct AttentionOptions {

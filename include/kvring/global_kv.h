@@ -51,13 +51,18 @@ class GlobalKV : public detail::OwnedLayerKV<Layout> {
     return Create(StorageSpec::Of(plan, layer));
   }
 
-  // Appends rows as RingKV::AppendF32 does; past the context it is refused with
-  // kContextFull and nothing changes. Never allocates.
-  Status AppendF32(uint64_t pos, const float* k, const float* v, uint64_t num_tokens) {
-    return this->storage_.Append(pos, k, v, num_tokens, /*may_grow=*/false);
+  // Appends rows as RingKV::AppendF32 does, row strides included; past the context it is
+  // refused with kContextFull and nothing changes. Never allocates.
+  Result AppendF32(uint64_t pos, const float* k, const float* v, uint64_t num_tokens,
+                   RowStrides strides = RowStrides()) {
+    return this->storage_.Append(pos, k, v, num_tokens, strides, /*may_grow=*/false,
+                                 detail::kNoLayer);
   }
-  Status AppendBF16(uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens) {
-    return this->storage_.Append(pos, k, v, num_tokens, /*may_grow=*/false);
+  // As AppendF32, from BF16 rows (copied as they are).
+  Result AppendBF16(uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens,
+                    RowStrides strides = RowStrides()) {
+    return this->storage_.Append(pos, k, v, num_tokens, strides, /*may_grow=*/false,
+                                 detail::kNoLayer);
   }
 
   // Returns an independent snapshot (property 3, docs/design.md). Allocates the context's slots but

@@ -85,27 +85,42 @@ class KVCache {
   bool IsFlat(size_t layer) const { return entries_[Owner(layer)].flat; }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
-  // (v null for MLA) to owning layer `layer` at `pos` (its EndPos()), rounding to nearest
-  // even. A batch larger than planned first grows every ring (Grow); a consumer layer is
-  // kNotOwner. Refused calls change nothing.
-  Status AppendF32(size_t layer, uint64_t pos, const float* k, const float* v,
-                   uint64_t num_tokens) {
-    return Append(layer, pos, k, v, num_tokens);
+  // (v null for MLA) to owning layer `layer` at `pos`, rounding to nearest even. Token t's
+  // rows start at k + t * strides.k and v + t * strides.v (elements; 0: packed), so that the K
+  // and V of a fused QKV buffer [token][q heads | k heads | v heads] append without a copy.
+  // The owning layers append in step: `pos` must be the layer's EndPos(layer), and while some
+  // layers are ahead (a step begun but not finished), a layer already at the furthest end, or
+  // an append that would pass it, is refused with kWrongPosition. A batch larger than planned
+  // first grows every ring (Grow). Refusals change nothing and name the layer and the values:
+  // kBadArgument (a layer past the model, null rows, a nonzero stride below the packed row),
+  // kNotOwner (a consumer layer), kEmptyBatch, kWrongPosition, kContextFull, kOutOfMemory.
+  // Cost: the bytes of the rows, plus O(layers) for the step check.
+  Result AppendF32(size_t layer, uint64_t pos, const float* k, const float* v, uint64_t num_tokens,
+                   RowStrides strides = RowStrides()) {
+    return Append(layer, pos, k, v, num_tokens, strides);
   }
-  Status AppendBF16(size_t layer, uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens) {
-    return Append(layer, pos, k, v, num_tokens);
+  // As AppendF32, from BF16 rows (copied as they are).
+  Result AppendBF16(size_t layer, uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens,
+                    RowStrides strides = RowStrides()) {
+    return Append(layer, pos, k, v, num_tokens, strides);
   }
 
+  // Returns the position of the sequence: the one every owning layer has reached (the lowest
+  // EndPos(layer) of the owners; 0 when empty). Between the appends of one step it lags the
+  // layers already appended. O(layers).
+  uint64_t EndPos() const { return StepOf().low_end; }
+
   // Live range of `layer` (its owner's for a consumer): [FirstPos, EndPos).
-  uint64_t FirstPos(size_t layer) const {
-    return Visit(Owner(layer), [](const auto& kv) { return kv.FirstPos(); });
-  }
-  uint64_t EndPos(size_t layer) const {
-    return Visit(Owner(layer), [](const auto& kv) { return kv.EndPos(); });
-  }
-  // Copies the stored row of `pos` of `layer` (its owner's) into k_out and v_out.
-  Status ReadRow(size_t layer, uint64_t pos, BF16* k_out, BF16* v_out) const {
-    return Visit(Owner(layer), [&](const auto& kv) { return kv.ReadRow(pos, k_out, v_out); });
+  uint64_t FirstPos(size_t layer) const { return StorageOf(Owner(layer)).Index().FirstPos(); }
+  uint64_t EndPos(size_t layer) const { return StorageOf(Owner(layer)).Index().EndPos(); }
+
+  // Copies the stored row of `pos` of `layer` (its owner's) into k_out [kv_head][head_dim]
+  // and, if not null, v_out [kv_head][v_head_dim], exactly as stored. kNotLive (saying the
+  // live range) for a position not held; kBadArgument for a layer past the model or a null
+  // k_out. Does not allocate. Cost: one row.
+  Result ReadRow(size_t layer, uint64_t pos, BF16* k_out, BF16* v_out) const {
+    if (layer >= entries_.size()) return LayerPastTheModel(layer);
+    return StorageOf(Owner(layer)).ReadRow(pos, k_out, v_out, layer);
   }
 
   // Returns the view `layer` attends over: its owner's storage under its own visibility.
@@ -115,35 +130,72 @@ class KVCache {
     return Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
   }
 
-  // Discards the newest `num_tokens` positions of every owning layer, or of none: if any
-  // layer refuses (kRollbackTooFar), nothing changes.
-  Status Rollback(uint64_t num_tokens) {
+  // Discards the newest `num_tokens` positions of every owning layer, or of none, and returns
+  // the result with the cache's EndPos() after the call (the new end; unchanged if refused).
+  // Refused with kRollbackTooFar (saying how many positions may be discarded now, and which
+  // layer bounds it) past the planned headroom or what a layer holds, and with kWrongPosition
+  // in the middle of a step (the owning layers not all at one end). O(layers).
+  RollbackResult Rollback(uint64_t num_tokens) {
+    const StepState step = StepOf();
+    if (step.low_end != step.high_end) {
+      return RollbackResult(
+          Result::Refused(Status::kWrongPosition,
+                          "rollback while layers[%llu] is at %llu and layers[%llu] at %llu; "
+                          "append every owning layer to the same position first",
+                          step.lowest, step.low_end, step.highest, step.high_end),
+          step.low_end);
+    }
+    if (entries_.empty()) {  // a default-made cache holds nothing
+      if (num_tokens == 0) return RollbackResult(Status::kOk, 0);
+      return RollbackResult(
+          Result::Refused(Status::kRollbackTooFar, "rollback of %llu positions of an empty cache",
+                          num_tokens),
+          0);
+    }
+    // The layer that allows the shortest rollback decides, and names itself if it refuses.
+    size_t bound = step.lowest;
     for (size_t layer = 0; layer < entries_.size(); ++layer) {
-      if (!OwnsKV(layer)) continue;
-      const Status status =
-          Visit(layer, [&](const auto& kv) { return kv.Index().CheckRollback(num_tokens); });
-      if (status != Status::kOk) return status;
+      if (OwnsKV(layer) &&
+          StorageOf(layer).Index().RollbackLimit() < StorageOf(bound).Index().RollbackLimit()) {
+        bound = layer;
+      }
+    }
+    if (num_tokens > StorageOf(bound).Index().RollbackLimit()) {
+      return RollbackResult(StorageOf(bound).CheckRollback(num_tokens, bound), step.low_end);
     }
     for (size_t layer = 0; layer < entries_.size(); ++layer) {
       if (!OwnsKV(layer)) continue;
-      const Status status = Visit(layer, [&](auto& kv) { return kv.Rollback(num_tokens); });
-      KVRING_DASSERT(status == Status::kOk);
-      (void)status;
+      const Result result = StorageOf(layer).Rollback(num_tokens, layer);
+      KVRING_DASSERT(result.ok());
+      (void)result;
     }
-    return Status::kOk;
+    return RollbackResult(Status::kOk, EndPos());
   }
 
   // Re-plans for appends of up to `batch` tokens and grows every ring whose capacity rises,
   // keeping every held position; other layers are untouched. A batch at or below the planned
   // one changes nothing; kBadArgument for 0 or a batch the plan rejects (past the context);
-  // kOutOfMemory leaves the cache as it was.
-  Status Grow(uint64_t batch) {
-    if (batch == 0) return Status::kBadArgument;
+  // kOutOfMemory (naming the layer) leaves the cache as it was. Allocates the grown rings
+  // and copies their held positions.
+  Result Grow(uint64_t batch) {
+    if (batch == 0) {
+      return Result::Refused(Status::kBadArgument,
+                             "grow to a batch of %llu tokens: a batch holds at least one", batch);
+    }
     if (batch <= plan_.Runtime().batch) return Status::kOk;
     RuntimeSpec runtime = plan_.Runtime();
     runtime.batch = batch;
     Expected<LayerPlan> grown_plan = plan_.WithRuntime(runtime);
-    if (!grown_plan.ok()) return Status::kBadArgument;
+    if (!grown_plan.ok()) {
+      if (batch > runtime.context) {
+        return Result::Refused(Status::kBadArgument,
+                               "grow to a batch of %llu tokens: past the context of %llu", batch,
+                               runtime.context);
+      }
+      return Result::Refused(Status::kBadArgument,
+                             "grow to a batch of %llu tokens: the plan's bytes overflow 64 bits",
+                             batch);
+    }
     // Grow copies first, then move them in, so that a failure leaves every ring as it was.
     std::vector<std::pair<size_t, RingKV<Layout>>> grown;
     for (size_t layer = 0; layer < entries_.size(); ++layer) {
@@ -151,7 +203,11 @@ class KVCache {
       const RingKV<Layout>& ring = rings_[entries_[layer].storage];
       if (grown_plan->Layer(layer).num_slots <= ring.NumSlots()) continue;
       Expected<RingKV<Layout>> copy = ring.GrownCopy(grown_plan->Layer(layer).capacity);
-      if (!copy.ok()) return Status::kOutOfMemory;
+      if (!copy.ok()) {
+        return Result::Refused(Status::kOutOfMemory,
+                               "layers[%llu]: growing to %llu slots could not allocate", layer,
+                               grown_plan->Layer(layer).num_slots);
+      }
       grown.emplace_back(entries_[layer].storage, std::move(copy).value());
     }
     for (auto& [index, ring] : grown) rings_[index] = std::move(ring);
@@ -171,7 +227,8 @@ class KVCache {
     return copy;
   }
 
-  // Forgets every position of every layer, for a new sequence; keeps the buffers.
+  // Forgets every position of every layer, for a new sequence: EndPos() and every
+  // EndPos(layer) are 0 afterwards. Keeps the buffers. O(layers).
   void Clear() {
     for (auto& ring : rings_) ring.Clear();
     for (auto& flat : globals_) flat.Clear();
@@ -228,25 +285,94 @@ class KVCache {
     return entry.flat ? fn(globals_[entry.storage]) : fn(rings_[entry.storage]);
   }
 
-  template <typename T>
-  Status Append(size_t layer, uint64_t pos, const T* k, const T* v, uint64_t num_tokens) {
-    if (layer >= entries_.size()) return Status::kBadArgument;
-    if (!OwnsKV(layer)) return Status::kNotOwner;
-    if (num_tokens > plan_.Runtime().batch) {
-      // Check the append itself first, so that a refused call does not grow anything.
-      const Status check =
-          Visit(layer, [&](const auto& kv) { return kv.CheckAppend(pos, k, v, num_tokens); });
-      if (check != Status::kOk && check != Status::kBatchTooLarge) return check;
-      const Status grown = Grow(num_tokens);
-      if (grown != Status::kOk) return grown;
-    }
-    return Visit(layer, [&](auto& kv) {
-      if constexpr (std::is_same<T, float>::value) {
-        return kv.AppendF32(pos, k, v, num_tokens);
-      } else {
-        return kv.AppendBF16(pos, k, v, num_tokens);
+  // The owning layers at the lowest and at the highest end position (the first of each).
+  struct StepState {
+    size_t lowest = 0;
+    size_t highest = 0;
+    uint64_t low_end = 0;
+    uint64_t high_end = 0;
+  };
+  StepState StepOf() const {
+    StepState step;
+    bool first = true;
+    for (size_t layer = 0; layer < entries_.size(); ++layer) {
+      if (!OwnsKV(layer)) continue;
+      const uint64_t end = StorageOf(layer).Index().EndPos();
+      if (first || end < step.low_end) {
+        step.lowest = layer;
+        step.low_end = end;
       }
-    });
+      if (first || end > step.high_end) {
+        step.highest = layer;
+        step.high_end = end;
+      }
+      first = false;
+    }
+    return step;
+  }
+
+  // Returns the storage of owning layer `layer`.
+  const detail::LayerStorage<Layout>& StorageOf(size_t layer) const {
+    const Entry& entry = entries_[layer];
+    KVRING_DASSERT(entry.owner == layer);
+    const detail::OwnedLayerKV<Layout>& kv =
+        entry.flat ? static_cast<const detail::OwnedLayerKV<Layout>&>(globals_[entry.storage])
+                   : static_cast<const detail::OwnedLayerKV<Layout>&>(rings_[entry.storage]);
+    return kv.storage_;
+  }
+  detail::LayerStorage<Layout>& StorageOf(size_t layer) {
+    const Entry& entry = entries_[layer];
+    KVRING_DASSERT(entry.owner == layer);
+    detail::OwnedLayerKV<Layout>& kv =
+        entry.flat ? static_cast<detail::OwnedLayerKV<Layout>&>(globals_[entry.storage])
+                   : static_cast<detail::OwnedLayerKV<Layout>&>(rings_[entry.storage]);
+    return kv.storage_;
+  }
+
+  Result LayerPastTheModel(size_t layer) const {
+    return Result::Refused(Status::kBadArgument, "layers[%llu]: the model has %llu layers", layer,
+                           entries_.size());
+  }
+
+  template <typename T>
+  Result Append(size_t layer, uint64_t pos, const T* k, const T* v, uint64_t num_tokens,
+                RowStrides strides) {
+    if (layer >= entries_.size()) return LayerPastTheModel(layer);
+    if (!OwnsKV(layer)) {
+      return Result::Refused(Status::kNotOwner,
+                             "layers[%llu] reads the KV of layers[%llu]; append to that owner",
+                             layer, Owner(layer));
+    }
+    // Check the append itself first, so that a refused call does not grow anything.
+    const Result check = StorageOf(layer).CheckAppend(pos, k, v, num_tokens, strides, layer);
+    if (check == Status::kEmptyBatch || check == Status::kBadArgument ||
+        check == Status::kWrongPosition) {
+      return check;
+    }
+    // pos is the layer's end here. Every owner sees the same positions' queries, so no layer
+    // may start a step before the others finish the last one.
+    const StepState step = StepOf();
+    if (step.low_end < step.high_end) {
+      if (pos == step.high_end) {
+        return Result::Refused(Status::kWrongPosition,
+                               "layers[%llu]: already at %llu while layers[%llu] is at %llu; "
+                               "append the other owning layers up to it first",
+                               layer, pos, step.lowest, step.low_end);
+      }
+      if (num_tokens > step.high_end - pos) {
+        return Result::Refused(Status::kWrongPosition,
+                               "layers[%llu]: an append at %llu passes %llu, where layers[%llu] "
+                               "is; append up to there to finish the step first",
+                               layer, pos, step.high_end, step.highest);
+      }
+    }
+    if (!check.ok() && check != Status::kBatchTooLarge) return check;
+    if (num_tokens > plan_.Runtime().batch) {
+      const Result grown = Grow(num_tokens);
+      if (!grown.ok()) return grown;
+    }
+    // The plan now holds this batch in every ring: no ring grows on its own.
+    return StorageOf(layer).Append(pos, k, v, num_tokens, strides, /*may_grow=*/false, layer);
   }
 
   LayerPlan plan_;

@@ -106,6 +106,13 @@ inline bool FlashNumSlots(uint64_t capacity, uint64_t* num_slots) {
 }
 
 }  // namespace detail
+// Largest head_dim, v_head_dim and MLA latent_dim the attention kernels take (DeepSeek's MLA
+// latent is 576). A plan refuses larger ones.
+inline constexpr uint32_t kMaxAttentionHeadDim = 576;
+// head_dim, v_head_dim and latent_dim must be multiples of this (the kernels split a head
+// into 16-element pieces). A plan refuses others.
+inline constexpr uint32_t kAttentionDimMultiple = 16;
+
 // Tile heights TiledLayout supports: powers of two in [kMinTileRows, kMaxTileRows].
 inline constexpr uint32_t kMinTileRows = 8;
 inline constexpr uint32_t kMaxTileRows = 64;
@@ -368,8 +375,10 @@ class LayerPlan::Builder {
     specs_.insert(specs_.end(), count, spec);
     return *this;
   }
+  // Replaces the whole runtime, its backend and tile_rows included.
   Builder& SetRuntime(const RuntimeSpec& runtime) {
     runtime_ = runtime;
+    tile_rows_given_ = false;
     return *this;
   }
   Builder& SetContext(uint64_t context) {
@@ -384,9 +393,31 @@ class LayerPlan::Builder {
     runtime_.rollback = rollback;
     return *this;
   }
-  Builder& SetBackend(Backend backend, uint32_t tile_rows = 16) {
+  // Chooses the backend and tile height of `Layout` (FlashLayout or TiledLayout<kTileRows>),
+  // the layout the cache is then created with: KVCache<Layout>::Create(plan). Reads only
+  // Layout::kBackend and, for the tiled backend, Layout::kRows, so that this header needs no
+  // layout header.
+  template <typename Layout>
+  Builder& SetLayout() {
+    runtime_.backend = Layout::kBackend;
+    runtime_.tile_rows = RuntimeSpec().tile_rows;
+    if constexpr (Layout::kBackend == Backend::kTiled) runtime_.tile_rows = Layout::kRows;
+    tile_rows_given_ = false;
+    return *this;
+  }
+  // Chooses the backend; the tiled backend gets tiles of 16 rows.
+  Builder& SetBackend(Backend backend) {
+    runtime_.backend = backend;
+    runtime_.tile_rows = RuntimeSpec().tile_rows;
+    tile_rows_given_ = false;
+    return *this;
+  }
+  // Chooses the tiled backend with tiles of `tile_rows` (a power of two from kMinTileRows to
+  // kMaxTileRows). Build() refuses a tile height given with the flash backend, which has none.
+  Builder& SetBackend(Backend backend, uint32_t tile_rows) {
     runtime_.backend = backend;
     runtime_.tile_rows = tile_rows;
+    tile_rows_given_ = true;
     return *this;
   }
   Builder& SetNumSequences(uint64_t num_sequences) {
@@ -408,6 +439,7 @@ class LayerPlan::Builder {
  private:
   std::vector<LayerSpec> specs_;
   RuntimeSpec runtime_;
+  bool tile_rows_given_ = false;  // by SetBackend(backend, tile_rows)
 };
 
 namespace detail {
@@ -419,6 +451,23 @@ inline Error FieldError(std::string field, const std::string& value, const std::
 
 inline std::string LayerField(size_t index, const char* name) {
   return "layers[" + std::to_string(index) + "]." + name;
+}
+
+// Returns an Error for a head dimension (`field`, nonzero) the attention kernels cannot
+// serve, or an empty field.
+inline Error ValidateAttentionDim(std::string field, uint32_t dim) {
+  const std::string rule = "(the attention kernels need head dims in multiples of " +
+                           std::to_string(kAttentionDimMultiple) + ", at most " +
+                           std::to_string(kMaxAttentionHeadDim) + ")";
+  if (dim % kAttentionDimMultiple != 0) {
+    return FieldError(std::move(field), std::to_string(dim),
+                      "is not a multiple of " + std::to_string(kAttentionDimMultiple) + " " + rule);
+  }
+  if (dim > kMaxAttentionHeadDim) {
+    return FieldError(std::move(field), std::to_string(dim),
+                      "is above " + std::to_string(kMaxAttentionHeadDim) + " " + rule);
+  }
+  return Error{};
 }
 
 // Returns an Error for the first invalid runtime field, or an empty field if all are valid.
@@ -508,6 +557,15 @@ inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
                         "is invalid: the head dimension must be at least 1");
     }
   }
+  // A dim of 0 is absent here: MLA has no heads, v_head_dim 0 means head_dim.
+  const std::pair<const char*, uint32_t> dims[] = {{"head_dim", spec.head_dim},
+                                                   {"v_head_dim", spec.v_head_dim},
+                                                   {"latent_dim", spec.latent_dim}};
+  for (const auto& [name, dim] : dims) {
+    if (dim == 0) continue;
+    Error error = ValidateAttentionDim(LayerField(index, name), dim);
+    if (!error.field.empty()) return error;
+  }
   if (spec.kv_source != kOwnsKV) {
     const std::string field = LayerField(index, "kv_source");
     const int32_t source = spec.kv_source;
@@ -554,6 +612,11 @@ inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
   }
   Error error = detail::ValidateRuntime(runtime_);
   if (!error.field.empty()) return error;
+  if (runtime_.backend == Backend::kFlash && tile_rows_given_) {
+    return detail::FieldError("runtime.tile_rows", to_string(runtime_.tile_rows),
+                              "is ignored by the flash backend; use SetLayout<FlashLayout>() or "
+                              "SetBackend(Backend::kFlash)");
+  }
   for (size_t i = 0; i < specs_.size(); ++i) {
     error = detail::ValidateLayer(specs_, i);
     if (!error.field.empty()) return error;

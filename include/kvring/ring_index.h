@@ -73,6 +73,13 @@ class RingIndex {
     if (new_end - std::min(new_end, keep_) < first_pos_) return Status::kRollbackTooFar;
     return Status::kOk;
   }
+  // Returns the most newest positions CheckRollback allows discarding now.
+  uint64_t RollbackLimit() const {
+    uint64_t limit = std::min(max_rollback_, NumHeld());
+    // Once the oldest positions are overwritten, the new end must keep `keep` before it.
+    if (first_pos_ > 0) limit = std::min(limit, NumHeld() - std::min(NumHeld(), keep_));
+    return limit;
+  }
   // Records a rollback that CheckRollback allowed.
   void Rollback(uint64_t num_tokens) {
     KVRING_DASSERT(CheckRollback(num_tokens) == Status::kOk);

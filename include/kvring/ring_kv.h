@@ -53,24 +53,31 @@ class RingKV : public detail::OwnedLayerKV<Layout> {
   }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
-  // (v null for MLA) at `pos`, rounding to nearest even BF16. `pos` must be EndPos() and
-  // pos + num_tokens at most the context (else kWrongPosition / kContextFull, and nothing
-  // changes). A batch larger than the ring was planned for grows it first (allocates).
+  // (v null for MLA) at `pos`, rounding to nearest even BF16. Token t's rows start at
+  // k + t * strides.k and v + t * strides.v (elements; 0: packed), so rows inside a fused QKV
+  // buffer append without a copy. Refusals change nothing and say what was wrong with values:
+  // kWrongPosition (`pos` is not EndPos()), kContextFull (past the context), kEmptyBatch,
+  // kBadArgument (null rows, or a nonzero stride below the packed row). A batch larger than
+  // the ring was planned for grows it first (allocates; kOutOfMemory if it cannot).
   // Cost: the bytes of the rows. A batch of 128 or more tokens writes K with non-temporal
   // stores (not left in cache; fenced before returning).
-  Status AppendF32(uint64_t pos, const float* k, const float* v, uint64_t num_tokens) {
-    return this->storage_.Append(pos, k, v, num_tokens, /*may_grow=*/true);
+  Result AppendF32(uint64_t pos, const float* k, const float* v, uint64_t num_tokens,
+                   RowStrides strides = RowStrides()) {
+    return this->storage_.Append(pos, k, v, num_tokens, strides, /*may_grow=*/true,
+                                 detail::kNoLayer);
   }
   // As AppendF32, from BF16 rows (copied as they are).
-  Status AppendBF16(uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens) {
-    return this->storage_.Append(pos, k, v, num_tokens, /*may_grow=*/true);
+  Result AppendBF16(uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens,
+                    RowStrides strides = RowStrides()) {
+    return this->storage_.Append(pos, k, v, num_tokens, strides, /*may_grow=*/true,
+                                 detail::kNoLayer);
   }
 
   // Reallocates to hold `capacity` slots (rounded up to the layout's alignment), keeping
   // every held position readable and identical. A capacity at or below the current one
   // changes nothing; one past the context is kBadArgument; kOutOfMemory leaves the ring as
   // it was. Cost: allocation plus the held bytes.
-  Status Grow(uint64_t capacity) { return this->storage_.GrowSlots(capacity); }
+  Result Grow(uint64_t capacity) { return this->storage_.GrowSlots(capacity, detail::kNoLayer); }
 
   // Returns an independent snapshot: it shares no memory with this ring, and writing either
   // never changes the other. Allocates; copies the held positions only.

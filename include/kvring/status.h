@@ -18,9 +18,9 @@ enum class [[nodiscard]] Status : uint8_t{
     kRollbackTooFar,  // more than the planned rollback headroom, or than is live
     kNotLive,         // a read of a position the cache does not hold
     kNotOwner,        // a write to a layer that reads another layer's KV
-    kBadArgument,     // a layer index, capacity, shape, stride or null rows outside what a call takes
-    kBatchTooLarge,   // a batch that would overwrite positions its queries read: grow first
-    kOutOfMemory,     // growing could not allocate
+    kBadArgument,  // a layer index, capacity, shape, stride or null rows outside what a call takes
+    kBatchTooLarge,  // a batch that would overwrite positions its queries read: grow first
+    kOutOfMemory,    // growing could not allocate
 };
 
 // Returns the enumerator's name without the k, for messages ("WrongPosition").
@@ -105,6 +105,19 @@ class [[nodiscard]] Result {
   Status status_ = Status::kOk;
   const char* format_ = nullptr;  // static; nullptr: no detail
   uint64_t values_[4] = {0, 0, 0, 0};
+};
+
+// The outcome of a rollback: a Result, and the end position after the call (the new end, or
+// the unchanged one when refused). Converts to and compares with Status as Result does.
+class [[nodiscard]] RollbackResult : public Result {
+ public:
+  RollbackResult(Result result, uint64_t end_pos) : Result(result), end_pos_(end_pos) {}
+
+  // Returns the end position after the call: one past the newest position still held.
+  uint64_t EndPos() const { return end_pos_; }
+
+ private:
+  uint64_t end_pos_ = 0;
 };
 
 }  // namespace kvring

@@ -1,5 +1,6 @@
 // kvring/storage_spec.h: what one layer's storage (RingKV or GlobalKV) must hold: its shape
-// and the bookkeeping limits from the plan. Plain data; no allocation.
+// and the bookkeeping limits from the plan; and the row strides of an append. Plain data; no
+// allocation.
 #ifndef KVRING_STORAGE_SPEC_H_
 #define KVRING_STORAGE_SPEC_H_
 
@@ -9,6 +10,15 @@
 #include "kvring/layouts/kv_shape.h"
 
 namespace kvring {
+
+// Elements between the rows of consecutive tokens in an append's k and v (0: packed, the
+// row's own length). Within a token the kv_heads stay contiguous, [kv_head][head_dim], so a
+// fused QKV buffer [token][q heads | k heads | v heads] appends without a copy:
+// AppendF32(layer, pos, qkv + q_dim, qkv + q_dim + k_dim, num_tokens, {qkv_dim, qkv_dim}).
+struct RowStrides {
+  uint64_t k = 0;
+  uint64_t v = 0;  // ignored when the layer stores no V (MLA)
+};
 
 struct StorageSpec {
   // shape.num_slots: slots to allocate, a multiple of the layout's slot alignment. Use

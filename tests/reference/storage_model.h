@@ -7,11 +7,13 @@
 #define KVRING_TESTS_REFERENCE_STORAGE_MODEL_H_
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -67,21 +69,22 @@ class StorageDriver {
   // global owner, sometimes an MLA-like layer without V) and runs `num_steps` operations.
   std::string Run(size_t num_steps) {
     LayerPlan::Builder builder;
+    // Head dims are multiples of 16, as the attention kernels (and so the plan) require.
     const uint32_t heads = static_cast<uint32_t>(source_->Between(1, 3));
-    const uint32_t head_dim = static_cast<uint32_t>(source_->Between(1, 20));
+    const uint32_t head_dim = 16 * static_cast<uint32_t>(source_->Between(1, 2));
     const uint64_t window = source_->Between(1, 90);
     const uint64_t consumer_window = source_->Between(1, 120);
     builder.AddLayer(LayerSpec::Sliding(window, heads, head_dim));
     builder.AddLayer(LayerSpec::Sliding(consumer_window, heads, head_dim).SharedFrom(0));
     LayerSpec global = LayerSpec::Global(heads, head_dim);
-    global.v_head_dim = static_cast<uint32_t>(source_->Between(1, 24));
+    global.v_head_dim = 16 * static_cast<uint32_t>(source_->Between(1, 2));
     builder.AddLayer(global);
     const bool chunked = source_->Below(2) == 1;
     const uint64_t chunk = chunked ? source_->Between(1, 70) : 0;
     if (chunked) {
-      builder.AddLayer(LayerSpec::Chunked(chunk, 1, 8));
+      builder.AddLayer(LayerSpec::Chunked(chunk, 1, 16));
     } else {
-      builder.AddLayer(LayerSpec::Latent(static_cast<uint32_t>(source_->Between(1, 40))));
+      builder.AddLayer(LayerSpec::Latent(16 * static_cast<uint32_t>(source_->Between(1, 3))));
     }
     RuntimeSpec runtime;
     runtime.context = source_->Between(1, 400);
@@ -218,10 +221,22 @@ class StorageDriver {
       std::vector<BF16> k16(k.size()), v16(v.size());
       std::transform(k.begin(), k.end(), k16.begin(), BF16FromF32);
       std::transform(v.begin(), v.end(), v16.begin(), BF16FromF32);
-      const float* v_ptr = shape.v_head_dim ? v.data() : nullptr;
-      const BF16* v16_ptr = shape.v_head_dim ? v16.data() : nullptr;
-      const Status status = as_bf16 ? cache_.AppendBF16(layer, pos, k16.data(), v16_ptr, num_tokens)
-                                    : cache_.AppendF32(layer, pos, k.data(), v_ptr, num_tokens);
+      // Sometimes the rows lie apart in a larger buffer (a fused QKV row), the gaps holding
+      // values that must never be stored.
+      RowStrides strides;
+      if (source_->Below(4) == 0) {
+        strides.k = shape.KRowElements() + source_->Below(20);
+        strides.v = shape.v_head_dim ? shape.VRowElements() + source_->Below(20) : 0;
+      }
+      const std::vector<float> k_rows = Spread(k, shape.KRowElements(), strides.k);
+      const std::vector<float> v_rows = Spread(v, shape.VRowElements(), strides.v);
+      const std::vector<BF16> k16_rows = Spread(k16, shape.KRowElements(), strides.k);
+      const std::vector<BF16> v16_rows = Spread(v16, shape.VRowElements(), strides.v);
+      const float* v_ptr = shape.v_head_dim ? v_rows.data() : nullptr;
+      const BF16* v16_ptr = shape.v_head_dim ? v16_rows.data() : nullptr;
+      const Status status =
+          as_bf16 ? cache_.AppendBF16(layer, pos, k16_rows.data(), v16_ptr, num_tokens, strides)
+                  : cache_.AppendF32(layer, pos, k_rows.data(), v_ptr, num_tokens, strides);
       LayerModel& model = models_[layer];
       if (pos + num_tokens > context) {
         if (status != Status::kContextFull) {
@@ -278,15 +293,21 @@ class StorageDriver {
         if (!model.Holds(pos)) allowed = false;
       }
     }
-    const Status status = cache_.Rollback(num_tokens);
-    if (status != (allowed ? Status::kOk : Status::kRollbackTooFar)) {
-      return "rollback " + std::to_string(num_tokens) + ": " + ToString(status) + ", expected " +
+    const RollbackResult result = cache_.Rollback(num_tokens);
+    if (result != (allowed ? Status::kOk : Status::kRollbackTooFar)) {
+      return "rollback " + std::to_string(num_tokens) + ": " + result.Message() + ", expected " +
              (allowed ? "Ok" : "RollbackTooFar");
     }
     if (allowed) {
       for (LayerModel& model : models_) {
         if (!model.slots.empty()) model.end -= num_tokens;
       }
+    }
+    // Every owning layer appends every step, so all are at the first one's end.
+    if (result.EndPos() != models_[0].end || cache_.EndPos() != models_[0].end) {
+      return "rollback " + std::to_string(num_tokens) + ": the end " +
+             std::to_string(result.EndPos()) + " differs from the model's " +
+             std::to_string(models_[0].end);
     }
     return "";
   }
@@ -326,6 +347,26 @@ class StorageDriver {
       if (num_slots != model.slots.size()) model.Resize(num_slots);
     }
     return CheckSlots(cache_, models_, "after growth");
+  }
+
+  // Returns `rows` ([token][row_elements]) with each token's row `stride` elements after the
+  // last (0: packed, `rows` as they are), the gaps filled with NaN bits.
+  template <typename T>
+  static std::vector<T> Spread(const std::vector<T>& rows, uint64_t row_elements, uint64_t stride) {
+    if (stride == 0 || row_elements == 0) return rows;
+    const uint64_t num_tokens = rows.size() / row_elements;
+    T filler;
+    if constexpr (std::is_same<T, BF16>::value) {
+      filler.bits = 0x7FC3;
+    } else {
+      filler = std::numeric_limits<float>::quiet_NaN();
+    }
+    std::vector<T> spread(num_tokens * stride, filler);
+    for (uint64_t t = 0; t < num_tokens; ++t) {
+      std::copy_n(rows.begin() + static_cast<std::ptrdiff_t>(t * row_elements), row_elements,
+                  spread.begin() + static_cast<std::ptrdiff_t>(t * stride));
+    }
+    return spread;
   }
 
   float NextValue() {

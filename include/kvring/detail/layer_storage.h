@@ -40,6 +40,12 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
   if (shape.head_dim == 0) {
     return FieldError("shape.head_dim", "0", "is invalid: storage needs a head dimension");
   }
+  Error error = ValidateAttentionDim("shape.head_dim", shape.head_dim);
+  if (!error.field.empty()) return error;
+  if (shape.v_head_dim != 0) {  // 0: no V stream (MLA)
+    error = ValidateAttentionDim("shape.v_head_dim", shape.v_head_dim);
+    if (!error.field.empty()) return error;
+  }
   if (spec.context == 0) {
     return FieldError("context", "0", "is invalid: the context must be at least 1");
   }
@@ -58,6 +64,18 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
   }
   return Error{};
 }
+
+// Marks a storage used on its own (a RingKV or GlobalKV outside a KVCache): its refusals name
+// no layer.
+inline constexpr uint64_t kNoLayer = ~uint64_t{0};
+
+// Returns the refusal Result::Refused(status, format, ...) whose message starts with
+// "layers[<layer>]: " unless `layer` is kNoLayer. `format` is a string literal with up to three
+// %llu conversions, and at least one value follows it.
+#define KVRING_DETAIL_REFUSED(layer, status, format, ...)         \
+  ((layer) == ::kvring::detail::kNoLayer                          \
+       ? ::kvring::Result::Refused((status), format, __VA_ARGS__) \
+       : ::kvring::Result::Refused((status), "layers[%llu]: " format, (layer), __VA_ARGS__))
 
 template <typename Layout>
 class LayerStorage {
@@ -83,18 +101,23 @@ class LayerStorage {
   uint64_t AllocatedBytes() const { return (k_.size() + v_.size()) * sizeof(BF16); }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
-  // (v null when there is no V stream) at position `pos`. `may_grow`: a batch too large for
-  // the slots reallocates first (rings); otherwise it is refused.
+  // (v null when there is no V stream) at position `pos`; token t's rows start at
+  // k + t * strides.k and v + t * strides.v (0: packed). `may_grow`: a batch too large for the
+  // slots reallocates first (rings); otherwise it is refused. Refusals name `layer` (kNoLayer:
+  // none).
   template <typename T>
-  Status Append(uint64_t pos, const T* k, const T* v, uint64_t num_tokens, bool may_grow) {
-    Status status = CheckAppend(pos, k, v, num_tokens);
-    if (status == Status::kBatchTooLarge && may_grow) {
-      status = GrowSlots(index_.SlotsNeededFor(num_tokens));
-      if (status != Status::kOk) return status;
-      status = index_.CheckAppend(pos, num_tokens);
+  Result Append(uint64_t pos, const T* k, const T* v, uint64_t num_tokens, RowStrides strides,
+                bool may_grow, uint64_t layer) {
+    Result result = CheckAppend(pos, k, v, num_tokens, strides, layer);
+    if (result == Status::kBatchTooLarge && may_grow) {
+      result = GrowSlots(index_.SlotsNeededFor(num_tokens), layer);
+      if (!result.ok()) return result;
+      result = CheckAppend(pos, k, v, num_tokens, strides, layer);
     }
-    if (status != Status::kOk) return status;
+    if (!result.ok()) return result;
     const KVShape& shape = layout_.Shape();
+    const uint64_t k_stride = strides.k != 0 ? strides.k : shape.KRowElements();
+    const uint64_t v_stride = strides.v != 0 ? strides.v : shape.VRowElements();
     // A batch of kStreamTokens or more into a ring writes whole K lines with non-temporal
     // stores where it can: by the time a ring comes round to a slot again its lines are long
     // out of cache, and a normal store first reads the line it overwrites. Measured (A/B
@@ -108,8 +131,8 @@ class LayerStorage {
     for (uint64_t i = 0; i < num_tokens;) {
       const uint64_t slot = (pos + i) % shape.num_slots;
       const uint64_t len = std::min(num_tokens - i, shape.num_slots - slot);
-      WriteK(slot, k + i * shape.KRowElements(), len, stream);
-      if (v != nullptr) WriteV(slot, v + i * shape.VRowElements(), len);
+      WriteK(slot, k + i * k_stride, k_stride, len, stream);
+      if (v != nullptr) WriteV(slot, v + i * v_stride, v_stride, len);
       i += len;
     }
     if (stream) StoreFence();  // a release after the append publishes the streamed lines too
@@ -118,21 +141,78 @@ class LayerStorage {
   }
 
   // Returns kOk if rows k and v (v null exactly when there is no V stream) of `num_tokens`
-  // positions may be appended at `pos` as the slots are; else the first reason why not
-  // (kBatchTooLarge: only growth is missing).
-  Status CheckAppend(uint64_t pos, const void* k, const void* v, uint64_t num_tokens) const {
-    if (num_tokens == 0) return Status::kEmptyBatch;
-    if (k == nullptr || (v == nullptr) != (layout_.Shape().v_head_dim == 0)) {
-      return Status::kBadArgument;
+  // positions with row strides `strides` may be appended at `pos` as the slots are; else the
+  // first reason why not, in words that name `layer` (kBatchTooLarge: only growth is missing).
+  Result CheckAppend(uint64_t pos, const void* k, const void* v, uint64_t num_tokens,
+                     RowStrides strides, uint64_t layer) const {
+    const KVShape& shape = layout_.Shape();
+    if (num_tokens == 0) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kEmptyBatch,
+                                   "append at %llu of no tokens: a batch holds at least one", pos);
     }
-    return index_.CheckAppend(pos, num_tokens);
+    if (k == nullptr) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "append at %llu: k is null", pos);
+    }
+    if (v == nullptr && shape.v_head_dim != 0) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                   "append at %llu: v is null, but the layer stores V rows of "
+                                   "%llu elements",
+                                   pos, shape.VRowElements());
+    }
+    if (v != nullptr && shape.v_head_dim == 0) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                   "append at %llu: v is not null, but the layer stores no V "
+                                   "(an MLA latent)",
+                                   pos);
+    }
+    if (strides.k != 0 && strides.k < shape.KRowElements()) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                   "append at %llu: k row stride %llu is below the %llu elements "
+                                   "of a K row (kv_heads x head_dim)",
+                                   pos, strides.k, shape.KRowElements());
+    }
+    if (shape.v_head_dim != 0 && strides.v != 0 && strides.v < shape.VRowElements()) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                   "append at %llu: v row stride %llu is below the %llu elements "
+                                   "of a V row (kv_heads x v_head_dim)",
+                                   pos, strides.v, shape.VRowElements());
+    }
+    switch (index_.CheckAppend(pos, num_tokens)) {
+      case Status::kOk:
+        return Status::kOk;
+      case Status::kWrongPosition:
+        return KVRING_DETAIL_REFUSED(layer, Status::kWrongPosition,
+                                     "append at %llu, but its next position is %llu", pos,
+                                     index_.EndPos());
+      case Status::kContextFull:
+        return KVRING_DETAIL_REFUSED(layer, Status::kContextFull,
+                                     "append at %llu of %llu tokens passes the context of %llu "
+                                     "positions",
+                                     pos, num_tokens, index_.Context());
+      case Status::kBatchTooLarge:
+        return KVRING_DETAIL_REFUSED(layer, Status::kBatchTooLarge,
+                                     "a batch of %llu tokens needs %llu slots, but %llu are "
+                                     "allocated; grow first",
+                                     num_tokens, index_.SlotsNeededFor(num_tokens),
+                                     index_.NumSlots());
+      default:
+        break;
+    }
+    KVRING_DASSERT(false && "RingIndex::CheckAppend returned an unexpected status");
+    return Status::kBadArgument;
   }
 
   // Copies the stored row of `pos` into k_out [kv_head][head_dim] and v_out
-  // [kv_head][v_head_dim] (v_out may be null). Exact: BF16 as stored.
-  Status ReadRow(uint64_t pos, BF16* k_out, BF16* v_out) const {
-    if (!index_.Holds(pos)) return Status::kNotLive;
-    if (k_out == nullptr) return Status::kBadArgument;
+  // [kv_head][v_head_dim] (v_out may be null). Exact: BF16 as stored. Refusals name `layer`.
+  Result ReadRow(uint64_t pos, BF16* k_out, BF16* v_out, uint64_t layer) const {
+    if (!index_.Holds(pos)) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kNotLive,
+                                   "read of %llu, but the held positions are [%llu, %llu)", pos,
+                                   index_.FirstPos(), index_.EndPos());
+    }
+    if (k_out == nullptr) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "read of %llu: k_out is null", pos);
+    }
     const KVShape& shape = layout_.Shape();
     const uint64_t slot = index_.SlotOf(pos);
     const auto k_map = layout_.K();
@@ -151,10 +231,20 @@ class LayerStorage {
     return Status::kOk;
   }
 
-  Status Rollback(uint64_t num_tokens) {
-    const Status status = index_.CheckRollback(num_tokens);
-    if (status == Status::kOk) index_.Rollback(num_tokens);
-    return status;
+  // Returns kOk if the newest `num_tokens` positions may be discarded, else kRollbackTooFar
+  // saying how far a rollback may go now, naming `layer`.
+  Result CheckRollback(uint64_t num_tokens, uint64_t layer) const {
+    if (index_.CheckRollback(num_tokens) == Status::kOk) return Status::kOk;
+    return KVRING_DETAIL_REFUSED(layer, Status::kRollbackTooFar,
+                                 "rollback of %llu positions, but at most %llu are allowed now "
+                                 "(planned headroom %llu; the next query's window stays held)",
+                                 num_tokens, index_.RollbackLimit(), index_.MaxRollback());
+  }
+
+  Result Rollback(uint64_t num_tokens, uint64_t layer) {
+    Result result = CheckRollback(num_tokens, layer);
+    if (result.ok()) index_.Rollback(num_tokens);
+    return result;
   }
 
   void Clear() { index_.Clear(); }
@@ -169,13 +259,20 @@ class LayerStorage {
 
   // Reallocates to hold `capacity` positions, keeping every held position. A capacity at or
   // below the current one changes nothing; one past the context is kBadArgument; on
-  // kOutOfMemory nothing changes.
-  Status GrowSlots(uint64_t capacity) {
+  // kOutOfMemory nothing changes. Refusals name `layer`.
+  Result GrowSlots(uint64_t capacity, uint64_t layer) {
     const uint64_t num_slots = SlotsFor(capacity);
-    if (num_slots == 0) return Status::kBadArgument;
+    if (num_slots == 0) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                   "capacity %llu is past the context %llu", capacity,
+                                   index_.Context());
+    }
     if (num_slots <= index_.NumSlots()) return Status::kOk;
     LayerStorage grown = CopyWithSlots(num_slots);
-    if (grown.Failed()) return Status::kOutOfMemory;
+    if (grown.Failed()) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kOutOfMemory,
+                                   "growing to %llu slots could not allocate", num_slots);
+    }
     *this = std::move(grown);
     return Status::kOk;
   }
@@ -220,13 +317,13 @@ class LayerStorage {
     // (An empty K can only come from a zero shape, which ValidateStorageSpec rejects.)
   }
 
-  // Writes `len` K rows into slots [slot, slot + len), which do not wrap. K is slot-major per
-  // dim in both layouts, so rows are transposed in blocks (TransposeRows, transpose.h).
+  // Writes `len` K rows, `row_stride` elements apart, into slots [slot, slot + len), which do
+  // not wrap. K is slot-major per dim in both layouts, so rows are transposed in blocks
+  // (TransposeRows, transpose.h).
   template <typename T>
-  void WriteK(uint64_t slot, const T* rows, uint64_t len, bool stream) {
+  void WriteK(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len, bool stream) {
     const KVShape& shape = layout_.Shape();
     const auto map = layout_.K();
-    const uint64_t row_stride = shape.KRowElements();
     for (uint64_t i = 0; i < len;) {
       // Slots stay adjacent up to the end of a tile (tiled) or of the buffer (flash).
       const uint64_t run = std::min(len - i, map.ContiguousSlotsFrom(slot + i));
@@ -361,12 +458,12 @@ class LayerStorage {
     for (; i < count; ++i) to[i] = from[i];
   }
 
-  // Writes `len` V rows into slots [slot, slot + len); V is [kv_head][slot][dim].
+  // Writes `len` V rows, `row_stride` elements apart, into slots [slot, slot + len); V is
+  // [kv_head][slot][dim].
   template <typename T>
-  void WriteV(uint64_t slot, const T* rows, uint64_t len) {
+  void WriteV(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len) {
     const KVShape& shape = layout_.Shape();
     const auto map = layout_.V();
-    const uint64_t row_stride = shape.VRowElements();
     for (uint64_t t = 0; t < len; ++t) {
       for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
         BF16* dst = v_.data() + map(slot + t, kv_head, 0);
@@ -432,5 +529,7 @@ class LayerStorage {
 
 }  // namespace detail
 }  // namespace kvring
+
+#undef KVRING_DETAIL_REFUSED
 
 #endif  // KVRING_DETAIL_LAYER_STORAGE_H_

@@ -12,9 +12,14 @@
 #include "kvring/kv_view.h"
 #include "kvring/ring_index.h"
 #include "kvring/status.h"
+#include "kvring/storage_spec.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
+
+template <typename Layout>
+class KVCache;
+
 namespace detail {
 
 template <typename Layout>
@@ -30,24 +35,29 @@ class OwnedLayerKV {
   // Returns the bytes of the K and V buffers.
   uint64_t AllocatedBytes() const { return storage_.AllocatedBytes(); }
 
-  // Returns kOk if AppendF32/AppendBF16(pos, k, v, num_tokens) would be accepted as the
-  // storage is now; kBatchTooLarge if only growth is missing (a RingKV grows by itself).
-  // Changes nothing. O(1).
-  Status CheckAppend(uint64_t pos, const void* k, const void* v, uint64_t num_tokens) const {
-    return storage_.CheckAppend(pos, k, v, num_tokens);
+  // Returns kOk if AppendF32/AppendBF16(pos, k, v, num_tokens, strides) would be accepted
+  // as the storage is now; kBatchTooLarge if only growth is missing (a RingKV grows by
+  // itself). Changes nothing. O(1).
+  Result CheckAppend(uint64_t pos, const void* k, const void* v, uint64_t num_tokens,
+                     RowStrides strides = RowStrides()) const {
+    return storage_.CheckAppend(pos, k, v, num_tokens, strides, kNoLayer);
   }
 
   // Copies the row of held position `pos` into k_out [kv_head][head_dim] and, if not null,
-  // v_out [kv_head][v_head_dim], exactly as stored. kNotLive if `pos` is not held.
-  // Does not allocate. Cost: one row.
-  Status ReadRow(uint64_t pos, BF16* k_out, BF16* v_out) const {
-    return storage_.ReadRow(pos, k_out, v_out);
+  // v_out [kv_head][v_head_dim], exactly as stored. kNotLive (saying the live range) if `pos`
+  // is not held; kBadArgument for a null k_out. Does not allocate. Cost: one row.
+  Result ReadRow(uint64_t pos, BF16* k_out, BF16* v_out) const {
+    return storage_.ReadRow(pos, k_out, v_out, kNoLayer);
   }
 
   // Discards the newest `num_tokens` positions: at most the planned rollback headroom, and
-  // only while the window before the new end is still held; otherwise kRollbackTooFar and
-  // nothing changes. O(1).
-  Status Rollback(uint64_t num_tokens) { return storage_.Rollback(num_tokens); }
+  // only while the window before the new end is still held; otherwise kRollbackTooFar (saying
+  // how many may be discarded now) and nothing changes. The result carries EndPos() after the
+  // call. O(1).
+  RollbackResult Rollback(uint64_t num_tokens) {
+    const Result result = storage_.Rollback(num_tokens, kNoLayer);
+    return RollbackResult(result, EndPos());
+  }
 
   // Forgets every position, for a new sequence; keeps the buffers. Later reads see only
   // what is appended afterwards. O(1).
@@ -71,6 +81,9 @@ class OwnedLayerKV {
   }
 
   LayerStorage<Layout> storage_;
+
+ private:
+  friend class KVCache<Layout>;  // appends, reads and rolls back with messages naming the layer
 };
 
 }  // namespace detail
