@@ -1,7 +1,7 @@
 // kvring/ops/attention-inl.h: Highway kernels for exact attention over a KVView, flash
-// (FlashLayout) and tiled (TiledLayout) backends, decode and prefill. Per-target code: include
-// and call (static dispatch), or include after hwy/foreach_target.h in one translation unit and
-// export your own wrappers (see examples/dynamic_dispatch.cc and docs/attention.md).
+// (FlashLayout) and tiled (TiledLayout) backends, decode and prefill, with the checked entry
+// points (Attention). Per-target code: include and call (static dispatch), or use dynamic
+// dispatch through kvring/dispatch.h (kvring/ops/dispatch_unit.h or kvring::kernels).
 //
 // Numerics (docs/attention.md): q . k in f32 from BF16 K, online softmax in f32, V
 // accumulated in f32. Every item walks position-aligned tiles of Layout::kTileSlots positions
