@@ -1,0 +1,429 @@
+// kvring/ops/attention_item-inl.h: the item runner of kvring's attention kernels: one work
+// item (the rows of a query block that share a kv_head, over one KV split) walks the
+// position-aligned tiles of its view in chronological order, register block by register
+// block (scores, softmax, V), and writes its output rows or partial states; the merges of a
+// split call. Called by kvring/ops/attention-inl.h's entry points; RunAttentionItem and
+// MergeAttention are public for engines that schedule items themselves.
+
+// Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
+#if defined(KVRING_OPS_ATTENTION_ITEM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVRING_OPS_ATTENTION_ITEM_INL_H_
+#undef KVRING_OPS_ATTENTION_ITEM_INL_H_
+#else
+#define KVRING_OPS_ATTENTION_ITEM_INL_H_
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "hwy/highway.h"
+#include "kvring/attention.h"
+#include "kvring/bf16.h"
+#include "kvring/detail/transpose.h"
+#include "kvring/kv_view.h"
+#include "kvring/views.h"
+
+// After highway.h: the parts of the kernels this file puts together.
+#include "kvring/ops/attention_scores-inl.h"
+#include "kvring/ops/attention_softmax-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvring {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace attention_internal {
+
+// Scores, softmax and V accumulation of one register block of kRows rows over one tile.
+// `rows` has kRows entries; entries past num_real are padding (they repeat a real row's
+// query and write to a scratch accumulator nobody reads). `scored`: `scores` already holds
+// the tile's raw scores (TwoTileScoresPaired).
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
+                          const BF16* HWY_RESTRICT k_tile, size_t dim_stride, const BF16* k_next,
+                          const PrefetchShape& ps, const BF16* HWY_RESTRICT v_tile, size_t v_stride,
+                          size_t head_dim, size_t v_head_dim, float soft_cap,
+                          const int32_t* lane_offsets, const int32_t* index_of_offset,
+                          float* HWY_RESTRICT scores, bool scored = false) {
+  const float* q[kRows];
+  const float* p[kRows];
+  float* acc[kRows];
+  float correction[kRows];
+  int32_t lo_off[kRows], hi_off[kRows];
+  bool active[kRows];
+  bool all_full = true, any_active = false;
+  for (size_t r = 0; r < kRows; ++r) {
+    q[r] = rows[r].q;
+    p[r] = scores + r * kTile;
+    acc[r] = rows[r].acc;
+    correction[r] = 0.0f;
+    const uint64_t lo = rows[r].lo > tile_pos ? rows[r].lo : tile_pos;
+    const uint64_t hi = rows[r].hi < tile_pos + kTile ? rows[r].hi : tile_pos + kTile;
+    active[r] = r < num_real && lo < hi;
+    lo_off[r] = active[r] ? static_cast<int32_t>(lo - tile_pos) : 0;
+    hi_off[r] = active[r] ? static_cast<int32_t>(hi - 1 - tile_pos) : -1;
+    if (r < num_real) {
+      any_active |= active[r];
+      all_full &= active[r] && lo_off[r] == 0 && hi_off[r] == static_cast<int32_t>(kTile) - 1;
+    }
+  }
+  if (!any_active) return;
+  if (!scored) TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+  for (size_t r = 0; r < num_real; ++r) {
+    if (!active[r]) continue;
+    correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
+                                      soft_cap, rows[r]);
+  }
+  if (all_full) {
+    AccumulateTile<kRows, false, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, p,
+                                        index_of_offset, acc, correction, 0, 0);
+    return;
+  }
+  // A partly visible tile: each row reads only the V rows it sees, so that an invisible slot
+  // never enters its accumulator (the order over the visible ones is the full path's).
+  for (size_t r = 0; r < num_real; ++r) {
+    if (!active[r]) continue;
+    AccumulateTile<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r], index_of_offset,
+                                   &acc[r], &correction[r], lo_off[r], hi_off[r]);
+  }
+}
+
+// Calls fn(std::integral_constant<size_t, kRows>(), block) with the num_real (1 to 8) rows
+// at `rows` as a register block of kRows rows, num_real rounded up to a power of two: `block`
+// is `rows` itself, or `padded` (8 entries) whose extra rows repeat the last real query and
+// accumulate into `dummy_acc`; the real rows' states are copied back afterwards.
+template <class Fn>
+HWY_INLINE void WithRegisterBlock(Row* rows, size_t num_real, Row* padded, float* dummy_acc,
+                                  const Fn& fn) {
+  size_t k_rows = 1;
+  while (k_rows < num_real) k_rows *= 2;
+  Row* block = rows;
+  if (k_rows != num_real) {
+    for (size_t r = 0; r < k_rows; ++r) {
+      padded[r] = r < num_real ? rows[r] : rows[num_real - 1];
+      if (r >= num_real) padded[r].acc = dummy_acc;
+    }
+    block = padded;
+  }
+  switch (k_rows) {
+    case 1:
+      fn(std::integral_constant<size_t, 1>(), block);
+      break;
+    case 2:
+      fn(std::integral_constant<size_t, 2>(), block);
+      break;
+    case 4:
+      fn(std::integral_constant<size_t, 4>(), block);
+      break;
+    default:
+      fn(std::integral_constant<size_t, 8>(), block);
+      break;
+  }
+  if (block == padded) {
+    for (size_t r = 0; r < num_real; ++r) rows[r] = padded[r];
+  }
+}
+
+// The K and V of one tile of an item, its first position, and the K to prefetch while its V
+// is accumulated (PrefetchShape).
+struct TileRefs {
+  uint64_t pos = 0;
+  const BF16* k = nullptr;
+  const BF16* v = nullptr;
+  const BF16* k_next = nullptr;
+};
+
+// Calls fn(tile_pos, slot) for the position-aligned tiles of a flash view, oldest first.
+template <uint64_t kTile, class Fn>
+HWY_INLINE void ForEachTile(const FlashView& view, const Fn& fn) {
+  for (uint32_t run = 0; run < view.num_runs; ++run) {
+    const SlotRun& r = view.runs[run];
+    const uint64_t end = r.first_pos + r.num_positions;
+    uint64_t tile_pos = r.first_pos - r.first_pos % kTile;
+    uint64_t slot = r.first_slot - (r.first_pos - tile_pos);
+    for (; tile_pos < end; tile_pos += kTile, slot += kTile) fn(tile_pos, slot);
+  }
+}
+template <uint64_t kTile, class Layout, class Fn>
+HWY_INLINE void ForEachTile(const TiledView<Layout>& view, const Fn& fn) {
+  for (uint64_t i = 0; i < view.num_tiles; ++i) {
+    const TileRef tile = view.Tile(i);
+    fn(tile.first_pos, tile.slot);
+  }
+}
+
+// The values of one tile of a latent view (MLA: no V stream, AttentionOptions::latent_v_dims):
+// dims [0, v_dims) of the tile's K, which both layouts store [dim][slot] (dims dim_stride
+// apart), transposed into dst[slot * v_dims + dim], the [slot][dim] rows AccumulateTile reads.
+// Exact (a copy), every slot of the tile: the V pass still reads only the visible rows.
+template <uint64_t kTile>
+HWY_INLINE void LatentValues(const BF16* HWY_RESTRICT k_tile, size_t dim_stride, size_t v_dims,
+                             BF16* HWY_RESTRICT dst) {
+  static_assert(kTile % 8 == 0, "tiles are whole 8 x 8 blocks");
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(k_tile);
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  for (size_t d0 = 0; d0 < v_dims; d0 += 8) {
+    for (size_t s0 = 0; s0 < kTile; s0 += 8) {
+      detail::Transpose8x8(src + d0 * dim_stride + s0, dim_stride, out + s0 * v_dims + d0, v_dims);
+    }
+  }
+}
+
+// Returns a 64-byte aligned pointer at or after `p`.
+HWY_INLINE float* Align64(float* p) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<float*>((bits + 63) & ~uintptr_t{63});
+}
+
+template <class Layout>
+using ViewOf = typename std::conditional<Layout::kBackend == Backend::kFlash, FlashView,
+                                         TiledView<Layout>>::type;
+
+}  // namespace attention_internal
+
+// Runs item `item_index` of `work` (AttentionWork::Plan of the same kv, batch and options):
+// the rows of one query block that share one kv_head, over one KV split. Writes the block's
+// output rows, or, when work.Splits(), the item's partial states into `partial`
+// (work.PartialFloats() floats), for MergeAttention. `scratch`: work.ScratchFloats() floats
+// owned by the calling thread. Does not allocate; reads each visible K/V tile of its kv_head
+// once from memory for all the block's rows.
+template <class Layout>
+HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                 const AttentionOptions& options, const AttentionWork& work,
+                                 uint64_t item_index, float* HWY_RESTRICT scratch,
+                                 float* HWY_RESTRICT partial) {
+  namespace ai = attention_internal;
+  constexpr uint64_t kTile = Layout::kTileSlots;
+  using Shape = ai::TileShape<kTile>;
+  const AttentionItem item = work.Item(item_index);
+  const size_t head_dim = work.HeadDim();
+  const size_t v_head_dim = work.VHeadDim();
+  const size_t group = work.Group();
+  const size_t num_rows = size_t{item.num_queries} * group;
+  const float scale = AttentionScale(options, work.HeadDim());
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+
+  // Scratch: lane tables, scores of one register block, a dummy accumulator, then per row
+  // its scaled query and its accumulators.
+  const size_t q_stride = (head_dim + 15) / 16 * 16;
+  const size_t acc_stride = (v_head_dim + 15) / 16 * 16;
+  float* cursor = ai::Align64(scratch);
+  int32_t* lane_offsets = reinterpret_cast<int32_t*>(cursor);
+  int32_t* index_of_offset = lane_offsets + kTile;
+  cursor += (2 * kTile + 15) / 16 * 16;
+  float* scores = cursor;  // two tiles' (TwoTileScoresPaired)
+  cursor += 2 * Shape::kMaxRegRows * kTile;
+  float* dummy_acc = cursor;
+  cursor += acc_stride;
+  float* q_rows = cursor;
+  cursor += num_rows * q_stride;
+  float* acc_rows = cursor;
+  cursor += num_rows * acc_stride;
+  // A latent view (no V stream): two tiles' values transposed from K (LatentValues), the
+  // second for the tile a pair holds.
+  BF16* latent_values = nullptr;
+  if (work.Latent()) {
+    latent_values = reinterpret_cast<BF16*>(cursor);
+    cursor += kTile * acc_stride;  // 2 tiles x kTile slots x acc_stride BF16
+  }
+  KVRING_DASSERT(static_cast<uint64_t>(cursor - scratch) <= work.ScratchFloats());
+
+  for (size_t v = 0; v < Shape::kVectors; ++v) {
+    for (size_t j = 0; j < Shape::kLanes; ++j) {
+      const size_t offset = (v / 2) * 2 * Shape::kLanes + 2 * j + v % 2;
+      lane_offsets[v * Shape::kLanes + j] = static_cast<int32_t>(offset);
+      index_of_offset[offset] = static_cast<int32_t>(v * Shape::kLanes + j);
+    }
+  }
+
+  ai::Row rows[AttentionWork::kTargetRows > 64 ? AttentionWork::kTargetRows : 64];
+  ai::Row padded[8];
+  // Rows: query-major, then the q heads of the kv_head's group.
+  const size_t max_rows_here = sizeof(rows) / sizeof(rows[0]);
+  for (size_t row0 = 0; row0 < num_rows; row0 += max_rows_here) {
+    const size_t rows_here = num_rows - row0 < max_rows_here ? num_rows - row0 : max_rows_here;
+    uint64_t pos_begin = item.pos_end, pos_end = item.pos_begin;
+    for (size_t r = 0; r < rows_here; ++r) {
+      const size_t row = row0 + r;
+      const size_t query = item.first_query + row / group;
+      const size_t q_head = size_t{item.kv_head} * group + row % group;
+      const uint64_t q_pos = batch.first_q_pos + query;
+      ai::Row& state = rows[r];
+      float* q = q_rows + row * q_stride;
+      const size_t src = static_cast<size_t>(query * work.QRowStride()) + q_head * head_dim;
+      if (batch.queries_f32 != nullptr) {
+        for (size_t dim = 0; dim < head_dim; ++dim) q[dim] = batch.queries_f32[src + dim] * scale;
+      } else {
+        for (size_t dim = 0; dim < head_dim; ++dim) {
+          q[dim] = BF16ToF32(batch.queries_bf16[src + dim]) * scale;
+        }
+      }
+      state.q = q;
+      state.acc = acc_rows + row * acc_stride;
+      std::memset(state.acc, 0, acc_stride * sizeof(float));
+      const uint64_t first = kv.visibility.FirstVisible(q_pos);
+      state.lo = first > item.pos_begin ? first : item.pos_begin;
+      state.hi = q_pos + 1 < item.pos_end ? q_pos + 1 : item.pos_end;
+      if (state.hi < state.lo) state.hi = state.lo;
+      state.m = neg_inf;
+      state.l = 0.0f;
+      if (state.lo < state.hi) {
+        if (state.lo < pos_begin) pos_begin = state.lo;
+        if (state.hi > pos_end) pos_end = state.hi;
+      }
+    }
+    if (pos_begin < pos_end) {
+      const ai::ViewOf<Layout> view = ai::ViewOf<Layout>::OfPositions(kv, pos_begin, pos_end);
+      const auto k_mapping = kv.layout.K();
+      const auto v_mapping = kv.layout.V();
+      const size_t dim_stride = static_cast<size_t>(k_mapping.DimStride());
+      const size_t v_stride =
+          work.Latent() ? v_head_dim : static_cast<size_t>(v_mapping.SlotStride());
+      const uint64_t num_slots = kv.NumSlots();
+      const ai::PrefetchShape prefetch_shape(kTile, dim_stride, head_dim, v_head_dim);
+      // The K of the tile `tiles` tiles after the one at `slot` (slots wrap), to prefetch.
+      const auto k_after = [&](uint64_t slot, uint64_t tiles) {
+        return kv.k + k_mapping((slot + tiles * kTile) % num_slots, item.kv_head, 0);
+      };
+      uint64_t latent_tiles = 0;  // tiles transposed so far: alternates the two buffers
+      const auto tile_at = [&](uint64_t tile_pos, uint64_t slot) {
+        ai::TileRefs tile;
+        tile.pos = tile_pos;
+        tile.k = kv.k + k_mapping(slot, item.kv_head, 0);
+        if (latent_values != nullptr) {
+          BF16* values = latent_values + (latent_tiles++ % 2) * kTile * v_head_dim;
+          ai::LatentValues<kTile>(tile.k, dim_stride, v_head_dim, values);
+          tile.v = values;
+        } else {
+          tile.v = kv.v + v_mapping(slot, item.kv_head, 0);
+        }
+        tile.k_next = k_after(slot, 1);
+        return tile;
+      };
+      // Runs fn(k_rows, block, num_real) for each register block of the rows.
+      const auto for_each_block = [&](const auto& fn) {
+        for (size_t r0 = 0; r0 < rows_here; r0 += Shape::kMaxRegRows) {
+          const size_t num_real =
+              rows_here - r0 < Shape::kMaxRegRows ? rows_here - r0 : Shape::kMaxRegRows;
+          ai::WithRegisterBlock(rows + r0, num_real, padded, dummy_acc,
+                                [&](auto k_rows, ai::Row* block) { fn(k_rows, block, num_real); });
+        }
+      };
+      const auto one_tile = [&](const ai::TileRefs& tile, float* tile_scores, bool scored) {
+        return [&, tile_scores, scored](auto k_rows, ai::Row* block, size_t num_real) {
+          ai::BlockTile<decltype(k_rows)::value, kTile>(
+              block, num_real, tile.pos, tile.k, dim_stride, tile.k_next, prefetch_shape, tile.v,
+              v_stride, head_dim, v_head_dim, options.soft_cap, lane_offsets, index_of_offset,
+              tile_scores, scored);
+        };
+      };
+      // Tiles whose scores pair dims (TileScoresPaired) go two at a time, the second
+      // buffered here; each row still takes tile after tile, as alone.
+      const bool two_tiles = ai::kPairDims<kTile> && dim_stride == kTile;
+      ai::TileRefs held;
+      bool holding = false;
+      ai::ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
+        ai::TileRefs tile = tile_at(tile_pos, slot);
+        if (!two_tiles) {
+          for_each_block(one_tile(tile, scores, false));
+          return;
+        }
+        if (!holding) {
+          held = tile;
+          holding = true;
+          return;
+        }
+        holding = false;
+        // The pair prefetches the next pair: each tile's V pass the K of the tile two after it.
+        held.k_next = k_after(slot, 1);
+        tile.k_next = k_after(slot, 2);
+#if HWY_TARGET != HWY_SCALAR
+        if constexpr (ai::kPairDims<kTile>) {
+          float* second = scores + Shape::kMaxRegRows * kTile;
+          for_each_block([&](auto k_rows, ai::Row* block, size_t num_real) {
+            constexpr size_t kRows = decltype(k_rows)::value;
+            const float* q[kRows];
+            for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
+            const BF16* k_tiles[2] = {held.k, tile.k};
+            const BF16* v_now[2] = {held.v, tile.v};
+            float* out[2] = {scores, second};
+            ai::TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, v_now, prefetch_shape, out);
+            one_tile(held, scores, true)(k_rows, block, num_real);
+            one_tile(tile, second, true)(k_rows, block, num_real);
+          });
+        }
+#endif
+      });
+      if (holding) for_each_block(one_tile(held, scores, false));
+    }
+    for (size_t r = 0; r < rows_here; ++r) {
+      const size_t row = row0 + r;
+      const ai::Row& state = rows[r];
+      if (work.Splits()) {
+        float* dst = partial + (item_index * work.MaxItemRows() + row) * work.PartialRowFloats();
+        dst[0] = state.m;
+        dst[1] = state.l;
+        std::memcpy(dst + 2, state.acc, v_head_dim * sizeof(float));
+        continue;
+      }
+      const size_t query = item.first_query + row / group;
+      const size_t q_head = size_t{item.kv_head} * group + row % group;
+      const size_t dst = static_cast<size_t>(query * work.OutRowStride()) + q_head * v_head_dim;
+      ai::FinalizeRow(state.m, state.l, state.acc,
+                      options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim,
+                      dummy_acc, batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
+                      batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr);
+    }
+  }
+}
+
+// Combines the partial states of merge `merge_index` (< work.NumMerges()) in chronological
+// order and writes its output rows. Run after every item of the call. `scratch` and
+// `partial` as for RunAttentionItem. Does not allocate.
+HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptions& options,
+                               const AttentionWork& work, uint64_t merge_index,
+                               float* HWY_RESTRICT scratch, const float* HWY_RESTRICT partial) {
+  const uint64_t first_item = work.MergeFirstItem(merge_index);
+  const AttentionItem item = work.Item(first_item);
+  const size_t group = work.Group();
+  const size_t v_head_dim = work.VHeadDim();
+  const size_t num_rows = size_t{item.num_queries} * group;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float* acc = attention_internal::Align64(scratch);
+  float* tmp = acc + (v_head_dim + 15) / 16 * 16;
+  for (size_t row = 0; row < num_rows; ++row) {
+    float m = neg_inf;
+    for (uint32_t split = 0; split < work.NumSplits(); ++split) {
+      const float* src =
+          partial + ((first_item + split) * work.MaxItemRows() + row) * work.PartialRowFloats();
+      if (src[0] > m) m = src[0];
+    }
+    float l = 0.0f;
+    for (size_t dim = 0; dim < v_head_dim; ++dim) acc[dim] = 0.0f;
+    for (uint32_t split = 0; split < work.NumSplits(); ++split) {
+      const float* src =
+          partial + ((first_item + split) * work.MaxItemRows() + row) * work.PartialRowFloats();
+      if (src[0] == neg_inf) continue;  // the split holds nothing this row sees
+      const float factor = std::exp(src[0] - m);
+      l += src[1] * factor;
+      for (size_t dim = 0; dim < v_head_dim; ++dim) acc[dim] += src[2 + dim] * factor;
+    }
+    const size_t query = item.first_query + row / group;
+    const size_t q_head = size_t{item.kv_head} * group + row % group;
+    const size_t dst = static_cast<size_t>(query * work.OutRowStride()) + q_head * v_head_dim;
+    attention_internal::FinalizeRow(
+        m, l, acc, options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim, tmp,
+        batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
+        batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr);
+  }
+}
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kvring
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVRING_OPS_ATTENTION_ITEM_INL_H_

@@ -1,0 +1,284 @@
+// kvring/ops/attention_scores-inl.h: the tile scoring of kvring's attention kernels: raw
+// q . k scores of a register block of rows over one position-aligned tile (or two, paired on
+// the tiled layout), in a fixed order of dims, with the prefetch of the tile's V; and the
+// per-target basics the other parts share (register budget, tile shapes, BF16 pair loads,
+// FMA chains). Internal to kvring/ops/attention-inl.h (namespace attention_internal).
+
+// Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
+#if defined(KVRING_OPS_ATTENTION_SCORES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVRING_OPS_ATTENTION_SCORES_INL_H_
+#undef KVRING_OPS_ATTENTION_SCORES_INL_H_
+#else
+#define KVRING_OPS_ATTENTION_SCORES_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kvring/bf16.h"
+#include "kvring/layer_plan.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvring {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace attention_internal {
+
+// Registers for score accumulators of one register block: AVX-512 has 32 vector registers,
+// the others 16 (and SCALAR spills regardless).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+static constexpr size_t kScoreRegisters = 20;
+#else
+static constexpr size_t kScoreRegisters = 10;
+#endif
+
+// Shapes of one tile of kTile positions.
+template <uint64_t kTile>
+struct TileShape {
+  // f32 lanes of one K vector: a vector of 2 * kLanes BF16 K values of one dim covers
+  // 2 * kLanes consecutive positions, split into even and odd positions.
+  using DK = hn::CappedTag<float, static_cast<size_t>(kTile / 2)>;
+  static constexpr size_t kLanes = hn::MaxLanes(DK());
+  static constexpr size_t kPairs = static_cast<size_t>(kTile) / (2 * kLanes);
+  static constexpr size_t kVectors = 2 * kPairs;  // f32 score vectors per row
+  static_assert(kPairs * 2 * kLanes == kTile, "tile must be a whole number of BF16 vectors");
+  static constexpr size_t kRowsByRegisters = kScoreRegisters / kVectors;
+  // Rows of one register block: a power of two from 1 to 8.
+  static constexpr size_t kMaxRegRows = kRowsByRegisters >= 8   ? 8
+                                        : kRowsByRegisters >= 4 ? 4
+                                        : kRowsByRegisters >= 2 ? 2
+                                                                : 1;
+};
+
+// Full f32 vectors of the target (V accumulators, and the halves paired scoring fills).
+using DV = hn::ScalableTag<float>;
+
+// Loads 2 * Lanes(df) consecutive BF16 at `p` as two f32 vectors: elements 0, 2, 4, ... in
+// `even` and 1, 3, 5, ... in `odd`. A shift and a mask: cheaper than PromoteTo, which
+// crosses lanes. BF16 -> f32 is exact.
+template <class DF>
+HWY_INLINE void LoadPairs(DF df, const BF16* HWY_RESTRICT p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
+  even = hn::BitCast(df, hn::ShiftLeft<16>(bits));
+  odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xFFFF0000u)));
+}
+
+// Prefetch: what the kernel fetches while working on a tile. Decode does little work per byte, and
+// flash K rows of one dim are num_slots apart, too many streams for the hardware prefetcher, so the
+// kernel prefetches in software, half a tile ahead: while a tile's K is scored, the lines of the
+// same tile's V, one per scored dim; while its V is accumulated, the lines of the next tile's
+// K, one per 32 V elements. Each phase fetches what the other reads next, and L1 holds the
+// tile being read plus half a tile. Measured against prefetching each phase's own lines of
+// the next tile (a whole tile ahead: 32 KiB at D256 with its 32 KiB being read overflows the
+// 48 KiB L1), GQA 2 decode: 0.86-0.98 of the time from memory, 0.7-0.8 at D256 from the L3,
+// 1.05-1.23 at D128 from the L3 in four of five runs (the next tile's K has only the V pass to
+// arrive). Further ahead, in bursts, or with more arithmetic per prefetch ran slower: the
+// loops issue about as many instructions as the core takes.
+
+// One tile's K lines and V bytes, to spread the prefetch of one over the loop reading the
+// other. K line j of a tile: k + j * k_line_stride (flash: one line per dim row, rows
+// dim_stride apart; tiled: contiguous).
+struct PrefetchShape {
+  size_t k_line_stride = 0;    // elements between a tile's K lines
+  size_t k_lines = 0;          // a tile's K lines
+  size_t v_bytes_per_dim = 0;  // V bytes per scored dim (a tile's V bytes / head_dim, down)
+
+  PrefetchShape(size_t tile, size_t dim_stride, size_t head_dim, size_t v_head_dim)
+      : k_line_stride(dim_stride == tile ? 32 : dim_stride),
+        k_lines(tile * head_dim / 32),
+        v_bytes_per_dim(tile * v_head_dim * sizeof(BF16) / head_dim) {}
+};
+
+// Prefetches the line of this tile's V that scored dim `dim` stands for.
+HWY_INLINE void PrefetchV(const BF16* v_now, size_t dim, const PrefetchShape& ps) {
+  hwy::Prefetch(reinterpret_cast<const char*>(v_now) + dim * ps.v_bytes_per_dim);
+}
+// Prefetches the line of the next tile's K that V element `element` of this tile (slot-major
+// index in the tile's V block) stands for: line element / 32, if the K has that many lines
+// (a V wider than K leaves its last lines to the demand loads).
+HWY_INLINE void PrefetchK(const BF16* k_next, size_t element, const PrefetchShape& ps) {
+  const size_t line = element / 32;
+  if (line < ps.k_lines) hwy::Prefetch(k_next + line * ps.k_line_stride);
+}
+
+// FMA chains in flight that hide the FMA latency (two pipes, about four cycles each): blocks
+// of few rows split their work into independent accumulators until they have this many.
+// Twice the latency cover where the registers allow it (AVX-512's 32): the loads feeding the
+// chains come from L3 in decode (measured, in-process A/B: decode GQA 2 0.96-0.98 of the time
+// with 8, tiled 0.93; GQA 8 and prefill unchanged).
+static constexpr size_t kWantedChains = kScoreRegisters >= 20 ? 16 : 8;
+
+// Scores sum the dims (TileScoresPaired: the dim pairs) in kDimSplit interleaved partial
+// sums (dim % kDimSplit), each from zero, then add them in order. A row's bits therefore do
+// not depend on the block it is in: blocks of few rows compute several partial sums at once
+// (AtOnce of them: more FMA chains), larger blocks one after another, adding each into
+// `scores`. (A verify batch of 1 + draft tokens then scores its first row as plain decode.)
+static constexpr size_t kDimSplit = 4;
+static_assert(kAttentionDimMultiple % (2 * kDimSplit) == 0, "head_dim must split evenly");
+constexpr size_t AtOnce(size_t chains) {
+  return chains >= kWantedChains ? 1 : 2 * chains >= kWantedChains ? 2 : 4;
+}
+
+// Whether a tile's K vectors fill at most half a full vector (TiledLayout<16> and <8> on
+// AVX-512): then TileScoresPaired scores two dims per full vector. (SCALAR has no halves.)
+template <uint64_t kTile>
+constexpr bool kPairDims =
+#if HWY_TARGET != HWY_SCALAR
+    TileShape<kTile>::kPairs == 1 && 2 * TileShape<kTile>::kLanes <= hn::MaxLanes(DV());
+#else
+    false;
+#endif
+
+#if HWY_TARGET != HWY_SCALAR
+
+// TileScores for kTiles tiles whose dims are kTile BF16 apart (the tiled layout) and
+// kPairDims: one full vector holds a tile's K of dims d and d + 1, multiplied by q[d] in its
+// lower half and q[d + 1] in its upper half; each partial sum (kDimSplit) folds its halves
+// before the partial sums add. Half the FMAs of half-width vectors. Building that q vector
+// costs two broadcasts and a shuffle per row and dim pair: two tiles at once share it (each
+// tile's bits are the same as alone). Tile t's scores go to scores[t]; v_now[t] is its V, to
+// prefetch meanwhile (see PrefetchShape).
+template <size_t kRows, size_t kTiles, uint64_t kTile>
+HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
+                                 const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
+                                 const BF16* const* v_now, const PrefetchShape& ps,
+                                 float* const* HWY_RESTRICT scores) {
+  using Shape = TileShape<kTile>;
+  const typename Shape::DK dh;
+  const hn::Twice<typename Shape::DK> df;
+  using V = hn::Vec<decltype(df)>;
+  constexpr size_t kAtOnce = AtOnce(kRows * kTiles * 2);
+  for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
+    V acc[kAtOnce][kRows][kTiles][2];
+    for (size_t s = 0; s < kAtOnce; ++s) {
+      for (size_t r = 0; r < kRows; ++r) {
+        for (size_t t = 0; t < kTiles; ++t) acc[s][r][t][0] = acc[s][r][t][1] = hn::Zero(df);
+      }
+    }
+    for (size_t dim0 = 0; dim0 < head_dim; dim0 += 2 * kDimSplit) {
+      for (size_t s = 0; s < kAtOnce; ++s) {
+        const size_t dim = dim0 + 2 * (s0 + s);
+        V even[kTiles], odd[kTiles];
+        for (size_t t = 0; t < kTiles; ++t) {
+          if (v_now[t] != nullptr) {
+            PrefetchV(v_now[t], dim, ps);
+            PrefetchV(v_now[t], dim + 1, ps);
+          }
+          LoadPairs(df, k_tiles[t] + dim * kTile, even[t], odd[t]);
+        }
+        for (size_t r = 0; r < kRows; ++r) {
+          const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
+          for (size_t t = 0; t < kTiles; ++t) {
+            acc[s][r][t][0] = hn::MulAdd(qd, even[t], acc[s][r][t][0]);
+            acc[s][r][t][1] = hn::MulAdd(qd, odd[t], acc[s][r][t][1]);
+          }
+        }
+      }
+    }
+    // Each partial sum folds its halves, then adds to the total in order.
+    for (size_t t = 0; t < kTiles; ++t) {
+      for (size_t r = 0; r < kRows; ++r) {
+        for (size_t e = 0; e < 2; ++e) {
+          float* HWY_RESTRICT out = scores[t] + r * kTile + e * Shape::kLanes;
+          auto sum =
+              hn::Add(hn::LowerHalf(dh, acc[0][r][t][e]), hn::UpperHalf(dh, acc[0][r][t][e]));
+          if (s0 != 0) sum = hn::Add(hn::LoadU(dh, out), sum);
+          for (size_t s = 1; s < kAtOnce; ++s) {
+            sum = hn::Add(sum, hn::Add(hn::LowerHalf(dh, acc[s][r][t][e]),
+                                       hn::UpperHalf(dh, acc[s][r][t][e])));
+          }
+          hn::StoreU(sum, dh, out);
+        }
+      }
+    }
+  }
+}
+
+// Scores of two tiles for kRows rows (TileScoresPaired), in register blocks of at most four
+// rows so that the accumulators of both tiles stay in registers.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
+                                    const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
+                                    const BF16* const* v_now, const PrefetchShape& ps,
+                                    float* const* HWY_RESTRICT scores) {
+  constexpr size_t kPart = kRows < 4 ? kRows : 4;
+  const BF16* const none[2] = {nullptr, nullptr};
+  for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
+    float* part_scores[2] = {scores[0] + r0 * kTile, scores[1] + r0 * kTile};
+    // (The first part prefetches; the others read the same K.)
+    TileScoresPaired<kPart, 2, kTile>(q + r0, k_tiles, head_dim, r0 == 0 ? v_now : none, ps,
+                                      part_scores);
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+// Computes raw scores q . k of kRows rows for one tile: scores[r * kTile + i] for the lane
+// order of TileShape (vector 2p + e, lane j: position 2 * kLanes * p + 2 * j + e), the dims
+// summed as kDimSplit says: a fixed order, the same for every tile wherever it sits in the
+// buffers and for every block a row is in.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_RESTRICT k_tile,
+                           size_t dim_stride, size_t head_dim, const BF16* v_now,
+                           const PrefetchShape& ps, float* HWY_RESTRICT scores) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kPairDims<kTile>) {
+    if (dim_stride == kTile) {
+      const BF16* const tiles[1] = {k_tile};
+      const BF16* const v_tiles[1] = {v_now};
+      float* const out[1] = {scores};
+      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, v_tiles, ps, out);
+      return;
+    }
+  }
+#endif
+  using Shape = TileShape<kTile>;
+  const typename Shape::DK dk;
+  using V = hn::Vec<decltype(dk)>;
+  constexpr size_t kAtOnce = AtOnce(kRows * Shape::kVectors);
+  for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
+    V acc[kAtOnce][kRows][Shape::kVectors];
+    for (size_t s = 0; s < kAtOnce; ++s) {
+      for (size_t r = 0; r < kRows; ++r) {
+        for (size_t i = 0; i < Shape::kVectors; ++i) acc[s][r][i] = hn::Zero(dk);
+      }
+    }
+    for (size_t dim0 = 0; dim0 < head_dim; dim0 += kDimSplit) {
+      for (size_t s = 0; s < kAtOnce; ++s) {
+        const size_t dim = dim0 + s0 + s;
+        const BF16* HWY_RESTRICT row = k_tile + dim * dim_stride;
+        PrefetchV(v_now, dim, ps);  // see PrefetchShape
+        V even[Shape::kPairs], odd[Shape::kPairs];
+        for (size_t p = 0; p < Shape::kPairs; ++p) {
+          LoadPairs(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
+        }
+        for (size_t r = 0; r < kRows; ++r) {
+          const V qd = hn::Set(dk, q[r][dim]);
+          for (size_t p = 0; p < Shape::kPairs; ++p) {
+            acc[s][r][2 * p] = hn::MulAdd(qd, even[p], acc[s][r][2 * p]);
+            acc[s][r][2 * p + 1] = hn::MulAdd(qd, odd[p], acc[s][r][2 * p + 1]);
+          }
+        }
+      }
+    }
+    for (size_t r = 0; r < kRows; ++r) {
+      for (size_t i = 0; i < Shape::kVectors; ++i) {
+        float* HWY_RESTRICT out = scores + r * kTile + i * Shape::kLanes;
+        V sum = acc[0][r][i];
+        if (s0 != 0) sum = hn::Add(hn::LoadU(dk, out), sum);
+        for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, acc[s][r][i]);
+        hn::StoreU(sum, dk, out);
+      }
+    }
+  }
+}
+
+}  // namespace attention_internal
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kvring
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVRING_OPS_ATTENTION_SCORES_INL_H_

@@ -1,0 +1,219 @@
+// kvring/ops/attention_softmax-inl.h: the online-softmax state of kvring's attention kernels
+// and the V accumulation: a row's running max and sum, the masking of invisible lanes, the
+// accumulators (dims permuted as the pair loads give them) updated tile by tile in
+// chronological order, and the final division. Internal to kvring/ops/attention-inl.h.
+
+// Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
+#if defined(KVRING_OPS_ATTENTION_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVRING_OPS_ATTENTION_SOFTMAX_INL_H_
+#undef KVRING_OPS_ATTENTION_SOFTMAX_INL_H_
+#else
+#define KVRING_OPS_ATTENTION_SOFTMAX_INL_H_
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "kvring/bf16.h"
+
+// After highway.h: per-target helpers this file uses.
+#include "hwy/contrib/math/math-inl.h"
+#include "kvring/ops/append-inl.h"
+#include "kvring/ops/attention_scores-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvring {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace attention_internal {
+
+// The accumulators of a row hold V's dims permuted: each chunk of 2 * Lanes dims stores its
+// even dims, then its odd dims (what LoadPairs yields). Chunks are 2 * Lanes(ScalableTag)
+// dims, then (only on AVX-512 for dims that are 16 mod 32) 2 * Lanes(CappedTag<float, 8>).
+using DVTail = hn::CappedTag<float, 8>;
+
+// Returns where dim `dim` of a row of `num_dims` sits in the permuted accumulators.
+HWY_INLINE size_t PermutedIndex(size_t dim, size_t num_dims) {
+  const size_t lanes = hn::Lanes(DV());
+  const size_t main_dims = num_dims / (2 * lanes) * (2 * lanes);
+  const size_t chunk_lanes = dim < main_dims ? lanes : hn::Lanes(DVTail());
+  const size_t chunk_begin =
+      dim < main_dims ? dim / (2 * lanes) * (2 * lanes)
+                      : main_dims + (dim - main_dims) / (2 * chunk_lanes) * (2 * chunk_lanes);
+  const size_t in_chunk = dim - chunk_begin;
+  return chunk_begin + (in_chunk % 2) * chunk_lanes + in_chunk / 2;
+}
+
+// Where a row's query and state live while an item runs.
+struct Row {
+  const float* q = nullptr;  // [head_dim], pre-scaled
+  float* acc = nullptr;      // [v_head_dim], permuted
+  uint64_t lo = 0;           // first visible position (inclusive)
+  uint64_t hi = 0;           // one past the last visible position
+  float m = 0.0f;            // running max
+  float l = 0.0f;            // running sum
+};
+
+// Turns one row's raw scores of a tile into probabilities in place and updates the row's
+// running max and sum; returns the factor the row's accumulators must be multiplied by.
+// Lanes outside [lo_off, hi_off] (offsets in the tile) are invisible: their score becomes
+// -inf by selection, whatever the slot holds, so they contribute exactly 0. A NaN score of a
+// visible lane stays NaN (Exp would flush it to 0) so that NaN in K reaches the output.
+template <uint64_t kTile>
+HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT lane_offsets,
+                            int32_t lo_off, int32_t hi_off, float soft_cap, Row& row) {
+  // The row's kTile scores in the widest vectors a tile fills (the softmax does not care
+  // which position a lane holds: the lane order of TileShape only numbers them).
+  const hn::CappedTag<float, static_cast<size_t>(kTile)> dk;
+  constexpr size_t kLanes = hn::MaxLanes(decltype(dk)());
+  constexpr size_t kVectors = static_cast<size_t>(kTile) / kLanes;
+  const hn::RebindToSigned<decltype(dk)> di;
+  using V = hn::Vec<decltype(dk)>;
+  const V neg_inf = hn::Set(dk, -std::numeric_limits<float>::infinity());
+  const auto lo = hn::Set(di, lo_off - 1);
+  const auto hi = hn::Set(di, hi_off + 1);
+  const bool full = lo_off == 0 && hi_off == static_cast<int32_t>(kTile) - 1;  // no masking
+  V max = neg_inf;
+  for (size_t i = 0; i < kVectors; ++i) {
+    V x = hn::LoadU(dk, s + i * kLanes);
+    if (soft_cap > 0.0f) {
+      x = hn::Mul(hn::Set(dk, soft_cap), hn::Tanh(dk, hn::Mul(x, hn::Set(dk, 1.0f / soft_cap))));
+    }
+    if (!full) {
+      const auto offsets = hn::LoadU(di, lane_offsets + i * kLanes);
+      const auto visible = hn::RebindMask(dk, hn::And(hn::Gt(offsets, lo), hn::Lt(offsets, hi)));
+      x = hn::IfThenElse(visible, x, neg_inf);
+    }
+    hn::StoreU(x, dk, s + i * kLanes);
+    max = hn::Max(max, x);
+  }
+  const float tile_max = hn::GetLane(hn::MaxOfLanes(dk, max));
+  const float m_new = tile_max > row.m ? tile_max : row.m;
+  // (exp(0) is exactly 1: most tiles leave the max where it was and skip the call.)
+  const float correction = row.m == -std::numeric_limits<float>::infinity() ? 0.0f
+                           : m_new == row.m                                 ? 1.0f
+                                            : std::exp(row.m - m_new);
+  const V vm = hn::Set(dk, m_new);
+  V sum = hn::Zero(dk);
+  for (size_t i = 0; i < kVectors; ++i) {
+    const V x = hn::Sub(hn::LoadU(dk, s + i * kLanes), vm);
+    const V p = hn::IfThenElse(hn::Eq(x, x), hn::Exp(dk, x), x);
+    hn::StoreU(p, dk, s + i * kLanes);
+    sum = hn::Add(sum, p);
+  }
+  row.l = row.l * correction + hn::GetLane(hn::SumOfLanes(dk, sum));
+  row.m = m_new;
+  return correction;
+}
+
+// acc[r] = acc[r] * correction[r] + sum over the tile's positions of p[r][pos] * V[pos] for
+// kChunks consecutive chunks of 2 * Lanes(df) dims starting at `dim0`. Positions run in
+// chronological order; each dim's sum has the same order whatever kChunks is (more chunks at
+// once only give blocks of few rows more independent FMA chains).
+// kMasked: one row, positions outside [lo_off, hi_off] skipped (never read: a slot outside
+// the visible range may hold anything, NaN included, and NaN * 0 is NaN). `k_next`: the K of
+// the next tile, to prefetch meanwhile (PrefetchShape); v_stride is v_head_dim.
+template <size_t kRows, size_t kChunks, bool kMasked, uint64_t kTile, class DF>
+HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const BF16* HWY_RESTRICT v_tile,
+                                 size_t v_stride, const BF16* k_next, const PrefetchShape& ps,
+                                 const float* const* p, const int32_t* HWY_RESTRICT index_of_offset,
+                                 float* const* acc, const float* correction, int32_t lo_off,
+                                 int32_t hi_off) {
+  using V = hn::Vec<DF>;
+  const size_t lanes = hn::Lanes(df);
+  V even_acc[kChunks][kRows], odd_acc[kChunks][kRows];
+  for (size_t r = 0; r < kRows; ++r) {
+    const V c = hn::Set(df, correction[r]);
+    for (size_t ch = 0; ch < kChunks; ++ch) {
+      const size_t d = dim0 + ch * 2 * lanes;
+      even_acc[ch][r] = hn::Mul(hn::LoadU(df, acc[r] + d), c);
+      odd_acc[ch][r] = hn::Mul(hn::LoadU(df, acc[r] + d + lanes), c);
+    }
+  }
+  const int32_t first = kMasked ? lo_off : 0;
+  const int32_t last = kMasked ? hi_off : static_cast<int32_t>(kTile) - 1;
+  for (int32_t off = first; off <= last; ++off) {
+    const BF16* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
+    const size_t index = static_cast<size_t>(index_of_offset[off]);
+    for (size_t ch = 0; ch < kChunks; ++ch) {
+      PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes, ps);
+    }
+    V pr[kRows];
+    for (size_t r = 0; r < kRows; ++r) pr[r] = hn::Set(df, p[r][index]);
+    for (size_t ch = 0; ch < kChunks; ++ch) {
+      V even, odd;
+      LoadPairs(df, v_row + ch * 2 * lanes, even, odd);
+      for (size_t r = 0; r < kRows; ++r) {
+        even_acc[ch][r] = hn::MulAdd(pr[r], even, even_acc[ch][r]);
+        odd_acc[ch][r] = hn::MulAdd(pr[r], odd, odd_acc[ch][r]);
+      }
+    }
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t ch = 0; ch < kChunks; ++ch) {
+      const size_t d = dim0 + ch * 2 * lanes;
+      hn::StoreU(even_acc[ch][r], df, acc[r] + d);
+      hn::StoreU(odd_acc[ch][r], df, acc[r] + d + lanes);
+    }
+  }
+}
+
+template <size_t kRows, bool kMasked, uint64_t kTile>
+HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride, const BF16* k_next,
+                               const PrefetchShape& ps, size_t v_head_dim, const float* const* p,
+                               const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
+                               const float* correction, int32_t lo_off, int32_t hi_off) {
+  // Chunks at once: enough FMA chains (2 per row and chunk), within the registers; blocks of
+  // one or two rows take all the registers allow, so that each position's p is broadcast
+  // once per wider pass (measured: decode GQA 2 0.96-0.99 of the time with AtOnce's chunks).
+  constexpr size_t kMaxChunks = kScoreRegisters >= 20 ? 4 : 2;
+  constexpr size_t kWide =
+      kRows <= 2 || AtOnce(2 * kRows) >= kMaxChunks ? kMaxChunks : AtOnce(2 * kRows);
+  const DV dv;
+  const size_t chunk = 2 * hn::Lanes(dv);
+  size_t dim0 = 0;
+  for (; dim0 + kWide * chunk <= v_head_dim; dim0 += kWide * chunk) {
+    AccumulateChunks<kRows, kWide, kMasked, kTile>(dv, dim0, v_tile, v_stride, k_next, ps, p,
+                                                   index_of_offset, acc, correction, lo_off,
+                                                   hi_off);
+  }
+  for (; dim0 + chunk <= v_head_dim; dim0 += chunk) {
+    AccumulateChunks<kRows, 1, kMasked, kTile>(dv, dim0, v_tile, v_stride, k_next, ps, p,
+                                               index_of_offset, acc, correction, lo_off, hi_off);
+  }
+  const DVTail dt;
+  const size_t tail_chunk = 2 * hn::Lanes(dt);
+  for (; dim0 + tail_chunk <= v_head_dim; dim0 += tail_chunk) {
+    AccumulateChunks<kRows, 1, kMasked, kTile>(dt, dim0, v_tile, v_stride, k_next, ps, p,
+                                               index_of_offset, acc, correction, lo_off, hi_off);
+  }
+}
+
+// Writes one output row from a row's merged state (max m, sum l, permuted acc): divides by the
+// softmax denominator, after adding the sink's exp(sink - max) to it when there is one.
+HWY_INLINE void FinalizeRow(float m, float l, const float* acc, const float* sink,
+                            size_t v_head_dim, float* tmp, float* out_f32, BF16* out_bf16) {
+  float factor = 1.0f;
+  if (sink != nullptr) {
+    const float m_new = *sink > m ? *sink : m;
+    factor = m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m - m_new);
+    l = l * factor + std::exp(*sink - m_new);
+  }
+  const float scale = l != 0.0f ? factor / l : 0.0f;
+  float* dst = out_f32 != nullptr ? out_f32 : tmp;
+  for (size_t dim = 0; dim < v_head_dim; ++dim) {
+    dst[dim] = acc[PermutedIndex(dim, v_head_dim)] * scale;
+  }
+  if (out_bf16 != nullptr) F32ToBF16(tmp, out_bf16, v_head_dim);
+}
+
+}  // namespace attention_internal
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kvring
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVRING_OPS_ATTENTION_SOFTMAX_INL_H_
