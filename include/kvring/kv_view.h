@@ -9,6 +9,7 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
+#include "kvring/formats/format.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
@@ -18,14 +19,28 @@ namespace kvring {
 // alike, and every position-aligned tile is contiguous in both; flat storage never wraps.
 template <typename Layout>
 struct KVView {
-  const BF16* k = nullptr;  // element offsets: layout.K()
+  const BF16* k = nullptr;  // element offsets: layout.K(); format kBF16
   const BF16* v = nullptr;  // element offsets: layout.V(); nullptr when there is no V (MLA)
+  // Format::kInt8 (kvring/formats/int8.h): the elements at the same offsets as int8, and one
+  // f32 scale per slot and kv_head of each stream, [kv_head][slot] (ScaleOffset); k and v
+  // are then null. The stored value of an element is its scale times it.
+  Format format = Format::kBF16;
+  const int8_t* k_int8 = nullptr;
+  const int8_t* v_int8 = nullptr;  // nullptr when there is no V (MLA)
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;  // nullptr when there is no V (MLA)
   Layout layout;
   uint64_t first_pos = 0;  // the oldest position held
   uint64_t end_pos = 0;    // one past the newest position held
   Visibility visibility;   // the reading layer's rule (a shared-KV consumer's own)
 
   uint64_t NumSlots() const { return layout.Shape().num_slots; }
+  // Returns where the scale of `slot` of `kv_head` sits in k_scales and v_scales.
+  uint64_t ScaleOffset(uint64_t slot, uint32_t kv_head) const {
+    return uint64_t{kv_head} * NumSlots() + slot;
+  }
+  // Returns whether the view has a V stream (MLA latents have none).
+  bool HasV() const { return format == Format::kInt8 ? v_int8 != nullptr : v != nullptr; }
   bool Holds(uint64_t pos) const { return pos >= first_pos && pos < end_pos; }
   // Returns the slot of a held position.
   uint64_t SlotOf(uint64_t pos) const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kvring/base.h"
+#include "kvring/formats/format.h"
 #include "kvring/detail/checked_math.h"
 
 namespace kvring {
@@ -133,6 +134,9 @@ struct LayerSpec {
   uint32_t latent_dim = 0;
   // kOwnsKV, or the index of an earlier owning layer whose K/V this layer reads.
   int32_t kv_source = kOwnsKV;
+  // How the layer's K and V elements are stored (kvring/formats/format.h). A consumer reads
+  // its owner's, whatever it says here.
+  Format format = Format::kBF16;
 
   // Returns a full-attention layer.
   static LayerSpec Global(uint32_t num_kv_heads, uint32_t head_dim) {

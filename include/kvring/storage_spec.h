@@ -28,6 +28,7 @@ struct StorageSpec {
   uint64_t keep = 0;          // positions before a new batch its queries read (span - 1)
   uint64_t max_rollback = 0;  // rollback headroom
   uint64_t context = 0;       // the logical limit of positions
+  Format format = Format::kBF16;  // of every K and V element
 
   // Returns the spec of owning layer `layer` of `plan`.
   static StorageSpec Of(const LayerPlan& plan, size_t layer) {
@@ -37,6 +38,7 @@ struct StorageSpec {
     spec.context = plan.Runtime().context;
     spec.keep = info.span == 0 ? spec.context : info.span - 1;
     spec.max_rollback = plan.Runtime().rollback;
+    spec.format = info.spec.format;
     return spec;
   }
 };
