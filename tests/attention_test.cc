@@ -197,12 +197,15 @@ kvring::AttentionBatch BatchOf(const Case& c, const Inputs& in, float* out) {
   return batch;
 }
 
-std::vector<double> Reference(const Case& c, const Inputs& in, const AttentionOptions& options) {
+// Returns the float64 reference of `c` over `kv` (the BF16 history's values by default; an
+// int8 history's decoded values for the int8 format).
+std::vector<double> Reference(const Case& c, const Inputs& in, const AttentionOptions& options,
+                              const kvring::reference::ReferenceKV* over = nullptr) {
   kvring::reference::ReferenceOptions ro;
   ro.scale = kvring::AttentionScale(options, c.head_dim);
   ro.soft_cap = c.soft_cap;
   ro.sinks = options.sinks;
-  kvring::reference::ReferenceKV kv = in.history.Reference();
+  kvring::reference::ReferenceKV kv = over != nullptr ? *over : in.history.Reference();
   if (c.latent_v_dims != 0) {  // the values are K's first latent_v_dims dims
     kv.v_head_dim = c.latent_v_dims;
     kv.v = kv.k;
@@ -268,8 +271,32 @@ bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The int8 check of one case (Format::kInt8, the same shapes as BF16): flash and tiled, ring
+// and flat, against the float64 reference over the decoded values, within the BF16 kernels'
+// tolerance; ring and flat bit-identical.
+void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& options,
+                   uint64_t flat_slots, uint64_t ring_slots) {
+  using kvring::reference::Int8Storage;
+  const kvring::reference::Int8History q = kvring::reference::Int8History::Of(in.history);
+  const kvring::reference::ReferenceKV decoded = q.Reference();
+  const std::vector<double> ref = Reference(c, in, options, &decoded);
+  const auto flash_flat = Int8Storage<FlashLayout>::Make(q, flat_slots, c.EndPos());
+  const auto flash_ring = Int8Storage<FlashLayout>::Make(q, ring_slots, c.EndPos());
+  const auto tiled_flat = Int8Storage<Tiled>::Make(q, flat_slots, c.EndPos());
+  const auto tiled_ring = Int8Storage<Tiled>::Make(q, ring_slots, c.EndPos());
+  const std::vector<float> a = RunKernel(c, in, flash_flat, options);
+  const std::vector<float> b = RunKernel(c, in, flash_ring, options);
+  const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
+  const std::vector<float> u = RunKernel(c, in, tiled_ring, options);
+  ExpectNearReference(c, a, ref, "int8 flash/flat");
+  ExpectNearReference(c, t, ref, "int8 tiled/flat");
+  EXPECT_TRUE(BitIdentical(a, b)) << "int8 flash ring != flat: " << c.Name();
+  EXPECT_TRUE(BitIdentical(t, u)) << "int8 tiled ring != flat: " << c.Name();
+}
+
 // The core check of one case: flash and tiled, ring and flat, against the reference; ring
-// and flat bit-identical; flash and tiled within the tolerance of each other.
+// and flat bit-identical; flash and tiled within the tolerance of each other; then the same
+// in the int8 format (CheckInt8Case).
 void CheckCase(const Case& c) {
   const Inputs in = MakeInputs(c);
   const AttentionOptions options = OptionsOf(c, in);
@@ -298,6 +325,7 @@ void CheckCase(const Case& c) {
       break;
     }
   }
+  CheckInt8Case(c, in, options, flat_slots, ring_slots);
 }
 
 TEST(Attention, HeadDimsAndGroupsMatchReferenceOnEveryTarget) {
@@ -705,6 +733,64 @@ TEST(Attention, NaNInSlotsOutsideTheVisibleRangeNeverReachesOutputs) {
           << Describe(visibility);
       EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_flat, options), tiled_expected))
           << Describe(visibility);
+    }
+  });
+}
+
+// Int8: a row holding NaN is stored with scale NaN, so exactly the queries that see its
+// position get NaN outputs; slots outside the visible range, NaN scales included, never reach
+// an output (both layouts, ring and flat, a latent view too).
+TEST(Attention, Int8NaNRowsReachOnlyTheQueriesThatSeeThemAndPoisonedSlotsNone) {
+  ForEachTarget([](int64_t) {
+    using kvring::reference::Int8History;
+    using kvring::reference::Int8Storage;
+    for (uint32_t latent : {0u, 32u}) {
+      Case c;
+      c.head_dim = 64;
+      c.latent_v_dims = latent;
+      c.num_kv_heads = 1;
+      c.group = 4;
+      c.visibility = Sliding(40);
+      c.first_q_pos = 200;
+      c.num_queries = 12;
+      c.extra_ring_slots = 64;
+      Inputs in = MakeInputs(c);
+      const AttentionOptions options = OptionsOf(c, in);
+      const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32 + 32;
+      const uint64_t keep_begin = c.visibility.FirstVisible(c.first_q_pos);
+      // Poisoned slots: the same bits as clean storage.
+      const Int8History clean_q = Int8History::Of(in.history);
+      const auto clean = Int8Storage<FlashLayout>::Make(clean_q, flat_slots, c.EndPos());
+      const auto tiled_clean = Int8Storage<Tiled>::Make(clean_q, flat_slots, c.EndPos());
+      auto ring = Int8Storage<FlashLayout>::Make(clean_q, c.RingSlots(), c.EndPos());
+      auto tiled_ring = Int8Storage<Tiled>::Make(clean_q, c.RingSlots(), c.EndPos());
+      ring.PoisonOutside(keep_begin, c.EndPos());
+      tiled_ring.PoisonOutside(keep_begin, c.EndPos());
+      const std::vector<float> expected = RunKernel(c, in, clean, options);
+      for (float x : expected) ASSERT_TRUE(std::isfinite(x));
+      EXPECT_TRUE(BitIdentical(RunKernel(c, in, ring, options), expected)) << latent;
+      EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_ring, options),
+                               RunKernel(c, in, tiled_clean, options)))
+          << latent;
+      // A NaN in K of position 203 (seen by queries 203 .. 211 of the 12 at 200 .. 211).
+      in.history.K(203, 0, 5) = kvring::BF16FromF32(std::numeric_limits<float>::quiet_NaN());
+      const Int8History nan_q = Int8History::Of(in.history);
+      for (int layout = 0; layout < 2; ++layout) {
+        const std::vector<float> out =
+            layout == 0
+                ? RunKernel(c, in, Int8Storage<FlashLayout>::Make(nan_q, flat_slots, c.EndPos()),
+                            options)
+                : RunKernel(c, in, Int8Storage<Tiled>::Make(nan_q, flat_slots, c.EndPos()),
+                            options);
+        const size_t query_floats = size_t{c.NumQHeads()} * c.VHeadDim();
+        for (uint32_t query = 0; query < c.num_queries; ++query) {
+          const bool sees = c.first_q_pos + query >= 203;
+          for (size_t i = 0; i < query_floats; ++i) {
+            ASSERT_EQ(std::isnan(out[query * query_floats + i]), sees)
+                << "query " << query << " element " << i << " layout " << layout;
+          }
+        }
+      }
     }
   });
 }

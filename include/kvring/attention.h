@@ -80,7 +80,21 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                       const AttentionOptions& options) {
   const KVShape& shape = kv.layout.Shape();
   const uint64_t head_dim = shape.head_dim;
-  if (kv.k == nullptr) return Result::Refused(Status::kBadArgument, "view.k: is null");
+  if (kv.format == Format::kInt8) {
+    if (kv.k_int8 == nullptr || kv.k_scales == nullptr) {
+      return Result::Refused(Status::kBadArgument,
+                             "view: an int8 view needs k_int8 and k_scales (one is null)");
+    }
+    if ((kv.v_int8 == nullptr) != (kv.v_scales == nullptr)) {
+      return Result::Refused(Status::kBadArgument,
+                             "view: an int8 view's v_int8 and v_scales are both set or both null");
+    }
+  } else if (kv.format != Format::kBF16) {
+    return Result::Refused(Status::kBadArgument, "view.format: %llu is not a kvring::Format",
+                           static_cast<uint64_t>(kv.format));
+  } else if (kv.k == nullptr) {
+    return Result::Refused(Status::kBadArgument, "view.k: is null");
+  }
   if (shape.num_kv_heads == 0) {
     return Result::Refused(Status::kBadArgument, "view: has 0 kv_heads");
   }
@@ -92,7 +106,7 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                            kMaxAttentionHeadDim);
   }
   uint64_t v_head_dim = shape.v_head_dim;
-  if (kv.v == nullptr) {
+  if (!kv.HasV()) {
     if (shape.v_head_dim != 0) {
       return Result::Refused(Status::kBadArgument,
                              "view.v: is null, but the view's v_head_dim is %llu",
@@ -215,7 +229,7 @@ class AttentionWork {
     work.tile_slots_ = Layout::kTileSlots;
     work.num_kv_heads_ = shape.num_kv_heads;
     work.head_dim_ = shape.head_dim;
-    work.latent_ = kv.v == nullptr;
+    work.latent_ = !kv.HasV();
     work.v_head_dim_ = work.latent_ ? options.latent_v_dims : shape.v_head_dim;
     work.num_q_heads_ = batch.num_q_heads;
     work.num_queries_ = batch.num_queries;
@@ -225,10 +239,9 @@ class AttentionWork {
     work.out_row_stride_ = batch.out_row_stride != 0
                                ? batch.out_row_stride
                                : uint64_t{batch.num_q_heads} * work.v_head_dim_;
-    KVRING_DASSERT(kv.k != nullptr);
-    KVRING_DASSERT(kv.v != nullptr
-                       ? options.latent_v_dims == 0
-                       : shape.v_head_dim == 0 && options.latent_v_dims <= shape.head_dim);
+    KVRING_DASSERT(kv.format == Format::kInt8 ? kv.k_int8 != nullptr : kv.k != nullptr);
+    KVRING_DASSERT(kv.HasV() ? options.latent_v_dims == 0
+                             : shape.v_head_dim == 0 && options.latent_v_dims <= shape.head_dim);
     KVRING_DASSERT(shape.num_kv_heads != 0 && batch.num_q_heads % shape.num_kv_heads == 0);
     KVRING_DASSERT(shape.head_dim % kAttentionDimMultiple == 0 && shape.head_dim != 0 &&
                    shape.head_dim <= kMaxAttentionHeadDim);
@@ -305,7 +318,8 @@ class AttentionWork {
     const uint64_t acc = RoundUp16(v_head_dim_);
     // A latent view's values: two tiles of [slot][dim] BF16 (LatentValues), one float per two.
     const uint64_t latent = latent_ ? tile * acc : 0;
-    const uint64_t item = 16 + 2 * tile + 16 * tile + acc + latent +
+    // (+ tile: an int8 tile's K scales in lane order.)
+    const uint64_t item = 16 + 2 * tile + 16 * tile + acc + tile + latent +
                           uint64_t{MaxItemRows()} * (RoundUp16(head_dim_) + acc);
     const uint64_t merge = 16 + 2 * acc;
     return item > merge ? item : merge;

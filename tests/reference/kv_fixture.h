@@ -1,4 +1,5 @@
 // tests/reference/kv_fixture.h: History, the BF16 K/V rows of attention tests and benchmarks
+// (and Int8History, their int8 format with the decoded values the oracle reads)
 // (the oracle's input, and what history_storage.h appends into RingKV and GlobalKV), and
 // Storage, the same rows written through a layout's mappings into a ring (pos % num_slots) or
 // flat buffer without kvring's storage classes, viewed as a KVView (attention_static_test.cc
@@ -14,6 +15,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "kvring/bf16.h"
+#include "kvring/formats/int8.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/visibility.h"
@@ -143,6 +145,142 @@ struct Storage {
     KVView<Layout> view;
     view.k = k.get();
     view.v = v.get();
+    view.layout = layout;
+    view.first_pos = first_pos;
+    view.end_pos = end_pos;
+    view.visibility = visibility;
+    return view;
+  }
+};
+
+// The int8 format of a History (kvring/formats/int8.h): each (pos, kv_head) row of K and of V
+// encoded with its scale, and the oracle's view of the decoded values (scale * q), which is
+// what int8 kernels are compared against.
+struct Int8History {
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t v_head_dim = 0;
+  uint64_t num_positions = 0;
+  std::vector<int8_t> k, v;           // [pos][kv_head][dim]
+  std::vector<float> k_scale, v_scale;  // [pos][kv_head]
+
+  static Int8History Of(const History& h) {
+    Int8History q;
+    q.num_kv_heads = h.num_kv_heads;
+    q.head_dim = h.head_dim;
+    q.v_head_dim = h.v_head_dim;
+    q.num_positions = h.num_positions;
+    q.k.resize(h.k.size());
+    q.v.resize(h.v.size());
+    q.k_scale.resize(h.num_positions * h.num_kv_heads);
+    q.v_scale.resize(h.v_head_dim == 0 ? 0 : h.num_positions * h.num_kv_heads);
+    for (uint64_t row = 0; row < h.num_positions * h.num_kv_heads; ++row) {
+      q.k_scale[row] = EncodeInt8Row(h.k.data() + row * h.head_dim, h.head_dim,
+                                     q.k.data() + row * h.head_dim);
+      if (h.v_head_dim != 0) {
+        q.v_scale[row] = EncodeInt8Row(h.v.data() + row * h.v_head_dim, h.v_head_dim,
+                                       q.v.data() + row * h.v_head_dim);
+      }
+    }
+    return q;
+  }
+  ReferenceKV Reference() const {
+    ReferenceKV r;
+    r.num_kv_heads = num_kv_heads;
+    r.head_dim = head_dim;
+    r.v_head_dim = v_head_dim;
+    const Int8History* self = this;
+    r.k = [self](uint64_t pos, uint32_t kv_head, uint32_t dim) {
+      const uint64_t row = pos * self->num_kv_heads + kv_head;
+      return DecodeInt8(self->k_scale[row], self->k[row * self->head_dim + dim]);
+    };
+    r.v = [self](uint64_t pos, uint32_t kv_head, uint32_t dim) {
+      const uint64_t row = pos * self->num_kv_heads + kv_head;
+      return DecodeInt8(self->v_scale[row], self->v[row * self->v_head_dim + dim]);
+    };
+    return r;
+  }
+};
+
+// One int8 layer's buffers in `Layout` (elements at the layout's offsets, scales
+// [kv_head][slot]) holding positions of an Int8History in slots pos % num_slots, as Storage
+// does for BF16.
+template <typename Layout>
+struct Int8Storage {
+  Layout layout;
+  std::vector<int8_t> k, v;
+  std::vector<float> k_scales, v_scales;
+  uint64_t first_pos = 0;
+  uint64_t end_pos = 0;
+
+  static Int8Storage Make(const Int8History& history, uint64_t num_slots, uint64_t end_pos) {
+    Int8Storage s;
+    KVShape shape;
+    shape.num_slots = num_slots;
+    shape.num_kv_heads = history.num_kv_heads;
+    shape.head_dim = history.head_dim;
+    shape.v_head_dim = history.v_head_dim;
+    s.layout = Layout(shape);
+    s.k.assign(static_cast<size_t>(s.layout.K().RequiredSpanSize()), 0);
+    s.v.assign(static_cast<size_t>(s.layout.V().RequiredSpanSize()), 0);
+    s.k_scales.assign(num_slots * shape.num_kv_heads, 0.0f);
+    s.v_scales.assign(shape.v_head_dim == 0 ? 0 : num_slots * shape.num_kv_heads, 0.0f);
+    s.end_pos = end_pos;
+    s.first_pos = end_pos > num_slots ? end_pos - num_slots : 0;
+    const auto km = s.layout.K();
+    const auto vm = s.layout.V();
+    for (uint64_t pos = s.first_pos; pos < end_pos; ++pos) {
+      const uint64_t slot = pos % num_slots;
+      for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
+        const uint64_t row = pos * shape.num_kv_heads + h;
+        for (uint32_t d = 0; d < shape.head_dim; ++d) {
+          s.k[km(slot, h, d)] = history.k[row * shape.head_dim + d];
+        }
+        s.k_scales[uint64_t{h} * num_slots + slot] = history.k_scale[row];
+        if (shape.v_head_dim == 0) continue;
+        for (uint32_t d = 0; d < shape.v_head_dim; ++d) {
+          s.v[vm(slot, h, d)] = history.v[row * shape.v_head_dim + d];
+        }
+        s.v_scales[uint64_t{h} * num_slots + slot] = history.v_scale[row];
+      }
+    }
+    return s;
+  }
+  // Sets the scales of every slot outside the positions [keep_begin, keep_end) to NaN (and
+  // their elements to -127): what a kernel must never let reach an output.
+  void PoisonOutside(uint64_t keep_begin, uint64_t keep_end) {
+    const KVShape& shape = layout.Shape();
+    for (uint64_t slot = 0; slot < shape.num_slots; ++slot) {
+      bool keep = false;
+      if (end_pos > 0) {
+        const uint64_t last = end_pos - 1;
+        const uint64_t back = (last % shape.num_slots + shape.num_slots - slot) % shape.num_slots;
+        if (back <= last) {
+          const uint64_t pos = last - back;
+          keep = pos >= first_pos && pos >= keep_begin && pos < keep_end;
+        }
+      }
+      if (keep) continue;
+      const auto km = layout.K();
+      const auto vm = layout.V();
+      for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
+        k_scales[uint64_t{h} * shape.num_slots + slot] = std::numeric_limits<float>::quiet_NaN();
+        for (uint32_t d = 0; d < shape.head_dim; ++d) k[km(slot, h, d)] = -127;
+        if (shape.v_head_dim == 0) continue;
+        v_scales[uint64_t{h} * shape.num_slots + slot] = std::numeric_limits<float>::quiet_NaN();
+        for (uint32_t d = 0; d < shape.v_head_dim; ++d) v[vm(slot, h, d)] = -127;
+      }
+    }
+  }
+  KVView<Layout> View(const Visibility& visibility) const {
+    KVView<Layout> view;
+    view.format = Format::kInt8;
+    view.k_int8 = k.data();
+    view.k_scales = k_scales.data();
+    if (layout.Shape().v_head_dim != 0) {
+      view.v_int8 = v.data();
+      view.v_scales = v_scales.data();
+    }
     view.layout = layout;
     view.first_pos = first_pos;
     view.end_pos = end_pos;

@@ -40,14 +40,18 @@ namespace attention_internal {
 // Scores, softmax and V accumulation of one register block of kRows rows over one tile.
 // `rows` has kRows entries; entries past num_real are padding (they repeat a real row's
 // query and write to a scratch accumulator nobody reads). `scored`: `scores` already holds
-// the tile's raw scores (TwoTileScoresPaired).
-template <size_t kRows, uint64_t kTile>
+// the tile's raw scores (TwoTileScoresPaired). T: the stored element, BF16 or int8; for int8,
+// k_scale_lanes holds the tile's K scales in the scores' lane order and v_scales its V scales
+// by offset (both unused for BF16).
+template <size_t kRows, uint64_t kTile, typename T>
 HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
-                          const BF16* HWY_RESTRICT k_tile, size_t dim_stride, const BF16* k_next,
-                          const PrefetchShape& ps, const BF16* HWY_RESTRICT v_tile, size_t v_stride,
-                          size_t head_dim, size_t v_head_dim, float soft_cap,
-                          const int32_t* lane_offsets, const int32_t* index_of_offset,
-                          float* HWY_RESTRICT scores, bool scored = false) {
+                          const T* HWY_RESTRICT k_tile, size_t dim_stride, const T* k_next,
+                          const PrefetchShape& ps, const T* HWY_RESTRICT v_tile, size_t v_stride,
+                          const float* HWY_RESTRICT k_scale_lanes,
+                          const float* HWY_RESTRICT v_scales, size_t head_dim, size_t v_head_dim,
+                          float soft_cap, const int32_t* lane_offsets,
+                          const int32_t* index_of_offset, float* HWY_RESTRICT scores,
+                          bool scored = false) {
   const float* q[kRows];
   const float* p[kRows];
   float* acc[kRows];
@@ -72,13 +76,23 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
   }
   if (!any_active) return;
   if (!scored) TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+  if constexpr (std::is_same<T, int8_t>::value) {
+    // The score of a position is its K scale times q . q_int8 (exact folding of the format).
+    for (size_t r = 0; r < num_real; ++r) {
+      if (!active[r]) continue;
+      float* HWY_RESTRICT s = scores + r * kTile;
+      for (size_t i = 0; i < kTile; ++i) s[i] *= k_scale_lanes[i];
+    }
+  } else {
+    (void)k_scale_lanes;
+  }
   for (size_t r = 0; r < num_real; ++r) {
     if (!active[r]) continue;
     correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
                                       soft_cap, rows[r]);
   }
   if (all_full) {
-    AccumulateTile<kRows, false, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, p,
+    AccumulateTile<kRows, false, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p,
                                         index_of_offset, acc, correction, 0, 0);
     return;
   }
@@ -86,8 +100,8 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
   // never enters its accumulator (the order over the visible ones is the full path's).
   for (size_t r = 0; r < num_real; ++r) {
     if (!active[r]) continue;
-    AccumulateTile<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r], index_of_offset,
-                                   &acc[r], &correction[r], lo_off[r], hi_off[r]);
+    AccumulateTile<1, true, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, &p[r],
+                                   index_of_offset, &acc[r], &correction[r], lo_off[r], hi_off[r]);
   }
 }
 
@@ -127,13 +141,15 @@ HWY_INLINE void WithRegisterBlock(Row* rows, size_t num_real, Row* padded, float
   }
 }
 
-// The K and V of one tile of an item, its first position, and the K to prefetch while its V
-// is accumulated (PrefetchShape).
+// The K and V of one tile of an item, its first position, the K to prefetch while its V is
+// accumulated (PrefetchShape), and for int8 its V scales by offset.
+template <typename T>
 struct TileRefs {
   uint64_t pos = 0;
-  const BF16* k = nullptr;
-  const BF16* v = nullptr;
-  const BF16* k_next = nullptr;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  const T* k_next = nullptr;
+  const float* v_scales = nullptr;
 };
 
 // Calls fn(tile_pos, slot) for the position-aligned tiles of a flash view, oldest first.
@@ -172,6 +188,17 @@ HWY_INLINE void LatentValues(const BF16* HWY_RESTRICT k_tile, size_t dim_stride,
   }
 }
 
+// LatentValues of an int8 latent view: the tile's int8 K dims [0, v_dims) as [slot][dim]
+// rows (a copy; the values' scales are the K scales).
+template <uint64_t kTile>
+HWY_INLINE void LatentValues(const int8_t* HWY_RESTRICT k_tile, size_t dim_stride, size_t v_dims,
+                             int8_t* HWY_RESTRICT dst) {
+  for (size_t dim = 0; dim < v_dims; ++dim) {
+    const int8_t* HWY_RESTRICT row = k_tile + dim * dim_stride;
+    for (size_t slot = 0; slot < kTile; ++slot) dst[slot * v_dims + dim] = row[slot];
+  }
+}
+
 // Returns a 64-byte aligned pointer at or after `p`.
 HWY_INLINE float* Align64(float* p) {
   const uintptr_t bits = reinterpret_cast<uintptr_t>(p);
@@ -182,22 +209,15 @@ template <class Layout>
 using ViewOf = typename std::conditional<Layout::kBackend == Backend::kFlash, FlashView,
                                          TiledView<Layout>>::type;
 
-}  // namespace attention_internal
-
-// Runs item `item_index` of `work` (AttentionWork::Plan of the same kv, batch and options):
-// the rows of one query block that share one kv_head, over one KV split. Writes the block's
-// output rows, or, when work.Splits(), the item's partial states into `partial`
-// (work.PartialFloats() floats), for MergeAttention. `scratch`: work.ScratchFloats() floats
-// owned by the calling thread. Does not allocate; reads each visible K/V tile of its kv_head
-// once from memory for all the block's rows.
-template <class Layout>
-HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                 const AttentionOptions& options, const AttentionWork& work,
-                                 uint64_t item_index, float* HWY_RESTRICT scratch,
-                                 float* HWY_RESTRICT partial) {
-  namespace ai = attention_internal;
+// The body of RunAttentionItem for stored elements of type T (BF16, or int8 with scales),
+// reading K and V from k_base and v_base (v_base null for a latent view).
+template <class Layout, typename T>
+HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                        const AttentionOptions& options, const AttentionWork& work,
+                        uint64_t item_index, float* HWY_RESTRICT scratch,
+                        float* HWY_RESTRICT partial, const T* k_base, const T* v_base) {
   constexpr uint64_t kTile = Layout::kTileSlots;
-  using Shape = ai::TileShape<kTile>;
+  using Shape = TileShape<kTile>;
   const AttentionItem item = work.Item(item_index);
   const size_t head_dim = work.HeadDim();
   const size_t v_head_dim = work.VHeadDim();
@@ -210,7 +230,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
   // its scaled query and its accumulators.
   const size_t q_stride = (head_dim + 15) / 16 * 16;
   const size_t acc_stride = (v_head_dim + 15) / 16 * 16;
-  float* cursor = ai::Align64(scratch);
+  float* cursor = Align64(scratch);
   int32_t* lane_offsets = reinterpret_cast<int32_t*>(cursor);
   int32_t* index_of_offset = lane_offsets + kTile;
   cursor += (2 * kTile + 15) / 16 * 16;
@@ -222,12 +242,15 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
   cursor += num_rows * q_stride;
   float* acc_rows = cursor;
   cursor += num_rows * acc_stride;
+  // Int8: a tile's K scales in the scores' lane order.
+  float* k_scale_lanes = cursor;
+  cursor += (kTile + 15) / 16 * 16;
   // A latent view (no V stream): two tiles' values transposed from K (LatentValues), the
   // second for the tile a pair holds.
-  BF16* latent_values = nullptr;
+  T* latent_values = nullptr;
   if (work.Latent()) {
-    latent_values = reinterpret_cast<BF16*>(cursor);
-    cursor += kTile * acc_stride;  // 2 tiles x kTile slots x acc_stride BF16
+    latent_values = reinterpret_cast<T*>(cursor);
+    cursor += kTile * acc_stride;  // 2 tiles x kTile slots x acc_stride BF16 (or int8)
   }
   KVRING_DASSERT(static_cast<uint64_t>(cursor - scratch) <= work.ScratchFloats());
 
@@ -239,8 +262,8 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
     }
   }
 
-  ai::Row rows[AttentionWork::kTargetRows > 64 ? AttentionWork::kTargetRows : 64];
-  ai::Row padded[8];
+  Row rows[AttentionWork::kTargetRows > 64 ? AttentionWork::kTargetRows : 64];
+  Row padded[8];
   // Rows: query-major, then the q heads of the kv_head's group.
   const size_t max_rows_here = sizeof(rows) / sizeof(rows[0]);
   for (size_t row0 = 0; row0 < num_rows; row0 += max_rows_here) {
@@ -251,7 +274,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const size_t query = item.first_query + row / group;
       const size_t q_head = size_t{item.kv_head} * group + row % group;
       const uint64_t q_pos = batch.first_q_pos + query;
-      ai::Row& state = rows[r];
+      Row& state = rows[r];
       float* q = q_rows + row * q_stride;
       const size_t src = static_cast<size_t>(query * work.QRowStride()) + q_head * head_dim;
       if (batch.queries_f32 != nullptr) {
@@ -276,29 +299,36 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       }
     }
     if (pos_begin < pos_end) {
-      const ai::ViewOf<Layout> view = ai::ViewOf<Layout>::OfPositions(kv, pos_begin, pos_end);
+      const ViewOf<Layout> view = ViewOf<Layout>::OfPositions(kv, pos_begin, pos_end);
       const auto k_mapping = kv.layout.K();
       const auto v_mapping = kv.layout.V();
       const size_t dim_stride = static_cast<size_t>(k_mapping.DimStride());
       const size_t v_stride =
           work.Latent() ? v_head_dim : static_cast<size_t>(v_mapping.SlotStride());
       const uint64_t num_slots = kv.NumSlots();
-      const ai::PrefetchShape prefetch_shape(kTile, dim_stride, head_dim, v_head_dim);
+      const PrefetchShape prefetch_shape(kTile, dim_stride, head_dim, v_head_dim, sizeof(T));
       // The K of the tile `tiles` tiles after the one at `slot` (slots wrap), to prefetch.
       const auto k_after = [&](uint64_t slot, uint64_t tiles) {
-        return kv.k + k_mapping((slot + tiles * kTile) % num_slots, item.kv_head, 0);
+        return k_base + k_mapping((slot + tiles * kTile) % num_slots, item.kv_head, 0);
       };
       uint64_t latent_tiles = 0;  // tiles transposed so far: alternates the two buffers
       const auto tile_at = [&](uint64_t tile_pos, uint64_t slot) {
-        ai::TileRefs tile;
+        TileRefs<T> tile;
         tile.pos = tile_pos;
-        tile.k = kv.k + k_mapping(slot, item.kv_head, 0);
+        tile.k = k_base + k_mapping(slot, item.kv_head, 0);
         if (latent_values != nullptr) {
-          BF16* values = latent_values + (latent_tiles++ % 2) * kTile * v_head_dim;
-          ai::LatentValues<kTile>(tile.k, dim_stride, v_head_dim, values);
+          T* values = latent_values + (latent_tiles++ % 2) * kTile * v_head_dim;
+          LatentValues<kTile>(tile.k, dim_stride, v_head_dim, values);
           tile.v = values;
         } else {
-          tile.v = kv.v + v_mapping(slot, item.kv_head, 0);
+          tile.v = v_base + v_mapping(slot, item.kv_head, 0);
+        }
+        if constexpr (std::is_same<T, int8_t>::value) {
+          // A tile's slots are consecutive, and so are their scales ([kv_head][slot]).
+          const float* k_scales = kv.k_scales + kv.ScaleOffset(slot, item.kv_head);
+          for (size_t i = 0; i < kTile; ++i) k_scale_lanes[i] = k_scales[lane_offsets[i]];
+          tile.v_scales =
+              work.Latent() ? k_scales : kv.v_scales + kv.ScaleOffset(slot, item.kv_head);
         }
         tile.k_next = k_after(slot, 1);
         return tile;
@@ -308,25 +338,27 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
         for (size_t r0 = 0; r0 < rows_here; r0 += Shape::kMaxRegRows) {
           const size_t num_real =
               rows_here - r0 < Shape::kMaxRegRows ? rows_here - r0 : Shape::kMaxRegRows;
-          ai::WithRegisterBlock(rows + r0, num_real, padded, dummy_acc,
-                                [&](auto k_rows, ai::Row* block) { fn(k_rows, block, num_real); });
+          WithRegisterBlock(rows + r0, num_real, padded, dummy_acc,
+                            [&](auto k_rows, Row* block) { fn(k_rows, block, num_real); });
         }
       };
-      const auto one_tile = [&](const ai::TileRefs& tile, float* tile_scores, bool scored) {
-        return [&, tile_scores, scored](auto k_rows, ai::Row* block, size_t num_real) {
-          ai::BlockTile<decltype(k_rows)::value, kTile>(
+      const auto one_tile = [&](const TileRefs<T>& tile, float* tile_scores, bool scored) {
+        return [&, tile_scores, scored](auto k_rows, Row* block, size_t num_real) {
+          BlockTile<decltype(k_rows)::value, kTile>(
               block, num_real, tile.pos, tile.k, dim_stride, tile.k_next, prefetch_shape, tile.v,
-              v_stride, head_dim, v_head_dim, options.soft_cap, lane_offsets, index_of_offset,
-              tile_scores, scored);
+              v_stride, k_scale_lanes, tile.v_scales, head_dim, v_head_dim, options.soft_cap,
+              lane_offsets, index_of_offset, tile_scores, scored);
         };
       };
       // Tiles whose scores pair dims (TileScoresPaired) go two at a time, the second
       // buffered here; each row still takes tile after tile, as alone.
-      const bool two_tiles = ai::kPairDims<kTile> && dim_stride == kTile;
-      ai::TileRefs held;
+      // (Int8 tiles go one at a time: the paired scoring widens BF16 pairs only.)
+      const bool two_tiles =
+          kPairDims<kTile> && std::is_same<T, BF16>::value && dim_stride == kTile;
+      TileRefs<T> held;
       bool holding = false;
-      ai::ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
-        ai::TileRefs tile = tile_at(tile_pos, slot);
+      ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
+        TileRefs<T> tile = tile_at(tile_pos, slot);
         if (!two_tiles) {
           for_each_block(one_tile(tile, scores, false));
           return;
@@ -341,16 +373,16 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
         held.k_next = k_after(slot, 1);
         tile.k_next = k_after(slot, 2);
 #if HWY_TARGET != HWY_SCALAR
-        if constexpr (ai::kPairDims<kTile>) {
+        if constexpr (kPairDims<kTile> && std::is_same<T, BF16>::value) {
           float* second = scores + Shape::kMaxRegRows * kTile;
-          for_each_block([&](auto k_rows, ai::Row* block, size_t num_real) {
+          for_each_block([&](auto k_rows, Row* block, size_t num_real) {
             constexpr size_t kRows = decltype(k_rows)::value;
             const float* q[kRows];
             for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
             const BF16* k_tiles[2] = {held.k, tile.k};
             const BF16* v_now[2] = {held.v, tile.v};
             float* out[2] = {scores, second};
-            ai::TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, v_now, prefetch_shape, out);
+            TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim, v_now, prefetch_shape, out);
             one_tile(held, scores, true)(k_rows, block, num_real);
             one_tile(tile, second, true)(k_rows, block, num_real);
           });
@@ -361,7 +393,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
     }
     for (size_t r = 0; r < rows_here; ++r) {
       const size_t row = row0 + r;
-      const ai::Row& state = rows[r];
+      const Row& state = rows[r];
       if (work.Splits()) {
         float* dst = partial + (item_index * work.MaxItemRows() + row) * work.PartialRowFloats();
         dst[0] = state.m;
@@ -372,11 +404,34 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
       const size_t query = item.first_query + row / group;
       const size_t q_head = size_t{item.kv_head} * group + row % group;
       const size_t dst = static_cast<size_t>(query * work.OutRowStride()) + q_head * v_head_dim;
-      ai::FinalizeRow(state.m, state.l, state.acc,
-                      options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim,
-                      dummy_acc, batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
-                      batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr);
+      FinalizeRow(state.m, state.l, state.acc,
+                  options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim,
+                  dummy_acc, batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
+                  batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr);
     }
+  }
+}
+
+}  // namespace attention_internal
+
+// Runs item `item_index` of `work` (AttentionWork::Plan of the same kv, batch and options):
+// the rows of one query block that share one kv_head, over one KV split. Writes the block's
+// output rows, or, when work.Splits(), the item's partial states into `partial`
+// (work.PartialFloats() floats), for MergeAttention. `scratch`: work.ScratchFloats() floats
+// owned by the calling thread. Does not allocate; reads each visible K/V tile of its kv_head
+// once from memory for all the block's rows.
+template <class Layout>
+HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                 const AttentionOptions& options, const AttentionWork& work,
+                                 uint64_t item_index, float* HWY_RESTRICT scratch,
+                                 float* HWY_RESTRICT partial) {
+  // The format is a run-time property of the layer: one switch per item, then the kernels of
+  // that element type.
+  if (kv.format == Format::kInt8) {
+    attention_internal::RunItem(kv, batch, options, work, item_index, scratch, partial, kv.k_int8,
+                                kv.v_int8);
+  } else {
+    attention_internal::RunItem(kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -66,6 +67,20 @@ HWY_INLINE void LoadPairs(DF df, const BF16* HWY_RESTRICT p, hn::Vec<DF>& even, 
   odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xFFFF0000u)));
 }
 
+// LoadPairs for int8 elements (Format::kInt8): 2 * Lanes(df) consecutive int8 at `p` as two
+// f32 vectors in the same order, elements 0, 2, 4, ... in `even` and 1, 3, 5, ... in `odd`:
+// the bytes loaded as int16 pairs, each byte sign-extended by shifts, widened to int32 and
+// converted (exact: |q| <= 127).
+template <class DF>
+HWY_INLINE void LoadPairs(DF df, const int8_t* HWY_RESTRICT p, hn::Vec<DF>& even,
+                          hn::Vec<DF>& odd) {
+  const hn::Rebind<int16_t, DF> d16;
+  const hn::Rebind<int32_t, DF> d32;
+  const auto pairs = hn::LoadU(d16, reinterpret_cast<const int16_t*>(p));
+  even = hn::ConvertTo(df, hn::PromoteTo(d32, hn::ShiftRight<8>(hn::ShiftLeft<8>(pairs))));
+  odd = hn::ConvertTo(df, hn::PromoteTo(d32, hn::ShiftRight<8>(pairs)));
+}
+
 // Prefetch: what the kernel fetches while working on a tile. Decode does little work per byte, and
 // flash K rows of one dim are num_slots apart, too many streams for the hardware prefetcher, so the
 // kernel prefetches in software, half a tile ahead: while a tile's K is scored, the lines of the
@@ -86,21 +101,25 @@ struct PrefetchShape {
   size_t k_lines = 0;          // a tile's K lines
   size_t v_bytes_per_dim = 0;  // V bytes per scored dim (a tile's V bytes / head_dim, down)
 
-  PrefetchShape(size_t tile, size_t dim_stride, size_t head_dim, size_t v_head_dim)
-      : k_line_stride(dim_stride == tile ? 32 : dim_stride),
-        k_lines(tile * head_dim / 32),
-        v_bytes_per_dim(tile * v_head_dim * sizeof(BF16) / head_dim) {}
+  // element_bytes: 2 for BF16, 1 for int8 (a 64-byte line holds 64 / element_bytes).
+  PrefetchShape(size_t tile, size_t dim_stride, size_t head_dim, size_t v_head_dim,
+                size_t element_bytes = sizeof(BF16))
+      : k_line_stride(dim_stride == tile ? 64 / element_bytes : dim_stride),
+        k_lines(tile * head_dim * element_bytes / 64),
+        v_bytes_per_dim(tile * v_head_dim * element_bytes / head_dim) {}
 };
 
 // Prefetches the line of this tile's V that scored dim `dim` stands for.
-HWY_INLINE void PrefetchV(const BF16* v_now, size_t dim, const PrefetchShape& ps) {
+template <typename T>
+HWY_INLINE void PrefetchV(const T* v_now, size_t dim, const PrefetchShape& ps) {
   hwy::Prefetch(reinterpret_cast<const char*>(v_now) + dim * ps.v_bytes_per_dim);
 }
 // Prefetches the line of the next tile's K that V element `element` of this tile (slot-major
-// index in the tile's V block) stands for: line element / 32, if the K has that many lines
-// (a V wider than K leaves its last lines to the demand loads).
-HWY_INLINE void PrefetchK(const BF16* k_next, size_t element, const PrefetchShape& ps) {
-  const size_t line = element / 32;
+// index in the tile's V block) stands for: line element / (elements a line holds), if the K
+// has that many lines (a V wider than K leaves its last lines to the demand loads).
+template <typename T>
+HWY_INLINE void PrefetchK(const T* k_next, size_t element, const PrefetchShape& ps) {
+  const size_t line = element / (64 / sizeof(T));
   if (line < ps.k_lines) hwy::Prefetch(k_next + line * ps.k_line_stride);
 }
 
@@ -218,13 +237,15 @@ HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
 // Computes raw scores q . k of kRows rows for one tile: scores[r * kTile + i] for the lane
 // order of TileShape (vector 2p + e, lane j: position 2 * kLanes * p + 2 * j + e), the dims
 // summed as kDimSplit says: a fixed order, the same for every tile wherever it sits in the
-// buffers and for every block a row is in.
-template <size_t kRows, uint64_t kTile>
-HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_RESTRICT k_tile,
-                           size_t dim_stride, size_t head_dim, const BF16* v_now,
+// buffers and for every block a row is in. T: the stored element, BF16 or int8 (then the
+// scores are q . q_int8, which the caller multiplies by the positions' K scales).
+template <size_t kRows, uint64_t kTile, typename T>
+HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_RESTRICT k_tile,
+                           size_t dim_stride, size_t head_dim, const T* v_now,
                            const PrefetchShape& ps, float* HWY_RESTRICT scores) {
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (kPairDims<kTile>) {
+  // (Int8 tiles score one dim per vector: the paired path widens BF16 pairs only.)
+  if constexpr (kPairDims<kTile> && std::is_same<T, BF16>::value) {
     if (dim_stride == kTile) {
       const BF16* const tiles[1] = {k_tile};
       const BF16* const v_tiles[1] = {v_now};
@@ -248,7 +269,7 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const BF16* HWY_R
     for (size_t dim0 = 0; dim0 < head_dim; dim0 += kDimSplit) {
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + s0 + s;
-        const BF16* HWY_RESTRICT row = k_tile + dim * dim_stride;
+        const T* HWY_RESTRICT row = k_tile + dim * dim_stride;
         PrefetchV(v_now, dim, ps);  // see PrefetchShape
         V even[Shape::kPairs], odd[Shape::kPairs];
         for (size_t p = 0; p < Shape::kPairs; ++p) {

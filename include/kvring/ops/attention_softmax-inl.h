@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
@@ -115,13 +116,15 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
 // once only give blocks of few rows more independent FMA chains).
 // kMasked: one row, positions outside [lo_off, hi_off] skipped (never read: a slot outside
 // the visible range may hold anything, NaN included, and NaN * 0 is NaN). `k_next`: the K of
-// the next tile, to prefetch meanwhile (PrefetchShape); v_stride is v_head_dim.
-template <size_t kRows, size_t kChunks, bool kMasked, uint64_t kTile, class DF>
-HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const BF16* HWY_RESTRICT v_tile,
-                                 size_t v_stride, const BF16* k_next, const PrefetchShape& ps,
-                                 const float* const* p, const int32_t* HWY_RESTRICT index_of_offset,
-                                 float* const* acc, const float* correction, int32_t lo_off,
-                                 int32_t hi_off) {
+// the next tile, to prefetch meanwhile (PrefetchShape); v_stride is v_head_dim. T: the stored
+// element, BF16 or int8; for int8, v_scales holds the tile's V scales by offset and each
+// position's weight is p * scale (the design's (p * scale_v) * v_int8).
+template <size_t kRows, size_t kChunks, bool kMasked, uint64_t kTile, class DF, typename T>
+HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_tile,
+                                 const float* HWY_RESTRICT v_scales, size_t v_stride,
+                                 const T* k_next, const PrefetchShape& ps, const float* const* p,
+                                 const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
+                                 const float* correction, int32_t lo_off, int32_t hi_off) {
   using V = hn::Vec<DF>;
   const size_t lanes = hn::Lanes(df);
   V even_acc[kChunks][kRows], odd_acc[kChunks][kRows];
@@ -136,13 +139,19 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const BF16* HWY_RESTRICT v_
   const int32_t first = kMasked ? lo_off : 0;
   const int32_t last = kMasked ? hi_off : static_cast<int32_t>(kTile) - 1;
   for (int32_t off = first; off <= last; ++off) {
-    const BF16* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
+    const T* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
     const size_t index = static_cast<size_t>(index_of_offset[off]);
     for (size_t ch = 0; ch < kChunks; ++ch) {
       PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes, ps);
     }
     V pr[kRows];
-    for (size_t r = 0; r < kRows; ++r) pr[r] = hn::Set(df, p[r][index]);
+    if constexpr (std::is_same<T, int8_t>::value) {
+      const float scale = v_scales[off];
+      for (size_t r = 0; r < kRows; ++r) pr[r] = hn::Set(df, p[r][index] * scale);
+    } else {
+      (void)v_scales;
+      for (size_t r = 0; r < kRows; ++r) pr[r] = hn::Set(df, p[r][index]);
+    }
     for (size_t ch = 0; ch < kChunks; ++ch) {
       V even, odd;
       LoadPairs(df, v_row + ch * 2 * lanes, even, odd);
@@ -161,9 +170,10 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const BF16* HWY_RESTRICT v_
   }
 }
 
-template <size_t kRows, bool kMasked, uint64_t kTile>
-HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride, const BF16* k_next,
-                               const PrefetchShape& ps, size_t v_head_dim, const float* const* p,
+template <size_t kRows, bool kMasked, uint64_t kTile, typename T>
+HWY_INLINE void AccumulateTile(const T* HWY_RESTRICT v_tile, const float* HWY_RESTRICT v_scales,
+                               size_t v_stride, const T* k_next, const PrefetchShape& ps,
+                               size_t v_head_dim, const float* const* p,
                                const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
                                const float* correction, int32_t lo_off, int32_t hi_off) {
   // Chunks at once: enough FMA chains (2 per row and chunk), within the registers; blocks of
@@ -176,18 +186,18 @@ HWY_INLINE void AccumulateTile(const BF16* HWY_RESTRICT v_tile, size_t v_stride,
   const size_t chunk = 2 * hn::Lanes(dv);
   size_t dim0 = 0;
   for (; dim0 + kWide * chunk <= v_head_dim; dim0 += kWide * chunk) {
-    AccumulateChunks<kRows, kWide, kMasked, kTile>(dv, dim0, v_tile, v_stride, k_next, ps, p,
-                                                   index_of_offset, acc, correction, lo_off,
+    AccumulateChunks<kRows, kWide, kMasked, kTile>(dv, dim0, v_tile, v_scales, v_stride, k_next, ps,
+                                                   p, index_of_offset, acc, correction, lo_off,
                                                    hi_off);
   }
   for (; dim0 + chunk <= v_head_dim; dim0 += chunk) {
-    AccumulateChunks<kRows, 1, kMasked, kTile>(dv, dim0, v_tile, v_stride, k_next, ps, p,
+    AccumulateChunks<kRows, 1, kMasked, kTile>(dv, dim0, v_tile, v_scales, v_stride, k_next, ps, p,
                                                index_of_offset, acc, correction, lo_off, hi_off);
   }
   const DVTail dt;
   const size_t tail_chunk = 2 * hn::Lanes(dt);
   for (; dim0 + tail_chunk <= v_head_dim; dim0 += tail_chunk) {
-    AccumulateChunks<kRows, 1, kMasked, kTile>(dt, dim0, v_tile, v_stride, k_next, ps, p,
+    AccumulateChunks<kRows, 1, kMasked, kTile>(dt, dim0, v_tile, v_scales, v_stride, k_next, ps, p,
                                                index_of_offset, acc, correction, lo_off, hi_off);
   }
 }
