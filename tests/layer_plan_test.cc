@@ -712,9 +712,14 @@ TEST(LayerPlan, FlashWithAnExplicitTileHeightIsRefused) {
 TEST(LayerPlan, ValueOfAFailedBuildAbortsPrintingTheError) {
   Expected<LayerPlan> plan = LayerPlan::Builder().Build();
   ASSERT_FALSE(plan.ok());
-  // The abort says which error was ignored, not only that one was.
-  EXPECT_DEATH((void)plan.value(),
-               "value\\(\\) of a failed kvring::Expected: " + plan.error().message);
+  // The abort says which error was ignored, not only that one was. The message ("layers: []
+  // is invalid ...") is escaped: "[]" alone is not a valid POSIX regular expression.
+  std::string message;
+  for (char c : plan.error().message) {
+    if (std::string("[](){}.*+?^$|\\").find(c) != std::string::npos) message += '\\';
+    message += c;
+  }
+  EXPECT_DEATH((void)plan.value(), "value\\(\\) of a failed kvring::Expected: " + message);
 }
 
 }  // namespace
