@@ -465,5 +465,23 @@ TEST(KVCache, CreateRejectsAPlanForAnotherLayout) {
   EXPECT_EQ(KVCache<FlashLayout>::Create(*f32).error().field, "runtime.element_type");
 }
 
+TEST(KVCache, CreateRefusesAnInt8LayerUntilInt8StorageIsBuilt) {
+  Expected<LayerPlan> int8 = LayerPlan::Builder(SharedModel())
+                                 .SetContext(100)
+                                 .SetFormat(AttentionKind::kGlobal, Format::kInt8)
+                                 .Build();
+  ASSERT_TRUE(int8.ok()) << int8.error().message;
+  ASSERT_EQ(int8->Layer(1).spec.format, Format::kInt8);  // the global owner
+  const Error error = KVCache<FlashLayout>::Create(*int8).error();
+  EXPECT_EQ(error.field, "layers[1].format");
+  EXPECT_NE(error.message.find("int8 storage is not built yet"), std::string::npos)
+      << error.message;
+  // So is the int8 element type, which makes every layer int8.
+  Expected<LayerPlan> all_int8 =
+      LayerPlan::Builder(SharedModel()).SetContext(100).SetElementType(ElementType::kInt8).Build();
+  ASSERT_TRUE(all_int8.ok());
+  EXPECT_EQ(KVCache<FlashLayout>::Create(*all_int8).error().field, "layers[0].format");
+}
+
 }  // namespace
 }  // namespace kvring

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kvring/model_presets.h"
+
 namespace kvring {
 namespace {
 
@@ -178,8 +180,7 @@ TEST(LayerPlan, ElementTypesScaleTheBytes) {
   } kCases[] = {{ElementType::kBF16, 2},
                 {ElementType::kF16, 2},
                 {ElementType::kF32, 4},
-                {ElementType::kFP8, 1},
-                {ElementType::kInt8, 1}};
+                {ElementType::kFP8, 1}};
   for (const auto& c : kCases) {
     const LayerPlan plan = MustBuild(LayerPlan::Builder()
                                          .AddLayer(LayerSpec::Global(8, 128))
@@ -190,6 +191,173 @@ TEST(LayerPlan, ElementTypesScaleTheBytes) {
         << ToString(c.type);
     EXPECT_EQ(plan.TotalBytes(), FlashSlots(4096) * 8 * 128 * 2 * c.bytes) << ToString(c.type);
   }
+}
+
+TEST(LayerPlan, Int8ElementTypeStoresEveryLayerInInt8WithItsScales) {
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Global(8, 128))
+                                       .SetContext(4096)
+                                       .SetElementType(ElementType::kInt8));
+  EXPECT_EQ(plan.ElementBytes(), 1u);
+  EXPECT_EQ(plan.Layer(0).spec.format, Format::kInt8);
+  // One byte an element and one 4-byte f32 scale per (pos, kv_head), for K and for V.
+  EXPECT_EQ(plan.Layer(0).slot_bytes, 8u * (128 + 4) * 2);
+  EXPECT_EQ(plan.TotalBytes(), FlashSlots(4096) * 8 * (128 + 4) * 2);
+}
+
+// A preset's builder at `context` and batch 512.
+LayerPlan::Builder PresetBuilder(const char* name, uint64_t context) {
+  Expected<ModelPreset> preset = FindModelPreset(name);
+  EXPECT_TRUE(preset.ok()) << name;
+  if (!preset.ok()) return LayerPlan::Builder();
+  LayerPlan::Builder builder = BuilderFor(*preset);
+  builder.SetContext(context).SetBatch(512);
+  return builder;
+}
+
+TEST(LayerPlan, Int8Llama31_8BTakes2112BytesAPositionAndLayerAgainst4096) {
+  const LayerPlan bf16 = MustBuild(PresetBuilder("llama-3.1-8b", 131072));
+  const LayerPlan int8 = MustBuild(PresetBuilder("llama-3.1-8b", 131072).SetFormat(Format::kInt8));
+  const uint64_t slots = FlashSlots(131072);  // 4096 tiles is even: 4097, 131104 slots
+  EXPECT_EQ(slots, 131104u);
+  // 8 kv_heads x (128 + 4) bytes for K, the same for V.
+  for (const LayerInfo& layer : int8.Layers()) {
+    EXPECT_EQ(layer.spec.format, Format::kInt8);
+    EXPECT_EQ(layer.k_slot_bytes, 8u * (128 + 4));
+    EXPECT_EQ(layer.v_slot_bytes, 8u * (128 + 4));
+    EXPECT_EQ(layer.slot_bytes, 2112u);
+    EXPECT_EQ(layer.bytes, slots * 2112);
+    EXPECT_EQ(layer.padding_bytes, (slots - 131072) * 2112);
+  }
+  EXPECT_EQ(bf16.Layer(0).slot_bytes, 4096u);
+  EXPECT_EQ(int8.TotalBytes(), 32 * slots * 2112);
+  EXPECT_EQ(int8.TotalBytes() - int8.PaddingBytes(), 32ull * 131072 * 2112);  // 8.25 GiB
+  EXPECT_EQ(int8.TotalBytes() - int8.PaddingBytes(), 8 * kGiB + kGiB / 4);
+  EXPECT_EQ(int8.FlatBytes(), int8.TotalBytes());  // every layer global: flat already
+  EXPECT_EQ(int8.ContextTokenBytes(), 32u * 2112);
+  // Budget: 59 GiB hold 59 GiB / (32 x 131104 x 2112) = 7 sequences at 131072, against 3.
+  const MemoryBudget budget{80 * kGiB, 16 * kGiB, 4 * kGiB, 1 * kGiB};
+  EXPECT_EQ(bf16.Capacity(budget, 131072).max_sequences, 3u);
+  EXPECT_EQ(int8.Capacity(budget, 131072).max_sequences, 59 * kGiB / (32 * slots * 2112));
+  EXPECT_EQ(int8.Capacity(budget, 131072).max_sequences, 7u);
+  // SetElementType(kInt8) is the same plan.
+  const LayerPlan by_type =
+      MustBuild(PresetBuilder("llama-3.1-8b", 131072).SetElementType(ElementType::kInt8));
+  EXPECT_EQ(by_type.TotalBytes(), int8.TotalBytes());
+  EXPECT_EQ(by_type.Layer(31).spec.format, Format::kInt8);
+}
+
+TEST(LayerPlan, Gemma3_27BWithInt8GlobalsAndBF16SlidingLayersIsExact) {
+  const LayerPlan plan = MustBuild(PresetBuilder("gemma-3-27b", 131072)
+                                       .SetFormat(AttentionKind::kGlobal, Format::kInt8)
+                                       .SetFormat(AttentionKind::kSliding, Format::kBF16));
+  const uint64_t sliding_slot = 16 * 128 * 2 * 2;   // 8192
+  const uint64_t global_slot = 16 * (128 + 4) * 2;  // 4224
+  size_t num_global = 0;
+  for (const LayerInfo& layer : plan.Layers()) {
+    const bool global = layer.spec.kind == AttentionKind::kGlobal;
+    num_global += global;
+    EXPECT_EQ(layer.spec.format, global ? Format::kInt8 : Format::kBF16) << layer.index;
+    EXPECT_EQ(layer.slot_bytes, global ? global_slot : sliding_slot) << layer.index;
+    EXPECT_EQ(layer.num_slots, global ? 131104u : 1568u) << layer.index;
+  }
+  EXPECT_EQ(num_global, 10u);
+  EXPECT_EQ(plan.TotalBytes(), 52 * 1568 * sliding_slot + 10 * 131104 * global_slot);
+  EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(),
+            52 * 1535 * sliding_slot + 10 * 131072 * global_slot);
+  // Against a flat cache in the same formats: every layer at 131104 slots, each in its own.
+  EXPECT_EQ(plan.FlatBytes(), 131104 * (52 * sliding_slot + 10 * global_slot));
+  EXPECT_EQ(plan.ContextTokenBytes(), 10 * global_slot);
+  EXPECT_EQ(plan.BytesAtContext(131072), plan.TotalBytes());
+}
+
+TEST(LayerPlan, Int8DeepSeekV3LatentTakes576Plus4BytesAPosition) {
+  const LayerPlan plan = MustBuild(PresetBuilder("deepseek-v3", 32768).SetFormat(Format::kInt8));
+  for (const LayerInfo& layer : plan.Layers()) {
+    EXPECT_EQ(layer.k_slot_bytes, 576u + 4);  // one stream, one scale a position
+    EXPECT_EQ(layer.v_slot_bytes, 0u);
+    EXPECT_EQ(layer.slot_bytes, 580u);
+  }
+  EXPECT_EQ(plan.TotalBytes(), 61ull * FlashSlots(32768) * 580);
+  EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), 61ull * 32768 * 580);
+}
+
+TEST(LayerPlan, AConsumerReadsItsInt8OwnersFormat) {
+  LayerSpec owner = LayerSpec::Global(2, 64);
+  owner.format = Format::kInt8;
+  // Two consumers: one saying nothing (bf16), one sliding under a bf16 rule for its kind.
+  const LayerPlan plan = MustBuild(LayerPlan::Builder()
+                                       .AddLayer(owner)
+                                       .AddLayer(LayerSpec::Global(2, 64).SharedFrom(0))
+                                       .AddLayer(LayerSpec::Sliding(16, 2, 64).SharedFrom(0))
+                                       .SetFormat(AttentionKind::kSliding, Format::kBF16)
+                                       .SetContext(1000));
+  for (size_t i = 0; i < 3; ++i) {
+    const LayerInfo& layer = plan.Layer(i);
+    EXPECT_EQ(layer.spec.format, Format::kInt8) << i;
+    EXPECT_EQ(layer.slot_bytes, 2u * (64 + 4) * 2) << i;
+    EXPECT_EQ(plan.Layer(layer.owner).spec.format, Format::kInt8) << i;
+  }
+  EXPECT_EQ(plan.Layer(1).bytes, 0u);
+  EXPECT_EQ(plan.TotalBytes(), plan.Layer(0).bytes);
+  // The built plan re-plans to the same formats.
+  Expected<LayerPlan> again = plan.WithRuntime(plan.Runtime());
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_EQ(again->Layer(2).spec.format, Format::kInt8);
+  EXPECT_EQ(again->TotalBytes(), plan.TotalBytes());
+}
+
+TEST(LayerPlan, SetFormatByKindAppliesAtBuildToLayersAddedBeforeOrAfter) {
+  const auto formats = [](const LayerPlan& plan) {
+    std::vector<Format> result;
+    for (const LayerInfo& layer : plan.Layers()) result.push_back(layer.spec.format);
+    return result;
+  };
+  const std::vector<Format> kMixed = {Format::kBF16, Format::kInt8, Format::kBF16};
+  LayerPlan::Builder before;
+  before.SetFormat(AttentionKind::kGlobal, Format::kInt8)
+      .AddLayer(LayerSpec::Sliding(128, 2, 64))
+      .AddLayer(LayerSpec::Global(2, 64))
+      .AddLayer(LayerSpec::Chunked(256, 2, 64))
+      .SetContext(4096);
+  EXPECT_EQ(formats(MustBuild(before)), kMixed);
+  LayerPlan::Builder after;
+  after.AddLayer(LayerSpec::Sliding(128, 2, 64))
+      .AddLayer(LayerSpec::Global(2, 64))
+      .AddLayer(LayerSpec::Chunked(256, 2, 64))
+      .SetContext(4096)
+      .SetFormat(AttentionKind::kGlobal, Format::kInt8);
+  EXPECT_EQ(formats(MustBuild(after)), kMixed);
+  // The builder's specs stay as added.
+  EXPECT_EQ(after.Specs()[1].format, Format::kBF16);
+  // A kind's rule wins over the every-layer rule, in either order; a second call replaces.
+  LayerPlan::Builder all_int8 = after;
+  all_int8.SetFormat(AttentionKind::kSliding, Format::kBF16).SetFormat(Format::kInt8);
+  EXPECT_EQ(formats(MustBuild(all_int8)),
+            (std::vector<Format>{Format::kBF16, Format::kInt8, Format::kInt8}));
+  all_int8.SetFormat(Format::kBF16).SetFormat(AttentionKind::kChunked, Format::kInt8);
+  EXPECT_EQ(formats(MustBuild(all_int8)),
+            (std::vector<Format>{Format::kBF16, Format::kInt8, Format::kInt8}));
+}
+
+TEST(LayerPlan, ALayerSpecsFormatStandsUnlessABuilderRuleNamesItsLayer) {
+  LayerSpec int8_sliding = LayerSpec::Sliding(128, 2, 64);
+  int8_sliding.format = Format::kInt8;
+  LayerPlan::Builder builder;
+  builder.AddLayer(int8_sliding).AddLayer(LayerSpec::Global(2, 64)).SetContext(4096);
+  // No rule: the spec's own format.
+  EXPECT_EQ(MustBuild(builder).Layer(0).spec.format, Format::kInt8);
+  // A rule for another kind leaves it.
+  LayerPlan::Builder other_kind = builder;
+  other_kind.SetFormat(AttentionKind::kGlobal, Format::kBF16);
+  EXPECT_EQ(MustBuild(other_kind).Layer(0).spec.format, Format::kInt8);
+  // A rule for its kind, or for every layer, says so and replaces it.
+  LayerPlan::Builder its_kind = builder;
+  its_kind.SetFormat(AttentionKind::kSliding, Format::kBF16);
+  EXPECT_EQ(MustBuild(its_kind).Layer(0).spec.format, Format::kBF16);
+  LayerPlan::Builder every_layer = builder;
+  every_layer.SetFormat(Format::kBF16);
+  EXPECT_EQ(MustBuild(every_layer).Layer(0).spec.format, Format::kBF16);
 }
 
 TEST(LayerPlan, NumSequencesMultipliesTheTotal) {
@@ -414,6 +582,25 @@ std::vector<BadCase> BadCases() {
       "runtime.backend: 7");
   add("element type out of range", Base().SetElementType(static_cast<ElementType>(42)),
       "runtime.element_type", "runtime.element_type: 42");
+  {
+    LayerSpec spec = LayerSpec::Global(2, 256);
+    spec.format = static_cast<Format>(42);
+    add("format out of range", Base().AddLayer(spec), "layers[2].format",
+        "layers[2].format: 42 is not a kvring::Format");
+  }
+  add("format out of range from the builder", Base().SetFormat(static_cast<Format>(9)),
+      "layers[0].format", "layers[0].format: 9 is not a kvring::Format");
+  add("kind of a format rule out of range",
+      Base().SetFormat(static_cast<AttentionKind>(5), Format::kInt8), "format.kind",
+      "format.kind: 5 is not a kvring::AttentionKind");
+  add("int8 layer with an accounting-only element type",
+      Base().SetFormat(AttentionKind::kGlobal, Format::kInt8).SetElementType(ElementType::kF32),
+      "runtime.element_type",
+      "runtime.element_type: f32 is for accounting only and counts no scales, but "
+      "layers[1].format is int8");
+  add("int8 element type against a bf16 rule for every layer",
+      Base().SetElementType(ElementType::kInt8).SetFormat(Format::kBF16), "runtime.element_type",
+      "runtime.element_type: int8 stores every layer in int8, but SetFormat asks bf16");
   add("head dim of 2^31", Base().AddLayer(LayerSpec::Global(1u << 31, 1u << 31)),
       "layers[2].head_dim", "layers[2].head_dim: 2147483648 is above 576");
   add("bytes of a layer overflow 64 bits",
@@ -525,9 +712,14 @@ TEST(LayerPlan, FlashWithAnExplicitTileHeightIsRefused) {
 TEST(LayerPlan, ValueOfAFailedBuildAbortsPrintingTheError) {
   Expected<LayerPlan> plan = LayerPlan::Builder().Build();
   ASSERT_FALSE(plan.ok());
-  // The abort says which error was ignored, not only that one was.
-  EXPECT_DEATH((void)plan.value(),
-               "value\\(\\) of a failed kvring::Expected: " + plan.error().message);
+  // The abort says which error was ignored, not only that one was. The message ("layers: []
+  // is invalid ...") is escaped: "[]" alone is not a valid POSIX regular expression.
+  std::string message;
+  for (char c : plan.error().message) {
+    if (std::string("[](){}.*+?^$|\\").find(c) != std::string::npos) message += '\\';
+    message += c;
+  }
+  EXPECT_DEATH((void)plan.value(), "value\\(\\) of a failed kvring::Expected: " + message);
 }
 
 }  // namespace

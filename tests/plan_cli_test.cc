@@ -116,6 +116,71 @@ TEST(PlanCli, OptionsReachThePlan) {
             3 * json["total_bytes"].get<uint64_t>());
 }
 
+TEST(PlanCli, Int8DtypeCountsTheScales) {
+  const CliRun run = RunCli({"--preset", "llama-3.1-8b", "--json", "--dtype", "int8"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["dtype"], "int8");
+  EXPECT_EQ(json["element_bytes"], 1);
+  for (const auto& layer : json["layers"]) {
+    EXPECT_EQ(layer["format"], "int8");
+    // 8 kv_heads x (128 + 4) bytes, K and V: the scale of each row included.
+    EXPECT_EQ(layer["k_slot_bytes"], 8 * (128 + 4));
+    EXPECT_EQ(layer["v_slot_bytes"], 8 * (128 + 4));
+    EXPECT_EQ(layer["slot_bytes"], 2112);
+  }
+  EXPECT_EQ(json["total_bytes"].get<uint64_t>(), 32ull * 131104 * 2112);
+  EXPECT_EQ(json["flat_bytes"], json["total_bytes"]);
+  EXPECT_EQ(json["context_token_bytes"], 32 * 2112);
+}
+
+TEST(PlanCli, PerKindDtypeSetsEachLayersFormat) {
+  const CliRun run = RunCli({"--json", "--dtype", "sliding=bf16,global=int8"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["dtype"], "global=int8,sliding=bf16");  // in kind order
+  EXPECT_EQ(json["element_bytes"], 0);                   // no one element size
+  EXPECT_EQ(json["layers"][0]["format"], "bf16");
+  EXPECT_EQ(json["layers"][0]["slot_bytes"], 16 * 128 * 2 * 2);
+  EXPECT_EQ(json["layers"][5]["format"], "int8");
+  EXPECT_EQ(json["layers"][5]["slot_bytes"], 16 * (128 + 4) * 2);
+  EXPECT_EQ(json["total_bytes"].get<uint64_t>(), 52ull * 1568 * 8192 + 10ull * 131104 * 4224);
+  // The flat cache is in the same formats.
+  EXPECT_EQ(json["flat_bytes"].get<uint64_t>(), 131104ull * (52 * 8192 + 10 * 4224));
+
+  // A consumer reads its owner's format: gemma-3n's layer 34 reads global layer 19.
+  const CliRun shared =
+      RunCli({"--preset", "gemma-3n-e4b", "--json", "--dtype", "global=int8", "--context", "8k"});
+  ASSERT_EQ(shared.status, 0) << shared.err;
+  const nlohmann::json layers = nlohmann::json::parse(shared.out)["layers"];
+  EXPECT_EQ(layers[34]["owner"], 19);
+  EXPECT_EQ(layers[34]["format"], "int8");
+  EXPECT_EQ(layers[33]["format"], "bf16");
+}
+
+TEST(PlanCli, TableShowsEachLayersFormat) {
+  const CliRun run = RunCli({"--dtype", "global=int8"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("batch 512, rollback 0, backend flash, global=int8, 1 sequence"),
+            std::string::npos)
+      << run.out;
+  const auto line_of = [&](const std::string& start) {
+    const size_t begin = run.out.find("\n" + start);
+    return begin == std::string::npos
+               ? std::string()
+               : run.out.substr(begin + 1, run.out.find('\n', begin + 1) - begin - 1);
+  };
+  const std::string header = line_of("layers");
+  EXPECT_EQ(header.substr(header.size() - 6), "format") << header;
+  const std::string sliding = line_of("0-4 "), global = line_of("5 ");
+  EXPECT_EQ(sliding.substr(sliding.size() - 4), "bf16") << sliding;
+  EXPECT_EQ(global.substr(global.size() - 4), "int8") << global;
+  // What-if element types name themselves in the column.
+  const CliRun f32 = RunCli({"--preset", "llama-3.1-8b", "--dtype", "f32", "--json"});
+  ASSERT_EQ(f32.status, 0) << f32.err;
+  EXPECT_EQ(nlohmann::json::parse(f32.out)["layers"][0]["format"], "f32");
+}
+
 TEST(PlanCli, CapacityReportOfABudget) {
   const CliRun run =
       RunCli({"--preset", "llama-3.1-8b", "--json", "--memory", "80GiB", "--weights", "16GiB",
@@ -144,12 +209,27 @@ TEST(PlanCli, ListPresetsNamesEveryModel) {
 }
 
 TEST(PlanCli, BadInputExitsTwoWithOneLineAndNoStdout) {
-  const std::vector<std::vector<std::string>> kBad = {
-      {"--preset", "nope"},  {"--frobnicate"},     {"--context", "12x"},
-      {"--context", "0"},    {"--batch"},          {"--batch", "0"},
-      {"--backend", "cuda"}, {"--dtype", "f64"},   {"--tile-rows", "12"},
-      {"--json=yes"},        {"--sequences", "0"}, {"--context", "100", "--batch", "200"},
-      {"--memory", "lots"},  {"positional"},       {"--rollback", "1000000000"}};
+  const std::vector<std::vector<std::string>> kBad = {{"--preset", "nope"},
+                                                      {"--frobnicate"},
+                                                      {"--context", "12x"},
+                                                      {"--context", "0"},
+                                                      {"--batch"},
+                                                      {"--batch", "0"},
+                                                      {"--backend", "cuda"},
+                                                      {"--dtype", "f64"},
+                                                      {"--tile-rows", "12"},
+                                                      {"--json=yes"},
+                                                      {"--sequences", "0"},
+                                                      {"--context", "100", "--batch", "200"},
+                                                      {"--memory", "lots"},
+                                                      {"positional"},
+                                                      {"--rollback", "1000000000"},
+                                                      {"--dtype", "global=int9"},
+                                                      {"--dtype", "local=int8"},
+                                                      {"--dtype", "global=f32"},
+                                                      {"--dtype", "global=int8,global=bf16"},
+                                                      {"--dtype", "global=int8,"},
+                                                      {"--dtype", "global"}};
   for (const auto& args : kBad) {
     const CliRun run = RunCli(args);
     std::string joined;
@@ -158,6 +238,27 @@ TEST(PlanCli, BadInputExitsTwoWithOneLineAndNoStdout) {
     EXPECT_EQ(run.out, "") << joined;
     EXPECT_EQ(run.err.rfind("kvring-plan: ", 0), 0u) << joined << run.err;
     EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << joined << run.err;
+  }
+}
+
+TEST(PlanCli, BadPerKindDtypeNamesTheOptionAndTheValue) {
+  const struct {
+    const char* value;
+    const char* err;
+  } kCases[] = {
+      {"local=int8",
+       "kvring-plan: option --dtype: 'local=int8': 'local' is not an attention kind (global, "
+       "sliding, chunked)\n"},
+      {"global=int4,sliding=bf16",
+       "kvring-plan: option --dtype: 'global=int4,sliding=bf16': 'int4' is not a format (bf16, "
+       "int8)\n"},
+      {"global=int8,global=bf16",
+       "kvring-plan: option --dtype: 'global=int8,global=bf16': names global twice\n"},
+  };
+  for (const auto& c : kCases) {
+    const CliRun run = RunCli({"--dtype", c.value});
+    EXPECT_EQ(run.status, 2) << c.value;
+    EXPECT_EQ(run.err, c.err);
   }
 }
 

@@ -40,7 +40,11 @@ Runtime:
   --sequences N        number of sequences (default 1)
   --backend B          flash or tiled (default flash)
   --tile-rows N        tile height of the tiled backend: 8, 16, 32 or 64 (default 16)
-  --dtype T            bf16, f16, f32, fp8 or int8 element size for accounting (default bf16)
+  --dtype T            how K and V are stored (default bf16): bf16, or int8 (one byte an
+                       element plus a 4-byte scale per position and KV head, K and V); or a
+                       format per attention kind, as global=int8,sliding=bf16 (kinds global,
+                       sliding, chunked; formats bf16, int8; kinds left out stay bf16); or
+                       f16, f32, fp8: element sizes for what-if accounting, no scales
   --tensor-parallel N  plan one rank of N: KV heads split across the ranks (refused when they
                        do not divide; one replicated head per rank when fewer than N); MLA
                        latents replicated (default 1)
@@ -50,8 +54,9 @@ Capacity report (given --memory):
   --workspace BYTES    activations and scratch (default 0)
   --margin BYTES       memory kept free (default 0)
 Output:
-  --sweep              bytes of the kvring plan and of a flat cache at contexts 1024, 2048,
-                       ... up to the context, one CSV line each (columns: docs/planning.md)
+  --sweep              bytes of the kvring plan and of a flat cache (in the same formats) at
+                       contexts 1024, 2048, ... up to the context, one CSV line each
+                       (columns: docs/planning.md)
   --sweep-step N       sweep the contexts N, 2N, ... up to the context instead
   --json               one JSON object instead of the table or CSV (schema: docs/planning.md)
   --help               this text
@@ -69,12 +74,61 @@ struct Options {
   bool sweep = false;
   uint64_t sweep_step = 0;  // 0: doubling
   RuntimeSpec runtime;
+  // --dtype KIND=FORMAT,...: the format of each kind named (AttentionKind order).
+  std::optional<kvring::Format> kind_formats[3];
+  std::string dtype = "bf16";  // --dtype as the reports print it
   bool has_memory = false;
   MemoryBudget budget;
   bool json = false;
   bool list_presets = false;
   bool help = false;
 };
+
+constexpr AttentionKind kKinds[] = {AttentionKind::kGlobal, AttentionKind::kSliding,
+                                    AttentionKind::kChunked};
+
+// Sets options->kind_formats (and the runtime's element type to bf16, which counts the
+// layers' formats) from a --dtype list "global=int8,sliding=bf16", or returns an error line.
+std::string ParseKindFormats(const std::string& list, Options* options) {
+  const std::string option = "option --dtype: '" + list + "'";
+  for (auto& format : options->kind_formats) format.reset();
+  options->runtime.element_type = ElementType::kBF16;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string part = list.substr(start, comma - start);
+    const size_t equals = part.find('=');
+    if (equals == std::string::npos) {
+      return option + ": '" + part + "' is not kind=format (as global=int8,sliding=bf16)";
+    }
+    const std::string kind_name = part.substr(0, equals);
+    const std::string format_name = part.substr(equals + 1);
+    std::optional<size_t> kind;
+    for (AttentionKind k : kKinds) {
+      if (kind_name == ToString(k)) kind = static_cast<size_t>(k);
+    }
+    if (!kind) {
+      return option + ": '" + kind_name + "' is not an attention kind (global, sliding, chunked)";
+    }
+    std::optional<kvring::Format> format;
+    for (kvring::Format f : {kvring::Format::kBF16, kvring::Format::kInt8}) {
+      if (format_name == ToString(f)) format = f;
+    }
+    if (!format) return option + ": '" + format_name + "' is not a format (bf16, int8)";
+    if (options->kind_formats[*kind]) return option + ": names " + kind_name + " twice";
+    options->kind_formats[*kind] = format;
+    if (comma == list.size()) break;
+    start = comma + 1;
+  }
+  options->dtype.clear();
+  for (AttentionKind k : kKinds) {
+    const auto& format = options->kind_formats[static_cast<size_t>(k)];
+    if (!format) continue;
+    options->dtype +=
+        std::string(options->dtype.empty() ? "" : ",") + ToString(k) + "=" + ToString(*format);
+  }
+  return "";
+}
 
 // Fills *options from args, or returns an error line.
 std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
@@ -171,11 +225,18 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
                                ElementType::kFP8, ElementType::kInt8}) {
         if (dtype == ToString(type)) {
           options->runtime.element_type = type;
+          for (auto& format : options->kind_formats) format.reset();
+          options->dtype = dtype;
           found = true;
         }
       }
       if (error.empty() && !found) {
-        error = "option --dtype: '" + dtype + "' is not bf16, f16, f32, fp8 or int8";
+        if (dtype.find('=') != std::string::npos) {
+          error = ParseKindFormats(dtype, options);
+        } else {
+          error = "option --dtype: '" + dtype +
+                  "' is not bf16, f16, f32, fp8, int8 or a list as global=int8,sliding=bf16";
+        }
       }
     } else if (name == "--memory") {
       error = size(&options->budget.device_bytes);
@@ -237,15 +298,23 @@ std::string ShapeText(const LayerSpec& spec) {
   return shape;
 }
 
+// Returns the name of what a layer's bytes count: its format (a consumer's is its owner's), or
+// the accounting-only element type that replaces every format.
+const char* FormatText(const LayerPlan& plan, const LayerInfo& layer) {
+  const ElementType type = plan.Runtime().element_type;
+  return IsAccountingOnly(type) ? ToString(type) : ToString(layer.spec.format);
+}
+
 // The cells of a layer's table row, apart from its index range.
-std::vector<std::string> RowCells(const LayerInfo& layer) {
+std::vector<std::string> RowCells(const LayerPlan& plan, const LayerInfo& layer) {
   return {ToString(layer.spec.kind),
           SpanText(layer.spec),
           layer.OwnsKV() ? "self" : "layer " + std::to_string(layer.owner),
           ShapeText(layer.spec),
           layer.OwnsKV() ? std::to_string(layer.capacity) : "-",
           layer.OwnsKV() ? std::to_string(layer.num_slots) : "-",
-          layer.OwnsKV() ? FormatBytes(layer.bytes) : "0 (shared)"};
+          layer.OwnsKV() ? FormatBytes(layer.bytes) : "0 (shared)",
+          FormatText(plan, layer)};
 }
 
 // The model being planned: a preset, or a config.json that hf_config read.
@@ -284,24 +353,24 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
   const RuntimeSpec& runtime = plan.Runtime();
   // The name (a path, for --config) stays out of Format's fixed-size buffer.
   std::string out = "kvring plan: " + model.name;
-  out += Format(", context %" PRIu64 ", batch %" PRIu64 ", rollback %" PRIu64
-                ", backend %s, %s, %" PRIu64 " sequence%s\n",
-                runtime.context, runtime.batch, runtime.rollback,
-                runtime.backend == Backend::kTiled
-                    ? ("tiled (" + std::to_string(runtime.tile_rows) + "-row tiles)").c_str()
-                    : "flash",
-                ToString(runtime.element_type), runtime.num_sequences,
-                runtime.num_sequences == 1 ? "" : "s");
+  out +=
+      Format(", context %" PRIu64 ", batch %" PRIu64 ", rollback %" PRIu64
+             ", backend %s, %s, %" PRIu64 " sequence%s\n",
+             runtime.context, runtime.batch, runtime.rollback,
+             runtime.backend == Backend::kTiled
+                 ? ("tiled (" + std::to_string(runtime.tile_rows) + "-row tiles)").c_str()
+                 : "flash",
+             options.dtype.c_str(), runtime.num_sequences, runtime.num_sequences == 1 ? "" : "s");
   out += SourceLines(model, options) + "\n";
 
   // Fold runs of consecutive layers whose rows read the same.
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"layers", "kind", "window", "owner", "kv_heads x head_dim", "capacity",
-                  "num_slots", "bytes"});
+                  "num_slots", "bytes", "format"});
   for (size_t first = 0; first < plan.NumLayers();) {
-    const std::vector<std::string> cells = RowCells(plan.Layer(first));
+    const std::vector<std::string> cells = RowCells(plan, plan.Layer(first));
     size_t last = first;
-    while (last + 1 < plan.NumLayers() && RowCells(plan.Layer(last + 1)) == cells) ++last;
+    while (last + 1 < plan.NumLayers() && RowCells(plan, plan.Layer(last + 1)) == cells) ++last;
     std::vector<std::string> row = {
         last == first ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last)};
     row.insert(row.end(), cells.begin(), cells.end());
@@ -316,7 +385,7 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
     std::string line;
     for (size_t c = 0; c < row.size(); ++c) {
       // Numbers align right, words left.
-      const bool right = c >= 5;
+      const bool right = c >= 5 && c <= 7;
       const std::string pad(widths[c] - row[c].size(), ' ');
       line += (c ? "  " : "") + (right ? pad + row[c] : row[c] + pad);
     }
@@ -386,8 +455,10 @@ nlohmann::ordered_json JsonHead(const Model& model, const RuntimeSpec& runtime,
   json["rollback"] = runtime.rollback;
   json["backend"] = ToString(runtime.backend);
   json["tile_rows"] = runtime.backend == Backend::kTiled ? runtime.tile_rows : 0;
-  json["dtype"] = ToString(runtime.element_type);
-  json["element_bytes"] = ElementBytes(runtime.element_type);
+  json["dtype"] = options.dtype;
+  // A per-kind --dtype has no one element size: each layer says its format.
+  const bool per_kind = options.dtype.find('=') != std::string::npos;
+  json["element_bytes"] = per_kind ? 0 : ElementBytes(runtime.element_type);
   json["num_sequences"] = runtime.num_sequences;
   json["slot_alignment"] = SlotAlignment(runtime);
   return json;
@@ -410,6 +481,9 @@ std::string JsonReport(const Model& model, const LayerPlan& plan, const Options&
     entry["latent_dim"] = layer.spec.latent_dim;
     entry["capacity"] = layer.capacity;
     entry["num_slots"] = layer.num_slots;
+    entry["format"] = FormatText(plan, layer);
+    entry["k_slot_bytes"] = layer.k_slot_bytes;
+    entry["v_slot_bytes"] = layer.v_slot_bytes;
     entry["slot_bytes"] = layer.slot_bytes;
     entry["bytes"] = layer.bytes;
     entry["padding_bytes"] = layer.padding_bytes;
@@ -648,6 +722,10 @@ int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::stri
   }
   LayerPlan::Builder builder;
   for (const LayerSpec& spec : model.layers) builder.AddLayer(spec);
+  for (AttentionKind kind : kKinds) {
+    const auto& format = options.kind_formats[static_cast<size_t>(kind)];
+    if (format) builder.SetFormat(kind, *format);
+  }
   Expected<LayerPlan> plan = builder.SetRuntime(runtime).Build();
   if (!plan.ok()) return fail(plan.error().message);
   if (options.sweep) {

@@ -44,7 +44,7 @@ class KVCache {
                                 std::string("does not match the cache's layout, which serves ") +
                                     ToString(Layout::kBackend));
     }
-    if (runtime.element_type != ElementType::kBF16) {
+    if (IsAccountingOnly(runtime.element_type)) {
       return detail::FieldError("runtime.element_type", ToString(runtime.element_type),
                                 "is not stored: kvring caches hold BF16 (other element types are "
                                 "for what-if accounting only)");
@@ -53,6 +53,16 @@ class KVCache {
       return detail::FieldError("runtime.tile_rows", std::to_string(runtime.tile_rows),
                                 "does not match the layout's tile of " +
                                     std::to_string(Layout::kSlotAlignment) + " rows");
+    }
+    // TODO(issue "Int8 K/V per layer"): RingKV and GlobalKV store BF16 only; until they store int8
+    // rows and scales, a plan with an int8 owner (element_type kInt8 makes every layer one) is
+    // refused.
+    for (const LayerInfo& layer : plan.Layers()) {
+      if (layer.OwnsKV() && layer.spec.format != Format::kBF16) {
+        return detail::FieldError(detail::LayerField(layer.index, "format"),
+                                  ToString(layer.spec.format),
+                                  "is not stored: int8 storage is not built yet");
+      }
     }
     KVCache cache;
     cache.plan_ = plan;

@@ -8,13 +8,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kvring/base.h"
-#include "kvring/formats/format.h"
 #include "kvring/detail/checked_math.h"
+#include "kvring/formats/format.h"
 
 namespace kvring {
 
@@ -54,7 +55,10 @@ inline const char* ToString(Backend backend) {
   return "invalid";
 }
 
-// Element type for accounting. kvring stores BF16; the others are for what-if planning.
+// The runtime's element type. kBF16 counts every layer in its own format (LayerSpec::format);
+// kInt8 stores every layer as int8 with its scales, as LayerPlan::Builder::SetFormat(
+// Format::kInt8) does. kF16, kF32 and kFP8 are for what-if accounting only: every element
+// counted at ElementBytes(type), no scales; KVCache refuses them.
 enum class ElementType : uint8_t { kBF16, kF16, kF32, kFP8, kInt8 };
 
 inline const char* ToString(ElementType type) {
@@ -73,7 +77,8 @@ inline const char* ToString(ElementType type) {
   return "invalid";
 }
 
-// Returns the bytes of one element of `type`, or 0 for a value outside the enum.
+// Returns the bytes of one element of `type` (int8: 1, its scales aside), or 0 for a value
+// outside the enum.
 inline uint64_t ElementBytes(ElementType type) {
   switch (type) {
     case ElementType::kBF16:
@@ -135,7 +140,8 @@ struct LayerSpec {
   // kOwnsKV, or the index of an earlier owning layer whose K/V this layer reads.
   int32_t kv_source = kOwnsKV;
   // How the layer's K and V elements are stored (kvring/formats/format.h). A consumer reads
-  // its owner's, whatever it says here.
+  // its owner's, whatever it says here: a built plan's consumers carry their owner's format.
+  // LayerPlan::Builder::SetFormat and RuntimeSpec::element_type kInt8 replace it.
   Format format = Format::kBF16;
 
   // Returns a full-attention layer.
@@ -207,8 +213,15 @@ struct RuntimeSpec {
   Backend backend = Backend::kFlash;
   uint32_t tile_rows = 16;  // kTiled only: TiledLayout<kTileRows>
   uint64_t num_sequences = 1;
-  ElementType element_type = ElementType::kBF16;  // accounting; storage is BF16
+  // kBF16: the layers' formats; kInt8: every layer int8; kF16, kF32, kFP8: accounting only.
+  ElementType element_type = ElementType::kBF16;
 };
+
+// Returns whether `type` is for what-if accounting only (kF16, kF32, kFP8): no layer format
+// stores it, and KVCache refuses a plan of it.
+inline bool IsAccountingOnly(ElementType type) {
+  return type == ElementType::kF16 || type == ElementType::kF32 || type == ElementType::kFP8;
+}
 
 // Returns the slot alignment of the runtime's layout: num_slots is a multiple of it.
 inline uint64_t SlotAlignment(const RuntimeSpec& runtime) {
@@ -227,12 +240,19 @@ inline bool NumSlotsFor(const RuntimeSpec& runtime, uint64_t capacity, uint64_t*
 struct LayerInfo {
   size_t index = 0;
   LayerSpec spec;
-  size_t owner = 0;            // the layer whose buffers this layer reads (itself if it owns)
-  uint64_t span = 0;           // owners: largest window/chunk among it and its consumers; 0 if
-                               // some reader is global
-  uint64_t capacity = 0;       // logical slots it must hold; 0 for consumers
-  uint64_t num_slots = 0;      // capacity plus the layout's padding (NumSlotsFor); 0 for consumers
-  uint64_t slot_bytes = 0;     // bytes of K and V of one position, in the plan's element type
+  size_t owner = 0;        // the layer whose buffers this layer reads (itself if it owns)
+  uint64_t span = 0;       // owners: largest window/chunk among it and its consumers; 0 if
+                           // some reader is global
+  uint64_t capacity = 0;   // logical slots it must hold; 0 for consumers
+  uint64_t num_slots = 0;  // capacity plus the layout's padding (NumSlotsFor); 0 for consumers
+  // Bytes of one position, every kv_head, in the layer's format (spec.format; a consumer's is
+  // its owner's): K is num_kv_heads * RowBytes(format, head_dim) (MLA: RowBytes(format,
+  // latent_dim), one stream), V num_kv_heads * RowBytes(format, v_head_dim) (MLA: 0). An int8
+  // row counts its 4-byte scale. With an accounting-only element type, elements *
+  // ElementBytes(type) instead.
+  uint64_t k_slot_bytes = 0;
+  uint64_t v_slot_bytes = 0;
+  uint64_t slot_bytes = 0;     // k_slot_bytes + v_slot_bytes
   uint64_t bytes = 0;          // num_slots * slot_bytes; 0 for consumers
   uint64_t padding_bytes = 0;  // bytes of the padding slots: (num_slots - capacity) * slot_bytes
 
@@ -278,6 +298,8 @@ class LayerPlan {
   }
   // Slots every owning layer's num_slots is a multiple of.
   uint64_t SlotAlignment() const { return kvring::SlotAlignment(runtime_); }
+  // Bytes of one element of the runtime's element type (scales aside); a layer's bytes come
+  // from its format (LayerInfo::slot_bytes).
   uint64_t ElementBytes() const { return kvring::ElementBytes(runtime_.element_type); }
 
   // Bytes of one sequence: the sum of every owning layer's bytes, padding included.
@@ -428,11 +450,35 @@ class LayerPlan::Builder {
     runtime_.num_sequences = num_sequences;
     return *this;
   }
+  // kInt8 stores every layer in int8, as SetFormat(Format::kInt8); kF16, kF32, kFP8 are for
+  // accounting only (see ElementType).
   Builder& SetElementType(ElementType element_type) {
     runtime_.element_type = element_type;
     return *this;
   }
+  // Sets the format of every layer, replacing each LayerSpec::format, and those of layers
+  // added later too: Build() applies it, so it may come before or after AddLayer. A per-kind
+  // SetFormat(kind, format) wins over it for that kind, whatever the order of the calls; a
+  // second call replaces the first. A consumer still reads its owner's format.
+  Builder& SetFormat(Format format) {
+    format_ = format;
+    return *this;
+  }
+  // Sets the format of every layer of `kind` (for example int8 globals and BF16 sliding
+  // layers), replacing their LayerSpec::format, at Build() as SetFormat(format). Layers of
+  // other kinds keep theirs. A consumer reads its owner's format, so the rule for the owner's
+  // kind is the one that counts for it.
+  Builder& SetFormat(AttentionKind kind, Format format) {
+    const size_t index = static_cast<size_t>(kind);
+    if (index < kNumKinds) {
+      kind_formats_[index] = format;
+    } else {
+      bad_format_kind_ = static_cast<int>(kind);
+    }
+    return *this;
+  }
 
+  // The specs as added: the SetFormat rules apply at Build().
   const std::vector<LayerSpec>& Specs() const { return specs_; }
   const RuntimeSpec& Runtime() const { return runtime_; }
 
@@ -441,9 +487,17 @@ class LayerPlan::Builder {
   Expected<LayerPlan> Build() const;
 
  private:
+  static constexpr size_t kNumKinds = 3;  // AttentionKind's values
+
+  // Returns the layer specs with the format rules applied (consumers not yet normalised).
+  std::vector<LayerSpec> SpecsWithFormats() const;
+
   std::vector<LayerSpec> specs_;
   RuntimeSpec runtime_;
-  bool tile_rows_given_ = false;  // by SetBackend(backend, tile_rows)
+  bool tile_rows_given_ = false;                   // by SetBackend(backend, tile_rows)
+  std::optional<Format> format_;                   // by SetFormat(format)
+  std::optional<Format> kind_formats_[kNumKinds];  // by SetFormat(kind, format)
+  int bad_format_kind_ = -1;  // an AttentionKind outside the enum given to SetFormat
 };
 
 namespace detail {
@@ -527,6 +581,10 @@ inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
       return FieldError(LayerField(index, "kind"), to_string(static_cast<int>(spec.kind)),
                         "is not a kvring::AttentionKind");
   }
+  if (RowBytes(spec.format, 1) == 0) {
+    return FieldError(LayerField(index, "format"), to_string(static_cast<int>(spec.format)),
+                      "is not a kvring::Format");
+  }
   if (spec.kind == AttentionKind::kSliding && spec.window == 0) {
     return FieldError(LayerField(index, "window"), "0",
                       "is invalid: a sliding layer's window must be at least 1");
@@ -604,7 +662,42 @@ inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
   return Error{};
 }
 
+// Sets *k_bytes and *v_bytes to the bytes of one position of `spec` (every kv_head, in its
+// format; for an accounting-only `type`, at ElementBytes(type) an element), or returns false
+// on overflow.
+inline bool SlotBytes(const LayerSpec& spec, ElementType type, uint64_t* k_bytes,
+                      uint64_t* v_bytes) {
+  if (IsAccountingOnly(type)) {
+    return CheckedMul(spec.KElementsPerSlot(), kvring::ElementBytes(type), k_bytes) &&
+           CheckedMul(spec.VElementsPerSlot(), kvring::ElementBytes(type), v_bytes);
+  }
+  if (spec.IsLatent()) {
+    *k_bytes = RowBytes(spec.format, spec.latent_dim);  // one stream, one "kv_head"
+    *v_bytes = 0;
+    return true;
+  }
+  return CheckedMul(spec.num_kv_heads, RowBytes(spec.format, spec.head_dim), k_bytes) &&
+         CheckedMul(spec.num_kv_heads, RowBytes(spec.format, spec.VHeadDim()), v_bytes);
+}
+
 }  // namespace detail
+
+inline std::vector<LayerSpec> LayerPlan::Builder::SpecsWithFormats() const {
+  // element_type kInt8 stands for SetFormat(Format::kInt8); Build() refuses it against an
+  // explicit SetFormat of another format.
+  std::optional<Format> every_layer = format_;
+  if (!every_layer && runtime_.element_type == ElementType::kInt8) every_layer = Format::kInt8;
+  std::vector<LayerSpec> specs = specs_;
+  for (LayerSpec& spec : specs) {
+    const size_t kind = static_cast<size_t>(spec.kind);
+    if (kind < kNumKinds && kind_formats_[kind]) {
+      spec.format = *kind_formats_[kind];
+    } else if (every_layer) {
+      spec.format = *every_layer;
+    }
+  }
+  return specs;
+}
 
 inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
   using std::to_string;
@@ -621,29 +714,51 @@ inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
                               "is ignored by the flash backend; use SetLayout<FlashLayout>() or "
                               "SetBackend(Backend::kFlash)");
   }
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    error = detail::ValidateLayer(specs_, i);
+  if (bad_format_kind_ >= 0) {
+    return detail::FieldError("format.kind", to_string(bad_format_kind_),
+                              "is not a kvring::AttentionKind (given to SetFormat)");
+  }
+  if (runtime_.element_type == ElementType::kInt8 && format_ && *format_ != Format::kInt8) {
+    return detail::FieldError("runtime.element_type", "int8",
+                              std::string("stores every layer in int8, but SetFormat asks ") +
+                                  ToString(*format_) + " for every layer; give one");
+  }
+  std::vector<LayerSpec> specs = SpecsWithFormats();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    error = detail::ValidateLayer(specs, i);
     if (!error.field.empty()) return error;
+    // A consumer reads its owner's buffers, so its format is the owner's (validated above).
+    if (!specs[i].OwnsKV()) specs[i].format = specs[static_cast<size_t>(specs[i].kv_source)].format;
+  }
+  if (IsAccountingOnly(runtime_.element_type)) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].format == Format::kBF16) continue;
+      return detail::FieldError("runtime.element_type", ToString(runtime_.element_type),
+                                "is for accounting only and counts no scales, but " +
+                                    detail::LayerField(i, "format") + " is " +
+                                    ToString(specs[i].format) +
+                                    "; plan int8 layers with element type bf16 "
+                                    "or int8");
+    }
   }
 
   LayerPlan plan;
   plan.runtime_ = runtime_;
-  plan.layers_.resize(specs_.size());
-  const uint64_t element_bytes = kvring::ElementBytes(runtime_.element_type);
-  for (size_t i = 0; i < specs_.size(); ++i) {
+  plan.layers_.resize(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
     LayerInfo& layer = plan.layers_[i];
     layer.index = i;
-    layer.spec = specs_[i];
-    layer.owner = specs_[i].OwnsKV() ? i : static_cast<size_t>(specs_[i].kv_source);
-    if (!detail::CheckedMul(
-            detail::SaturatingAdd(specs_[i].KElementsPerSlot(), specs_[i].VElementsPerSlot()),
-            element_bytes, &layer.slot_bytes)) {
-      return detail::FieldError(detail::LayerField(i, "head_dim"), to_string(specs_[i].head_dim),
+    layer.spec = specs[i];
+    layer.owner = specs[i].OwnsKV() ? i : static_cast<size_t>(specs[i].kv_source);
+    if (!detail::SlotBytes(specs[i], runtime_.element_type, &layer.k_slot_bytes,
+                           &layer.v_slot_bytes) ||
+        !detail::CheckedAdd(layer.k_slot_bytes, layer.v_slot_bytes, &layer.slot_bytes)) {
+      return detail::FieldError(detail::LayerField(i, "head_dim"), to_string(specs[i].head_dim),
                                 "makes the bytes of one position overflow 64 bits");
     }
   }
   // The owner keeps the largest span any reader needs; a global reader needs everything.
-  std::vector<bool> has_global_reader(specs_.size(), false);
+  std::vector<bool> has_global_reader(specs.size(), false);
   for (const LayerInfo& reader : plan.layers_) {
     LayerInfo& owner = plan.layers_[reader.owner];
     if (reader.spec.kind == AttentionKind::kGlobal) has_global_reader[owner.index] = true;
