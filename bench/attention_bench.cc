@@ -373,6 +373,161 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   }
 }
 
+// Evicts the int8 elements and scales of positions [first, end) of every kv_head of an int8
+// view (EvictPositions for Format::kInt8).
+template <typename Layout>
+void EvictInt8Positions(const kvring::KVView<Layout>& kv, uint64_t first, uint64_t end) {
+  const auto k_mapping = kv.layout.K();
+  const auto v_mapping = kv.layout.V();
+  const kvring::KVShape& shape = kv.layout.Shape();
+  const uint64_t num_slots = kv.NumSlots();
+  while (first < end) {
+    const uint64_t slot0 = first % num_slots;
+    const uint64_t run = std::min(end - first, num_slots - slot0);
+    for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
+      for (uint32_t d = 0; d < shape.head_dim; ++d) {
+        for (uint64_t s = slot0; s < slot0 + run;) {
+          const uint64_t n = std::min(k_mapping.ContiguousSlotsFrom(s), slot0 + run - s);
+          Evict(kv.k_int8 + k_mapping(s, h, d), n * k_mapping.SlotStride());
+          s += n;
+        }
+      }
+      Evict(kv.k_scales + kv.ScaleOffset(slot0, h), run * sizeof(float));
+      if (kv.v_int8 != nullptr) {
+        Evict(kv.v_int8 + v_mapping(slot0, h, 0), run * v_mapping.SlotStride());
+        Evict(kv.v_scales + kv.ScaleOffset(slot0, h), run * sizeof(float));
+      }
+    }
+    first += run;
+  }
+}
+
+// Int8 against BF16 (Format::kInt8): the same history stored in both formats (ring or flat,
+// as the layout pads them), the int8 call, the BF16 call and the read twin of the int8 bytes
+// timed in turn in each iteration (alternating order), decode cold as BM_Attention's.
+// Counters: bf16_ratio (the BF16 call's time over the int8 call's: 2.0 = twice as fast),
+// read_ratio (the read twin of the int8 bytes, elements and scales, over the int8 call), and
+// for a ring ring_over_flat (the int8 ring against int8 flat storage of the same history,
+// outputs checked bit-identical).
+template <typename Layout>
+void BM_Int8(benchmark::State& state, Shape shape, bool ring) {
+  using kvring::reference::Int8History;
+  using kvring::reference::Int8Storage;
+  using kvring::reference::Storage;
+  const uint64_t first_q_pos = 3 * (shape.window + shape.num_queries) + 17;
+  const uint64_t end = first_q_pos + shape.num_queries;
+  uint64_t ring_slots = 0, flat_slots = 0;
+  if (!Layout::NumSlotsFor(shape.window - 1 + shape.num_queries, &ring_slots) ||
+      !Layout::NumSlotsFor(end, &flat_slots)) {
+    std::abort();
+  }
+  const uint64_t slots = ring ? ring_slots : flat_slots;
+  History history;
+  history.num_kv_heads = shape.num_kv_heads;
+  history.head_dim = shape.head_dim;
+  history.v_head_dim = shape.head_dim;
+  history.num_positions = end;
+  const size_t row = size_t{shape.num_kv_heads} * shape.head_dim;
+  history.k.assign(end * row, kvring::BF16FromF32(0.0f));
+  history.v.assign(end * row, kvring::BF16FromF32(0.0f));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (uint64_t pos = end - ring_slots; pos < end; ++pos) {
+    for (size_t i = 0; i < row; ++i) history.k[pos * row + i] = kvring::BF16FromF32(normal(rng));
+    for (size_t i = 0; i < row; ++i) history.v[pos * row + i] = kvring::BF16FromF32(normal(rng));
+  }
+  const Int8History q8 = Int8History::Of(history);
+  const auto int8_kv = Int8Storage<Layout>::Make(q8, slots, end);
+  const auto int8_flat = Int8Storage<Layout>::Make(q8, flat_slots, end);
+  const auto bf16_kv = Storage<Layout>::Make(history, slots, end);
+  const kvring::Visibility visibility{AttentionKind::kSliding, shape.window};
+  const kvring::KVView<Layout> view = int8_kv.View(visibility);
+  const kvring::KVView<Layout> flat_view = int8_flat.View(visibility);
+  const kvring::KVView<Layout> bf16_view = bf16_kv.View(visibility);
+  std::vector<float> queries(size_t{shape.num_queries} * shape.num_q_heads * shape.head_dim);
+  for (float& q : queries) q = normal(rng);
+  std::vector<float> out(size_t{shape.num_queries} * shape.num_q_heads * shape.head_dim);
+  std::vector<float> out_flat(out.size()), out_bf16(out.size());
+  kvring::AttentionOptions options;
+  kvring::AttentionBatch batch;
+  batch.queries_f32 = queries.data();
+  batch.out_f32 = out.data();
+  batch.first_q_pos = first_q_pos;
+  batch.num_queries = shape.num_queries;
+  batch.num_q_heads = shape.num_q_heads;
+  kvring::AttentionBatch flat_batch = batch, bf16_batch = batch;
+  flat_batch.out_f32 = out_flat.data();
+  bf16_batch.out_f32 = out_bf16.data();
+  const uint64_t first_visible = visibility.FirstVisible(first_q_pos);
+  const uint64_t kv_positions = end - first_visible;
+  // The int8 bytes a call reads: elements of K and V, and their two scales per kv_head.
+  const uint64_t bytes = kv_positions * (2 * row + 2 * shape.num_kv_heads * sizeof(float));
+  std::vector<uint32_t> twin_buffer(bytes / 4, 1u);
+  const bool cold = std::strcmp(shape.kind, "Decode") == 0;
+  kvring::AttentionWorkspace workspace, flat_workspace, bf16_workspace;
+  double best = 1e30, best_bf16 = 1e30, best_flat = 1e30, best_read = 1e30;
+  uint32_t sum = 0;
+  double last = 0.0;  // the int8 call's time in this iteration
+  const auto int8_call = [&] {
+    if (cold) EvictInt8Positions(view, first_visible, end);
+    last = Seconds(
+        [&] { kvring_testing::DispatchAttention(view, batch, options, 1, nullptr, &workspace); });
+    best = std::min(best, last);
+    benchmark::DoNotOptimize(out.data());
+  };
+  const auto bf16_call = [&] {
+    if (cold) EvictPositions(bf16_view, first_visible, end);
+    best_bf16 = std::min(best_bf16, Seconds([&] {
+                           kvring_testing::DispatchAttention(bf16_view, bf16_batch, options, 1,
+                                                             nullptr, &bf16_workspace);
+                         }));
+    benchmark::DoNotOptimize(out_bf16.data());
+  };
+  const auto flat_call = [&] {
+    if (!ring) return;
+    if (cold) EvictInt8Positions(flat_view, first_visible, end);
+    best_flat = std::min(best_flat, Seconds([&] {
+                           kvring_testing::DispatchAttention(flat_view, flat_batch, options, 1,
+                                                             nullptr, &flat_workspace);
+                         }));
+    benchmark::DoNotOptimize(out_flat.data());
+  };
+  const auto read_call = [&] {
+    if (cold) Evict(twin_buffer.data(), twin_buffer.size() * sizeof(uint32_t));
+    best_read =
+        std::min(best_read, Seconds([&] {
+                   sum += HWY_DYNAMIC_DISPATCH(ReadTwin)(twin_buffer.data(), twin_buffer.size());
+                 }));
+  };
+  uint64_t iteration = 0;
+  for (auto _ : state) {
+    if (iteration++ % 2 == 0) {
+      int8_call();
+      bf16_call();
+      flat_call();
+    } else {
+      flat_call();
+      bf16_call();
+      int8_call();
+    }
+    read_call();
+    state.SetIterationTime(last);
+  }
+  benchmark::DoNotOptimize(sum);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes * state.iterations()));
+  state.counters["best_us"] = best * 1e6;
+  state.counters["bf16_us"] = best_bf16 * 1e6;
+  state.counters["bf16_ratio"] = best_bf16 / best;
+  state.counters["read_ratio"] = best_read / best;
+  if (ring) {
+    if (std::memcmp(out.data(), out_flat.data(), out.size() * sizeof(float)) != 0) {
+      state.SkipWithError("int8 ring and flat storage gave different outputs");
+    }
+    state.counters["flat_us"] = best_flat * 1e6;
+    state.counters["ring_over_flat"] = best / best_flat;
+  }
+}
+
 void RegisterAll() {
   const Shape shapes[] = {
       {"Decode", 128, 8, 4, 1, 4096, 1},
@@ -387,6 +542,36 @@ void RegisterAll() {
       // values its first 512 elements.
       {"Decode", 576, 16, 1, 1, 4096, 1, 512},
   };
+  // Int8 against BF16: decode at 512, 8192 and 32768 positions, prefill over a 1024 window.
+  const Shape int8_shapes[] = {
+      {"Decode", 128, 8, 4, 1, 512, 1},
+      {"Decode", 128, 8, 4, 1, 8192, 1},
+      {"Decode", 128, 8, 4, 1, 32768, 1},
+      {"Prefill", 256, 8, 4, 512, 1024, 1},
+  };
+  for (const Shape& s : int8_shapes) {
+    for (int backend = 0; backend < 2; ++backend) {
+      for (bool ring : {true, false}) {
+        const std::string name =
+            std::string("BM_") + s.kind + "/" + (backend == 0 ? "flash" : "tiled") + "/" +
+            (ring ? "ring" : "flat") + "/int8/D" + std::to_string(s.head_dim) + "/q" +
+            std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
+            std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads1";
+        benchmark::internal::Benchmark* b =
+            backend == 0
+                ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::FlashLayout>, s, ring)
+                : benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s,
+                                               ring);
+        b->UseManualTime()->Unit(benchmark::kMicrosecond);
+        if (std::strcmp(s.kind, "Decode") == 0) {
+          b->Iterations(std::max<int64_t>(
+              60, std::min<int64_t>(
+                      300, static_cast<int64_t>((uint64_t{1} << 30) /
+                                                (s.window * s.num_kv_heads * s.head_dim * 6)))));
+        }
+      }
+    }
+  }
   for (const Shape& s : shapes) {
     for (int backend = 0; backend < 2; ++backend) {
       for (bool ring : {true, false}) {

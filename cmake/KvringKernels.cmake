@@ -3,6 +3,7 @@
 # defines). A static library built only when something links it. The same function defines it
 # in kvring's own build and, through the installed package config, in a find_package user's.
 #   KVRING_KERNELS_TILE_ROWS  tile heights of TiledLayout besides 16 to compile (8;32;64)
+#   KVRING_KERNELS_INT8       compile the int8 format's kernels too (on; off halves the time)
 #   KVRING_KERNELS_AVX3_DL    also compile Highway's AVX3_DL target (AVX-512 BF16/VNNI); off:
 #                             such CPUs run the AVX3 target, the same code today
 function(kvring_define_kernels)
@@ -12,6 +13,7 @@ function(kvring_define_kernels)
   set(KVRING_KERNELS_TILE_ROWS "" CACHE STRING
       "Tile heights of TiledLayout that kvring::kernels compiles besides 16 (any of 8;32;64)")
   option(KVRING_KERNELS_AVX3_DL "Compile Highway's AVX3_DL target into kvring::kernels" OFF)
+  option(KVRING_KERNELS_INT8 "Compile the int8 format's kernels into kvring::kernels" ON)
   set(defines "")
   foreach(rows IN LISTS KVRING_KERNELS_TILE_ROWS)
     if(NOT rows MATCHES "^(8|32|64)$")
@@ -20,6 +22,9 @@ function(kvring_define_kernels)
     endif()
     string(APPEND defines "#define KVRING_DISPATCH_TILED_${rows}\n")
   endforeach()
+  if(NOT KVRING_KERNELS_INT8)
+    string(APPEND defines "#define KVRING_ATTENTION_NO_INT8\n")
+  endif()
   if(KVRING_KERNELS_AVX3_DL)
     string(APPEND defines "#define KVRING_DISPATCH_AVX3_DL\n")
   endif()

@@ -161,7 +161,7 @@ struct Int8History {
   uint32_t head_dim = 0;
   uint32_t v_head_dim = 0;
   uint64_t num_positions = 0;
-  std::vector<int8_t> k, v;           // [pos][kv_head][dim]
+  std::vector<int8_t> k, v;             // [pos][kv_head][dim]
   std::vector<float> k_scale, v_scale;  // [pos][kv_head]
 
   static Int8History Of(const History& h) {
@@ -175,8 +175,8 @@ struct Int8History {
     q.k_scale.resize(h.num_positions * h.num_kv_heads);
     q.v_scale.resize(h.v_head_dim == 0 ? 0 : h.num_positions * h.num_kv_heads);
     for (uint64_t row = 0; row < h.num_positions * h.num_kv_heads; ++row) {
-      q.k_scale[row] = EncodeInt8Row(h.k.data() + row * h.head_dim, h.head_dim,
-                                     q.k.data() + row * h.head_dim);
+      q.k_scale[row] =
+          EncodeInt8Row(h.k.data() + row * h.head_dim, h.head_dim, q.k.data() + row * h.head_dim);
       if (h.v_head_dim != 0) {
         q.v_scale[row] = EncodeInt8Row(h.v.data() + row * h.v_head_dim, h.v_head_dim,
                                        q.v.data() + row * h.v_head_dim);

@@ -72,6 +72,13 @@ HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batc
                             const TaskRunner& runner) {
   const Result check = CheckAttention(kv, batch, options);
   if (!check.ok()) return check;
+#if defined(KVRING_ATTENTION_NO_INT8)
+  if (kv.format == Format::kInt8) {
+    return Result::Refused(Status::kBadArgument,
+                           "view.format: int8, but these kernels were compiled without int8 "
+                           "(KVRING_ATTENTION_NO_INT8)");
+  }
+#endif
   const AttentionWork work = AttentionWork::Plan(kv, batch, options);
   if (work.NumItems() == 0) return Result();
   // A call of one item runs on the calling thread (TaskRunner::Run), which needs one scratch.

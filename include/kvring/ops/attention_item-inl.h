@@ -427,12 +427,17 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
                                  float* HWY_RESTRICT partial) {
   // The format is a run-time property of the layer: one switch per item, then the kernels of
   // that element type.
+  // (KVRING_ATTENTION_NO_INT8 compiles the BF16 kernels alone; the entry points then refuse
+  // int8 views.)
+#if !defined(KVRING_ATTENTION_NO_INT8)
   if (kv.format == Format::kInt8) {
     attention_internal::RunItem(kv, batch, options, work, item_index, scratch, partial, kv.k_int8,
                                 kv.v_int8);
-  } else {
-    attention_internal::RunItem(kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
+    return;
   }
+#endif
+  KVRING_DASSERT(kv.format == Format::kBF16);
+  attention_internal::RunItem(kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
 }
 
 // Combines the partial states of merge `merge_index` (< work.NumMerges()) in chronological

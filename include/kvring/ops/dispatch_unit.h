@@ -14,6 +14,8 @@
 //   (before 2008) run the SCALAR target. With both left out the unit compiles in 0.61 of the
 //   time with every target (docs/attention.md). A user's own HWY_DISABLED_TARGETS replaces
 //   this choice.
+// - KVRING_ATTENTION_NO_INT8 compiles the BF16 kernels alone (int8 views are then refused):
+//   the int8 format's kernels double the unit's compile time.
 // Linking the CMake target kvring::kernels gives the same without compiling this file.
 #ifndef KVRING_OPS_DISPATCH_UNIT_H_
 #define KVRING_OPS_DISPATCH_UNIT_H_
