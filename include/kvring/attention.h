@@ -230,6 +230,7 @@ class AttentionWork {
     work.num_kv_heads_ = shape.num_kv_heads;
     work.head_dim_ = shape.head_dim;
     work.latent_ = !kv.HasV();
+    work.format_ = kv.format;
     work.v_head_dim_ = work.latent_ ? options.latent_v_dims : shape.v_head_dim;
     work.num_q_heads_ = batch.num_q_heads;
     work.num_queries_ = batch.num_queries;
@@ -346,6 +347,8 @@ class AttentionWork {
   uint32_t VHeadDim() const { return v_head_dim_; }
   // Whether the view has no V stream, its values read from K (AttentionOptions::latent_v_dims).
   bool Latent() const { return latent_; }
+  // The format of the view's elements (the kernels' accumulators differ by format).
+  Format ElementFormat() const { return format_; }
   uint32_t NumQHeads() const { return num_q_heads_; }
   const Visibility& GetVisibility() const { return visibility_; }
 
@@ -369,6 +372,7 @@ class AttentionWork {
   uint32_t num_blocks_ = 0;
   uint32_t num_splits_ = 1;
   bool latent_ = false;
+  Format format_ = Format::kBF16;
 };
 static_assert(std::is_trivially_copyable<AttentionWork>::value,
               "AttentionWork must be trivially copyable");

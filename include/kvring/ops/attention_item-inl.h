@@ -254,9 +254,13 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
   }
   KVRING_DASSERT(static_cast<uint64_t>(cursor - scratch) <= work.ScratchFloats());
 
+  // The position offset of each score lane: BF16 pairs interleave even and odd positions
+  // (LoadPairs); int8 lanes are in their natural order (LoadInt8Halves).
   for (size_t v = 0; v < Shape::kVectors; ++v) {
     for (size_t j = 0; j < Shape::kLanes; ++j) {
-      const size_t offset = (v / 2) * 2 * Shape::kLanes + 2 * j + v % 2;
+      const size_t offset = std::is_same<T, int8_t>::value
+                                ? v * Shape::kLanes + j
+                                : (v / 2) * 2 * Shape::kLanes + 2 * j + v % 2;
       lane_offsets[v * Shape::kLanes + j] = static_cast<int32_t>(offset);
       index_of_offset[offset] = static_cast<int32_t>(v * Shape::kLanes + j);
     }
@@ -407,7 +411,7 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       FinalizeRow(state.m, state.l, state.acc,
                   options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim,
                   dummy_acc, batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
-                  batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr);
+                  batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr, AccOrderOf<T>());
     }
   }
 }
@@ -477,7 +481,9 @@ HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptio
     attention_internal::FinalizeRow(
         m, l, acc, options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim, tmp,
         batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
-        batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr);
+        batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr,
+        work.ElementFormat() == Format::kInt8 ? attention_internal::AccOrder::kNatural
+                                              : attention_internal::AccOrder::kPermuted);
   }
 }
 

@@ -67,18 +67,29 @@ HWY_INLINE void LoadPairs(DF df, const BF16* HWY_RESTRICT p, hn::Vec<DF>& even, 
   odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xFFFF0000u)));
 }
 
-// LoadPairs for int8 elements (Format::kInt8): 2 * Lanes(df) consecutive int8 at `p` as two
-// f32 vectors in the same order, elements 0, 2, 4, ... in `even` and 1, 3, 5, ... in `odd`:
-// the bytes loaded as int16 pairs, each byte sign-extended by shifts, widened to int32 and
-// converted (exact: |q| <= 127).
+// Loads 2 * Lanes(df) consecutive int8 at `p` (Format::kInt8) as two f32 vectors in their
+// natural order: elements [0, Lanes) in `first` and [Lanes, 2 * Lanes) in `second` (each a
+// sign-extending widening load and a conversion, exact: |q| <= 127). Int8 tiles and
+// accumulators use this natural lane order; BF16 ones the even/odd order of LoadPairs.
 template <class DF>
-HWY_INLINE void LoadPairs(DF df, const int8_t* HWY_RESTRICT p, hn::Vec<DF>& even,
-                          hn::Vec<DF>& odd) {
-  const hn::Rebind<int16_t, DF> d16;
+HWY_INLINE void LoadInt8Halves(DF df, const int8_t* HWY_RESTRICT p, hn::Vec<DF>& first,
+                               hn::Vec<DF>& second) {
+  const hn::Rebind<int8_t, DF> d8;
   const hn::Rebind<int32_t, DF> d32;
-  const auto pairs = hn::LoadU(d16, reinterpret_cast<const int16_t*>(p));
-  even = hn::ConvertTo(df, hn::PromoteTo(d32, hn::ShiftRight<8>(hn::ShiftLeft<8>(pairs))));
-  odd = hn::ConvertTo(df, hn::PromoteTo(d32, hn::ShiftRight<8>(pairs)));
+  const size_t lanes = hn::Lanes(df);
+  first = hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p)));
+  second = hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p + lanes)));
+}
+
+// The two vectors of 2 * Lanes(df) stored elements: LoadPairs for BF16, LoadInt8Halves for
+// int8 (see the lane orders there).
+template <class DF>
+HWY_INLINE void LoadElements(DF df, const BF16* HWY_RESTRICT p, hn::Vec<DF>& a, hn::Vec<DF>& b) {
+  LoadPairs(df, p, a, b);
+}
+template <class DF>
+HWY_INLINE void LoadElements(DF df, const int8_t* HWY_RESTRICT p, hn::Vec<DF>& a, hn::Vec<DF>& b) {
+  LoadInt8Halves(df, p, a, b);
 }
 
 // Prefetch: what the kernel fetches while working on a tile. Decode does little work per byte, and
@@ -273,7 +284,7 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_REST
         PrefetchV(v_now, dim, ps);  // see PrefetchShape
         V even[Shape::kPairs], odd[Shape::kPairs];
         for (size_t p = 0; p < Shape::kPairs; ++p) {
-          LoadPairs(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
+          LoadElements(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
         }
         for (size_t r = 0; r < kRows; ++r) {
           const V qd = hn::Set(dk, q[r][dim]);

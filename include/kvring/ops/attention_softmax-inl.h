@@ -154,7 +154,7 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
     }
     for (size_t ch = 0; ch < kChunks; ++ch) {
       V even, odd;
-      LoadPairs(df, v_row + ch * 2 * lanes, even, odd);
+      LoadElements(df, v_row + ch * 2 * lanes, even, odd);
       for (size_t r = 0; r < kRows; ++r) {
         even_acc[ch][r] = hn::MulAdd(pr[r], even, even_acc[ch][r]);
         odd_acc[ch][r] = hn::MulAdd(pr[r], odd, odd_acc[ch][r]);
@@ -202,10 +202,21 @@ HWY_INLINE void AccumulateTile(const T* HWY_RESTRICT v_tile, const float* HWY_RE
   }
 }
 
-// Writes one output row from a row's merged state (max m, sum l, permuted acc): divides by the
-// softmax denominator, after adding the sink's exp(sink - max) to it when there is one.
+// The order of a row's accumulators: BF16 V accumulates its dims permuted (PermutedIndex),
+// int8 V in their natural order (LoadInt8Halves).
+enum class AccOrder : uint8_t { kPermuted, kNatural };
+
+// Returns the accumulator order of stored elements of type T.
+template <typename T>
+constexpr AccOrder AccOrderOf() {
+  return std::is_same<T, int8_t>::value ? AccOrder::kNatural : AccOrder::kPermuted;
+}
+
+// Writes one output row from a row's merged state (max m, sum l, acc in `order`): divides by
+// the softmax denominator, after adding the sink's exp(sink - max) to it when there is one.
 HWY_INLINE void FinalizeRow(float m, float l, const float* acc, const float* sink,
-                            size_t v_head_dim, float* tmp, float* out_f32, BF16* out_bf16) {
+                            size_t v_head_dim, float* tmp, float* out_f32, BF16* out_bf16,
+                            AccOrder order) {
   float factor = 1.0f;
   if (sink != nullptr) {
     const float m_new = *sink > m ? *sink : m;
@@ -214,8 +225,12 @@ HWY_INLINE void FinalizeRow(float m, float l, const float* acc, const float* sin
   }
   const float scale = l != 0.0f ? factor / l : 0.0f;
   float* dst = out_f32 != nullptr ? out_f32 : tmp;
-  for (size_t dim = 0; dim < v_head_dim; ++dim) {
-    dst[dim] = acc[PermutedIndex(dim, v_head_dim)] * scale;
+  if (order == AccOrder::kNatural) {
+    for (size_t dim = 0; dim < v_head_dim; ++dim) dst[dim] = acc[dim] * scale;
+  } else {
+    for (size_t dim = 0; dim < v_head_dim; ++dim) {
+      dst[dim] = acc[PermutedIndex(dim, v_head_dim)] * scale;
+    }
   }
   if (out_bf16 != nullptr) F32ToBF16(tmp, out_bf16, v_head_dim);
 }
