@@ -37,7 +37,7 @@ TYPED_TEST_SUITE(KVCacheTest, Layouts);
 
 TYPED_TEST(KVCacheTest, RandomOperationsAgreeWithTheReferenceModel) {
   // 40 random models x 300 steps = 12,000 steps per layout.
-  size_t appends = 0, wraps = 0;
+  size_t appends = 0, wraps = 0, int8_appends = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     RandomChoices choices(seed * 7919 + TypeParam::kSlotAlignment);
     testing::StorageDriver<TypeParam> driver(&choices);
@@ -45,10 +45,13 @@ TYPED_TEST(KVCacheTest, RandomOperationsAgreeWithTheReferenceModel) {
     ASSERT_EQ(failure, "") << "seed " << seed;
     appends += driver.num_appends();
     wraps += driver.num_wraps();
+    int8_appends += driver.num_int8_appends();
   }
   // The sequences do wrap the rings, many times.
   EXPECT_GT(appends, 5000u);
   EXPECT_GT(wraps, 2000u);
+  // Some owners of the random plans are int8.
+  EXPECT_GT(int8_appends, appends / 4);
 }
 
 LayerPlan PlanOf(LayerPlan::Builder builder, uint64_t context, uint64_t batch, uint64_t rollback,
