@@ -1,8 +1,11 @@
 // Storage benchmarks: appends of 1 and 512 tokens into ring and flat storage of each layout,
-// Copy() and growth, each beside its memcpy headroom twin of the same bytes in this binary.
-// memcpy_ratio is the twin's time over the benchmark's: 1.0 is as fast as memcpy.
-// Shape: 8 kv_heads x 128 dims (Llama 3.1 8B, Mistral), BF16; a ring of window 4096 planned
-// for batches of 512 (4608 slots, 18 MiB); flat storage of 32768 positions.
+// Copy() and growth, each beside its memcpy headroom twin of the same bytes in this binary;
+// and BF16 rows of 512 tokens appended into int8 rings (BM_AppendInt8), beside the memcpy of
+// the same BF16 input bytes. memcpy_ratio is the twin's time over the benchmark's: 1.0 is as
+// fast as memcpy.
+// Shape: 8 kv_heads x 128 dims (Llama 3.1 8B, Mistral), BF16 (int8: 1 byte and 4 of scale per
+// 128); a ring of window 4096 planned for batches of 512 (4608 slots, 18 MiB in BF16); flat
+// storage of 32768 positions.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -28,8 +31,9 @@ enum class Storage { kRing, kFlat };
 
 // Returns the spec of a ring (window 4096, batch 512) or of flat storage (32768 positions).
 template <typename Layout>
-kvring::StorageSpec SpecOf(Storage storage) {
+kvring::StorageSpec SpecOf(Storage storage, kvring::Format format = kvring::Format::kBF16) {
   kvring::StorageSpec spec;
+  spec.format = format;
   spec.shape = kvring::KVShape{0, kKVHeads, kHeadDim, kHeadDim};
   const uint64_t capacity = storage == Storage::kRing ? kWindow - 1 + kBatch : kFlatContext;
   if (!Layout::NumSlotsFor(capacity, &spec.shape.num_slots)) std::abort();
@@ -91,16 +95,18 @@ double MemcpySeconds(uint64_t bytes, uint64_t allocated_bytes) {
 }
 
 template <typename Layout, typename Kind>
-Kind Create(Storage storage) {
-  kvring::Expected<Kind> created = Kind::Create(SpecOf<Layout>(storage));
+Kind Create(Storage storage, kvring::Format format = kvring::Format::kBF16) {
+  kvring::Expected<Kind> created = Kind::Create(SpecOf<Layout>(storage, format));
   if (!created.ok()) std::abort();
   return std::move(created).value();
 }
 
-// Appends `num_tokens` BF16 rows per call; the flat storage is cleared when it is full.
+// Appends `num_tokens` BF16 rows per call into storage of `format`; the flat storage is cleared
+// when it is full. The twin copies the BF16 input bytes in either format.
 template <typename Layout, typename Kind>
-void AppendLoop(benchmark::State& state, Storage storage, uint64_t num_tokens) {
-  Kind kv = Create<Layout, Kind>(storage);
+void AppendLoop(benchmark::State& state, Storage storage, uint64_t num_tokens,
+                kvring::Format format = kvring::Format::kBF16) {
+  Kind kv = Create<Layout, Kind>(storage, format);
   std::vector<BF16> k(num_tokens * kRowElements), v(num_tokens * kRowElements);
   for (size_t i = 0; i < k.size(); ++i) {
     k[i] = kvring::BF16FromF32(static_cast<float>(i % 97));
@@ -139,11 +145,12 @@ void AppendLoop(benchmark::State& state, Storage storage, uint64_t num_tokens) {
 }
 
 template <typename Layout>
-void BM_Append(benchmark::State& state, Storage storage, uint64_t num_tokens) {
+void BM_Append(benchmark::State& state, Storage storage, uint64_t num_tokens,
+               kvring::Format format = kvring::Format::kBF16) {
   if (storage == Storage::kRing) {
-    AppendLoop<Layout, kvring::RingKV<Layout>>(state, storage, num_tokens);
+    AppendLoop<Layout, kvring::RingKV<Layout>>(state, storage, num_tokens, format);
   } else {
-    AppendLoop<Layout, kvring::GlobalKV<Layout>>(state, storage, num_tokens);
+    AppendLoop<Layout, kvring::GlobalKV<Layout>>(state, storage, num_tokens, format);
   }
 }
 
@@ -211,6 +218,15 @@ void RegisterLayout(const std::string& name) {
           [=](benchmark::State& state) { BM_Append<Layout>(state, storage, num_tokens); })
           ->UseManualTime();
     }
+  }
+  if (Layout::kBackend == kvring::Backend::kFlash || Layout::kSlotAlignment == 16) {
+    // Each (pos, kv_head) row encoded with EncodeInt8Row: the int8 target is half the memcpy.
+    benchmark::RegisterBenchmark(
+        ("BM_AppendInt8/" + name + "/ring/" + std::to_string(kBatch)).c_str(),
+        [](benchmark::State& state) {
+          BM_Append<Layout>(state, Storage::kRing, kBatch, kvring::Format::kInt8);
+        })
+        ->UseManualTime();
   }
   benchmark::RegisterBenchmark(("BM_Copy/" + name + "/ring").c_str(), [](benchmark::State& s) {
     BM_Copy<Layout, kvring::RingKV<Layout>>(s, Storage::kRing);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,7 +37,7 @@ TYPED_TEST_SUITE(KVCacheTest, Layouts);
 
 TYPED_TEST(KVCacheTest, RandomOperationsAgreeWithTheReferenceModel) {
   // 40 random models x 300 steps = 12,000 steps per layout.
-  size_t appends = 0, wraps = 0;
+  size_t appends = 0, wraps = 0, int8_appends = 0;
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     RandomChoices choices(seed * 7919 + TypeParam::kSlotAlignment);
     testing::StorageDriver<TypeParam> driver(&choices);
@@ -44,10 +45,13 @@ TYPED_TEST(KVCacheTest, RandomOperationsAgreeWithTheReferenceModel) {
     ASSERT_EQ(failure, "") << "seed " << seed;
     appends += driver.num_appends();
     wraps += driver.num_wraps();
+    int8_appends += driver.num_int8_appends();
   }
   // The sequences do wrap the rings, many times.
   EXPECT_GT(appends, 5000u);
   EXPECT_GT(wraps, 2000u);
+  // Some owners of the random plans are int8.
+  EXPECT_GT(int8_appends, appends / 4);
 }
 
 LayerPlan PlanOf(LayerPlan::Builder builder, uint64_t context, uint64_t batch, uint64_t rollback,
@@ -442,6 +446,179 @@ TYPED_TEST(KVCacheFusedTest, FusedQKVRowsAreStoredAsTheSameRowsPacked) {
       for (uint64_t e = 0; e < kKDim; ++e) ASSERT_EQ(k[e].bits, k_packed[e].bits) << pos;
       for (uint64_t e = 0; e < kVDim; ++e) ASSERT_EQ(v[e].bits, v_packed[e].bits) << pos;
     }
+  }
+}
+
+// Returns the bytes the owning layers of `plan` take in their formats, worked out here: for
+// each, num_slots x num_kv_heads x (RowBytes(format, head_dim) + RowBytes(format, v_head_dim)),
+// the V term 0 without V (an MLA latent is one stream).
+uint64_t BytesInFormats(const LayerPlan& plan) {
+  uint64_t bytes = 0;
+  for (const LayerInfo& layer : plan.Layers()) {
+    if (!layer.OwnsKV()) continue;
+    const KVShape shape = KVShape::Of(layer);
+    const Format format = layer.spec.format;
+    bytes += layer.num_slots * shape.num_kv_heads *
+             (RowBytes(format, shape.head_dim) +
+              (shape.v_head_dim != 0 ? RowBytes(format, shape.v_head_dim) : 0));
+  }
+  return bytes;
+}
+
+LayerSpec Int8(LayerSpec spec) {
+  spec.format = Format::kInt8;
+  return spec;
+}
+
+// SharedModel with int8 owners: layer 0 sliding (window 8) int8, 1 global BF16 or int8, 2
+// reads layer 0 with window 4, 3 reads layer 1.
+LayerPlan::Builder Int8SharedModel(Format global_format) {
+  LayerSpec global = LayerSpec::Global(2, 16);
+  global.format = global_format;
+  return LayerPlan::Builder()
+      .AddLayer(Int8(LayerSpec::Sliding(8, 2, 16)))
+      .AddLayer(global)
+      .AddLayer(LayerSpec::Sliding(4, 2, 16).SharedFrom(0))
+      .AddLayer(LayerSpec::Global(2, 16).SharedFrom(1));
+}
+
+uint32_t Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+// Checks that int8 layer `layer` of `cache` holds at `pos` the encoding of Rows(pos, 1,
+// owner) (K and V alike), through ReadRowInt8, ReadRowF32 and its view.
+template <typename Layout>
+void ExpectInt8Row(const KVCache<Layout>& cache, size_t layer, uint64_t pos) {
+  const std::vector<float> rows = Rows(pos, 1, static_cast<float>(cache.Owner(layer)));
+  int8_t want[32];
+  float want_scales[2];
+  for (uint32_t h = 0; h < 2; ++h)
+    want_scales[h] = EncodeInt8Row(rows.data() + 16 * h, 16, want + 16 * h);
+  int8_t k[32], v[32];
+  float k_scales[2], v_scales[2], k_f32[32], v_f32[32];
+  ASSERT_EQ(cache.ReadRowInt8(layer, pos, k, k_scales, v, v_scales), Status::kOk) << pos;
+  ASSERT_EQ(cache.ReadRowF32(layer, pos, k_f32, v_f32), Status::kOk) << pos;
+  const KVView<Layout> view = cache.View(layer);
+  ASSERT_EQ(view.format, Format::kInt8);
+  const uint64_t slot = view.SlotOf(pos);
+  for (uint32_t h = 0; h < 2; ++h) {
+    ASSERT_EQ(Bits(k_scales[h]), Bits(want_scales[h])) << pos;
+    ASSERT_EQ(Bits(v_scales[h]), Bits(want_scales[h])) << pos;
+    ASSERT_EQ(Bits(view.k_scales[view.ScaleOffset(slot, h)]), Bits(want_scales[h])) << pos;
+    ASSERT_EQ(Bits(view.v_scales[view.ScaleOffset(slot, h)]), Bits(want_scales[h])) << pos;
+    for (uint32_t d = 0; d < 16; ++d) {
+      const uint32_t e = 16 * h + d;
+      ASSERT_EQ(k[e], want[e]) << pos << " " << e;
+      ASSERT_EQ(v[e], want[e]) << pos << " " << e;
+      ASSERT_EQ(view.k_int8[view.layout.K()(slot, h, d)], want[e]) << pos << " " << e;
+      ASSERT_EQ(view.v_int8[view.layout.V()(slot, h, d)], want[e]) << pos << " " << e;
+      ASSERT_EQ(Bits(k_f32[e]), Bits(DecodeInt8(want_scales[h], want[e]))) << pos;
+      ASSERT_EQ(Bits(v_f32[e]), Bits(DecodeInt8(want_scales[h], want[e]))) << pos;
+    }
+  }
+}
+
+TYPED_TEST(KVCacheTest, Int8LayersStoreTheirEncodingBesideBF16Layers) {
+  const LayerPlan plan = PlanOf(Int8SharedModel(Format::kBF16), 1000, 4, 3, TypeParam::kBackend,
+                                static_cast<uint32_t>(TypeParam::kSlotAlignment));
+  Expected<KVCache<TypeParam>> created = KVCache<TypeParam>::Create(plan);
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  KVCache<TypeParam> cache = std::move(created).value();
+  EXPECT_EQ(cache.GetFormat(0), Format::kInt8);
+  EXPECT_EQ(cache.GetFormat(1), Format::kBF16);
+  EXPECT_EQ(cache.GetFormat(2), Format::kInt8);  // a consumer reads its owner's format
+  EXPECT_EQ(cache.AllocatedBytes(), BytesInFormats(plan));
+  AppendStep(&cache, 1);
+  for (int i = 0; i < 30; ++i) AppendStep(&cache, 4);  // wraps layer 0's ring
+  AppendStep(&cache, 300);                             // grows it first
+  EXPECT_EQ(cache.EndPos(), 421u);
+  EXPECT_EQ(cache.AllocatedBytes(), BytesInFormats(cache.Plan()));
+  for (uint64_t pos = cache.FirstPos(0); pos < cache.EndPos(0); ++pos) {
+    ExpectInt8Row(cache, 0, pos);
+    ExpectInt8Row(cache, 2, pos);  // the consumer reads the same rows
+  }
+  // Consumers read their owner's buffers and scales with their own visibility.
+  const KVView<TypeParam> owner = cache.View(0), consumer = cache.View(2);
+  EXPECT_EQ(consumer.k_int8, owner.k_int8);
+  EXPECT_EQ(consumer.v_int8, owner.v_int8);
+  EXPECT_EQ(consumer.k_scales, owner.k_scales);
+  EXPECT_EQ(consumer.v_scales, owner.v_scales);
+  EXPECT_EQ(owner.k, nullptr);
+  EXPECT_EQ(owner.v, nullptr);
+  EXPECT_EQ(consumer.visibility.span, 4u);
+  // The BF16 layer is untouched by its neighbour's format: ReadRow and ReadRowF32 agree.
+  EXPECT_EQ(cache.View(1).format, Format::kBF16);
+  EXPECT_EQ(cache.View(1).k_int8, nullptr);
+  std::vector<BF16> k16(32);
+  std::vector<float> k_f32(32);
+  ASSERT_EQ(cache.ReadRow(3, 17, k16.data(), nullptr), Status::kOk);
+  ASSERT_EQ(cache.ReadRowF32(3, 17, k_f32.data(), nullptr), Status::kOk);
+  for (size_t e = 0; e < 32; ++e) {
+    EXPECT_EQ(k16[e].bits, BF16FromF32(Rows(17, 1, 1)[e]).bits);
+    EXPECT_EQ(Bits(k_f32[e]), Bits(BF16ToF32(k16[e])));
+  }
+  // Reads in the other format are refused, naming the layer and pointing to the right read.
+  const Result refused = cache.ReadRow(2, 420, k16.data(), nullptr);
+  EXPECT_EQ(refused, Status::kBadArgument);
+  EXPECT_NE(refused.Message().find("layers[2]"), std::string::npos) << refused.Message();
+  EXPECT_NE(refused.Message().find("ReadRowInt8"), std::string::npos) << refused.Message();
+  int8_t q[32];
+  float scales[2];
+  EXPECT_EQ(cache.ReadRowInt8(1, 17, q, scales, nullptr, nullptr), Status::kBadArgument);
+  EXPECT_EQ(cache.ReadRowInt8(9, 17, q, scales, nullptr, nullptr), Status::kBadArgument);
+  EXPECT_EQ(cache.ReadRowF32(9, 17, k_f32.data(), nullptr), Status::kBadArgument);
+  EXPECT_EQ(cache.ReadRowInt8(0, 421, q, scales, nullptr, nullptr), Status::kNotLive);
+  // Rollback, and the same positions appended again read back as before.
+  ASSERT_EQ(cache.Rollback(3), Status::kOk);
+  EXPECT_EQ(cache.ReadRowInt8(0, 418, q, scales, nullptr, nullptr), Status::kNotLive);
+  AppendStep(&cache, 3);
+  for (uint64_t pos = 410; pos < 421; ++pos) ExpectInt8Row(cache, 0, pos);
+}
+
+TYPED_TEST(KVCacheTest, Int8SnapshotIsIndependentAndClearForgetsEveryLayer) {
+  const LayerPlan plan = PlanOf(Int8SharedModel(Format::kInt8), 200, 4, 0, TypeParam::kBackend,
+                                static_cast<uint32_t>(TypeParam::kSlotAlignment));
+  KVCache<TypeParam> cache = KVCache<TypeParam>::Create(plan).value();
+  EXPECT_EQ(cache.AllocatedBytes(), BytesInFormats(plan));
+  for (int i = 0; i < 10; ++i) AppendStep(&cache, 3);
+  KVCache<TypeParam> snapshot = cache.Copy().value();
+  EXPECT_NE(snapshot.View(0).k_int8, cache.View(0).k_int8);
+  EXPECT_NE(snapshot.View(1).k_scales, cache.View(1).k_scales);
+  EXPECT_EQ(snapshot.AllocatedBytes(), cache.AllocatedBytes());
+  cache.Clear();
+  EXPECT_EQ(cache.EndPos(), 0u);
+  EXPECT_EQ(cache.AllocatedBytes(), BytesInFormats(plan));
+  // Other values at positions the snapshot holds.
+  for (size_t layer : {0u, 1u}) {
+    const std::vector<float> rows(2 * 32, -7.0f);
+    ASSERT_EQ(cache.AppendF32(layer, 0, rows.data(), rows.data(), 2), Status::kOk);
+  }
+  int8_t q[32];
+  float scales[2];
+  ASSERT_EQ(cache.ReadRowInt8(1, 1, q, scales, nullptr, nullptr), Status::kOk);
+  EXPECT_EQ(scales[0], 7.0f / 127.0f);
+  EXPECT_EQ(q[0], -127);
+  EXPECT_EQ(cache.ReadRowInt8(1, 2, q, scales, nullptr, nullptr), Status::kNotLive);
+  EXPECT_EQ(snapshot.EndPos(), 30u);
+  for (uint64_t pos = snapshot.FirstPos(0); pos < 30; ++pos) ExpectInt8Row(snapshot, 0, pos);
+  for (uint64_t pos = 0; pos < 30; ++pos) ExpectInt8Row(snapshot, 3, pos);
+}
+
+TYPED_TEST(KVCacheTest, AllocatesExactlyTheInt8BytesForEveryPreset) {
+  for (const ModelPreset& preset : ModelPresets()) {
+    LayerPlan::Builder builder;
+    for (size_t i = 0; i < preset.layers.size(); ++i) {
+      // Every other owner int8, so that formats mix.
+      builder.AddLayer(i % 2 == 0 ? Int8(preset.layers[i]) : preset.layers[i]);
+    }
+    const LayerPlan plan = PlanOf(builder, 700, 64, 8, TypeParam::kBackend,
+                                  static_cast<uint32_t>(TypeParam::kSlotAlignment));
+    Expected<KVCache<TypeParam>> cache = KVCache<TypeParam>::Create(plan);
+    ASSERT_TRUE(cache.ok()) << preset.name << ": " << cache.error().message;
+    EXPECT_EQ(cache->AllocatedBytes(), BytesInFormats(plan)) << preset.name;
   }
 }
 

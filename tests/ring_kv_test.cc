@@ -5,10 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "kvring/formats/format.h"
+#include "kvring/formats/int8.h"
 #include "kvring/global_kv.h"
 #include "kvring/layouts/flash_layout.h"
 #include "kvring/layouts/tiled_layout.h"
@@ -409,6 +415,314 @@ TEST(RingKV, BF16RowsAreStoredAsTheyAre) {
   for (size_t e = 0; e < kRow; ++e) {
     EXPECT_EQ(k_out[e].bits, k[e].bits);
     EXPECT_EQ(v_out[e].bits, v[e].bits);
+  }
+}
+
+// The int8 encoding of one position's rows, worked out with EncodeInt8Row per kv_head.
+struct Int8Row {
+  std::vector<int8_t> k, v;
+  std::vector<float> k_scales, v_scales;
+};
+
+template <typename T>
+Int8Row EncodeRow(const T* k, const T* v, const KVShape& shape) {
+  Int8Row row;
+  row.k.resize(shape.KRowElements());
+  row.v.resize(shape.VRowElements());
+  for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
+    row.k_scales.push_back(EncodeInt8Row(k + uint64_t{h} * shape.head_dim, shape.head_dim,
+                                         row.k.data() + uint64_t{h} * shape.head_dim));
+    if (shape.v_head_dim == 0) continue;
+    row.v_scales.push_back(EncodeInt8Row(v + uint64_t{h} * shape.v_head_dim, shape.v_head_dim,
+                                         row.v.data() + uint64_t{h} * shape.v_head_dim));
+  }
+  return row;
+}
+
+uint32_t Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+// Checks that `kv` holds `want` at `pos` through ReadRowInt8 (the bytes and scale bits),
+// ReadRowF32 (DecodeInt8 of them) and its view (k_int8, v_int8 at the layout's offsets, the
+// scales at ScaleOffset).
+template <typename Storage>
+void ExpectInt8Row(const Storage& kv, uint64_t pos, const Int8Row& want) {
+  const auto view = kv.View(Visibility{});
+  const KVShape shape = view.layout.Shape();
+  ASSERT_EQ(view.format, Format::kInt8);
+  ASSERT_EQ(view.k, nullptr);
+  ASSERT_EQ(view.v, nullptr);
+  std::vector<int8_t> k(shape.KRowElements()), v(shape.VRowElements());
+  std::vector<float> k_scales(shape.num_kv_heads), v_scales(shape.num_kv_heads);
+  std::vector<float> k_f32(k.size()), v_f32(v.size());
+  ASSERT_EQ(kv.ReadRowInt8(pos, k.data(), k_scales.data(), v.data(), v_scales.data()), Status::kOk);
+  ASSERT_EQ(kv.ReadRowF32(pos, k_f32.data(), v_f32.data()), Status::kOk);
+  const uint64_t slot = view.SlotOf(pos);
+  for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
+    ASSERT_EQ(Bits(k_scales[h]), Bits(want.k_scales[h])) << pos << " " << h;
+    ASSERT_EQ(Bits(view.k_scales[view.ScaleOffset(slot, h)]), Bits(want.k_scales[h])) << pos;
+    for (uint32_t d = 0; d < shape.head_dim; ++d) {
+      const uint64_t e = uint64_t{h} * shape.head_dim + d;
+      ASSERT_EQ(k[e], want.k[e]) << pos << " " << e;
+      ASSERT_EQ(view.k_int8[view.layout.K()(slot, h, d)], want.k[e]) << pos << " " << e;
+      ASSERT_EQ(Bits(k_f32[e]), Bits(DecodeInt8(want.k_scales[h], want.k[e]))) << pos;
+    }
+    if (shape.v_head_dim == 0) continue;
+    ASSERT_EQ(Bits(v_scales[h]), Bits(want.v_scales[h])) << pos << " " << h;
+    ASSERT_EQ(Bits(view.v_scales[view.ScaleOffset(slot, h)]), Bits(want.v_scales[h])) << pos;
+    for (uint32_t d = 0; d < shape.v_head_dim; ++d) {
+      const uint64_t e = uint64_t{h} * shape.v_head_dim + d;
+      ASSERT_EQ(v[e], want.v[e]) << pos << " " << e;
+      ASSERT_EQ(view.v_int8[view.layout.V()(slot, h, d)], want.v[e]) << pos << " " << e;
+      ASSERT_EQ(Bits(v_f32[e]), Bits(DecodeInt8(want.v_scales[h], want.v[e]))) << pos;
+    }
+  }
+}
+
+// Checks that `kv` holds exactly [first, end), each position as Append (f32 Rows) wrote it.
+template <typename Storage>
+void ExpectHoldsInt8(const Storage& kv, uint64_t first, uint64_t end) {
+  ASSERT_EQ(kv.FirstPos(), first);
+  ASSERT_EQ(kv.EndPos(), end);
+  const KVShape shape = kv.GetLayout().Shape();
+  for (uint64_t pos = first; pos < end; ++pos) {
+    const std::vector<float> k = Rows(pos, 1, 0), v = Rows(pos, 1, 1000);
+    ExpectInt8Row(kv, pos, EncodeRow(k.data(), v.data(), shape));
+  }
+}
+
+StorageSpec Int8Spec(uint64_t num_slots = 32, uint64_t max_rollback = 4) {
+  StorageSpec spec = RingSpec(num_slots, max_rollback);
+  spec.format = Format::kInt8;
+  return spec;
+}
+
+TYPED_TEST(RingKVTest, Int8RowsReadBackAsTheirEncodingAndItsDecodedValues) {
+  Expected<RingKV<TypeParam>> created = RingKV<TypeParam>::Create(Int8Spec());
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  RingKV<TypeParam> ring = std::move(created).value();
+  EXPECT_EQ(ring.GetFormat(), Format::kInt8);
+  // 2 kv_heads: K and V rows of 16 int8 elements and a 4-byte scale each.
+  EXPECT_EQ(ring.AllocatedBytes(), 32u * 2 * (RowBytes(Format::kInt8, 16) * 2));
+  EXPECT_EQ(ring.AllocatedBytes(), 32u * 2 * 40);
+  Append(&ring, 1);
+  ExpectHoldsInt8(ring, 0, 1);
+  for (int i = 0; i < 13; ++i) Append(&ring, 7);  // 92 positions: wraps twice
+  ExpectHoldsInt8(ring, 92 - 32, 92);
+  const KVView<TypeParam> view = ring.View(Visibility{AttentionKind::kSliding, 10});
+  EXPECT_TRUE(view.HasV());
+  EXPECT_TRUE(view.CanServe(91));
+  // A BF16 read of an int8 layer is refused, pointing to the int8 reads; and the reverse.
+  std::vector<BF16> k16(kRow);
+  const Result refused = ring.ReadRow(91, k16.data(), nullptr);
+  EXPECT_EQ(refused, Status::kBadArgument);
+  EXPECT_NE(refused.Message().find("ReadRowInt8"), std::string::npos) << refused.Message();
+  RingKV<TypeParam> bf16 = RingKV<TypeParam>::Create(RingSpec()).value();
+  Append(&bf16, 3);
+  std::vector<int8_t> q(kRow);
+  std::vector<float> scales(2), f32(kRow);
+  EXPECT_EQ(bf16.ReadRowInt8(1, q.data(), scales.data(), nullptr, nullptr), Status::kBadArgument);
+  EXPECT_EQ(ring.ReadRowInt8(91, q.data(), nullptr, nullptr, nullptr), Status::kBadArgument);
+  EXPECT_EQ(ring.ReadRowInt8(91, nullptr, scales.data(), nullptr, nullptr), Status::kBadArgument);
+  EXPECT_EQ(ring.ReadRowInt8(59, q.data(), scales.data(), nullptr, nullptr), Status::kNotLive);
+  EXPECT_EQ(ring.ReadRowF32(92, f32.data(), nullptr), Status::kNotLive);
+  EXPECT_EQ(ring.ReadRowF32(91, nullptr, nullptr), Status::kBadArgument);
+  // ReadRowF32 of a BF16 layer widens the stored BF16 exactly.
+  ASSERT_EQ(bf16.ReadRowF32(2, f32.data(), nullptr), Status::kOk);
+  const std::vector<float> want = Rows(2, 1, 0);
+  for (size_t e = 0; e < kRow; ++e) {
+    EXPECT_EQ(Bits(f32[e]), Bits(BF16ToF32(BF16FromF32(want[e])))) << e;
+  }
+}
+
+TYPED_TEST(RingKVTest, Int8RingGrowsAndRollsBackKeepingRowsAndScales) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(Int8Spec()).value();
+  for (int i = 0; i < 9; ++i) Append(&ring, 5);  // [13, 45), wrapped
+  ASSERT_EQ(ring.Grow(100), Status::kOk);
+  EXPECT_EQ(ring.NumSlots(), SlotsFor<TypeParam>(100));
+  EXPECT_EQ(ring.AllocatedBytes(), ring.NumSlots() * 2 * 40);
+  ExpectHoldsInt8(ring, 13, 45);
+  Append(&ring, 300);  // larger than planned: grows again, as BF16 rings do
+  EXPECT_EQ(ring.NumSlots(), SlotsFor<TypeParam>(9 + 300));
+  // The oldest position held: 13, unless the ring has come round since.
+  const auto first = [&ring](uint64_t end) {
+    return std::max<uint64_t>(13, end - std::min(end, ring.NumSlots()));
+  };
+  ExpectHoldsInt8(ring, first(345), 345);
+  ASSERT_EQ(ring.Rollback(4), Status::kOk);
+  ExpectHoldsInt8(ring, first(345), 341);
+  Append(&ring, 1);  // the same values again at 341
+  ExpectHoldsInt8(ring, first(345), 342);
+}
+
+TYPED_TEST(RingKVTest, Int8SnapshotSharesNothingAndClearForgets) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(Int8Spec()).value();
+  for (int i = 0; i < 6; ++i) Append(&ring, 9);  // [22, 54)
+  RingKV<TypeParam> snapshot = ring.Copy().value();
+  EXPECT_EQ(snapshot.GetFormat(), Format::kInt8);
+  EXPECT_EQ(snapshot.AllocatedBytes(), ring.AllocatedBytes());
+  // Different rows at the same positions in the source must not reach the snapshot.
+  ASSERT_EQ(ring.Rollback(4), Status::kOk);
+  const std::vector<float> other(4 * kRow, -3.5f);
+  ASSERT_EQ(ring.AppendF32(50, other.data(), other.data(), 4), Status::kOk);
+  Append(&ring, 20);
+  const uint64_t bytes = ring.AllocatedBytes();
+  ring.Clear();
+  EXPECT_EQ(ring.AllocatedBytes(), bytes);
+  EXPECT_EQ(ring.EndPos(), 0u);
+  std::vector<int8_t> q(kRow);
+  std::vector<float> scales(2);
+  EXPECT_EQ(ring.ReadRowInt8(3, q.data(), scales.data(), nullptr, nullptr), Status::kNotLive);
+  ExpectHoldsInt8(snapshot, 22, 54);
+  Append(&snapshot, 3);
+  ExpectHoldsInt8(snapshot, 25, 57);
+  Append(&ring, 4);
+  ExpectHoldsInt8(ring, 0, 4);
+}
+
+TYPED_TEST(RingKVTest, Int8StridedRowsAreStoredAsTheSameRowsPacked) {
+  // As for BF16: rings and flat storage, f32 and BF16 rows, one token and 300.
+  StorageSpec ring_spec = Int8Spec();
+  ring_spec.shape.num_slots = 0;
+  ASSERT_TRUE(TypeParam::NumSlotsFor(400, &ring_spec.shape.num_slots));
+  StorageSpec flat_spec = ring_spec;
+  flat_spec.context = 2000;
+  flat_spec.keep = 2000;
+  ASSERT_TRUE(TypeParam::NumSlotsFor(2000, &flat_spec.shape.num_slots));
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(ring_spec).value();
+  GlobalKV<TypeParam> flat = GlobalKV<TypeParam>::Create(flat_spec).value();
+  EXPECT_EQ(flat.AllocatedBytes(), flat.NumSlots() * 2 * 40);
+  const KVShape shape = ring_spec.shape;
+  const RowStrides strides{kRow + 7, 3 * kRow};
+  std::vector<Int8Row> want;  // by position
+  for (uint64_t num_tokens : {1u, 300u, 1u, 300u, 300u}) {
+    const uint64_t pos = ring.EndPos();
+    const std::vector<float> k = Rows(pos, num_tokens, 0), v = Rows(pos, num_tokens, 1000);
+    if (num_tokens % 2 == 0) {
+      const std::vector<float> k_strided = Strided(k, kRow, strides.k, -1e30f);
+      const std::vector<float> v_strided = Strided(v, kRow, strides.v, -1e30f);
+      ASSERT_EQ(ring.AppendF32(pos, k_strided.data(), v_strided.data(), num_tokens, strides),
+                Status::kOk);
+      ASSERT_EQ(flat.AppendF32(pos, k_strided.data(), v_strided.data(), num_tokens, strides),
+                Status::kOk);
+      for (uint64_t t = 0; t < num_tokens; ++t) {
+        want.push_back(EncodeRow(k.data() + t * kRow, v.data() + t * kRow, shape));
+      }
+    } else {
+      std::vector<BF16> k16(k.size()), v16(v.size());
+      for (size_t i = 0; i < k.size(); ++i) k16[i] = BF16FromF32(k[i]);
+      for (size_t i = 0; i < v.size(); ++i) v16[i] = BF16FromF32(v[i]);
+      const BF16 nan{0x7FC1};
+      const std::vector<BF16> k_strided16 = Strided(k16, kRow, strides.k, nan);
+      const std::vector<BF16> v_strided16 = Strided(v16, kRow, strides.v, nan);
+      ASSERT_EQ(ring.AppendBF16(pos, k_strided16.data(), v_strided16.data(), num_tokens, strides),
+                Status::kOk);
+      ASSERT_EQ(flat.AppendBF16(pos, k_strided16.data(), v_strided16.data(), num_tokens, strides),
+                Status::kOk);
+      for (uint64_t t = 0; t < num_tokens; ++t) {
+        want.push_back(EncodeRow(k16.data() + t * kRow, v16.data() + t * kRow, shape));
+      }
+    }
+  }
+  ASSERT_EQ(ring.FirstPos(), ring.EndPos() - std::min(ring.EndPos(), ring.NumSlots()));
+  for (uint64_t pos = ring.FirstPos(); pos < ring.EndPos(); ++pos) {
+    ExpectInt8Row(ring, pos, want[pos]);
+  }
+  for (uint64_t pos = 0; pos < flat.EndPos(); ++pos) ExpectInt8Row(flat, pos, want[pos]);
+}
+
+TYPED_TEST(RingKVTest, Int8RowsWithNaNOrInfinityGetScaleNaNAndAZeroRowScaleZero) {
+  RingKV<TypeParam> ring = RingKV<TypeParam>::Create(Int8Spec()).value();
+  // K: kv_head 0 holds a NaN, kv_head 1 is all zeros; V: an infinity, then ordinary values.
+  std::vector<float> k(kRow, 0.0f), v(kRow, 0.25f);
+  for (size_t e = 0; e < 16; ++e) k[e] = static_cast<float>(e);
+  k[5] = std::numeric_limits<float>::quiet_NaN();
+  v[3] = -std::numeric_limits<float>::infinity();
+  ASSERT_EQ(ring.AppendF32(0, k.data(), v.data(), 1), Status::kOk);
+  std::vector<int8_t> k_q(kRow, 1), v_q(kRow, 1);
+  std::vector<float> k_scales(2), v_scales(2), k_f32(kRow), v_f32(kRow);
+  ASSERT_EQ(ring.ReadRowInt8(0, k_q.data(), k_scales.data(), v_q.data(), v_scales.data()),
+            Status::kOk);
+  ASSERT_EQ(ring.ReadRowF32(0, k_f32.data(), v_f32.data()), Status::kOk);
+  EXPECT_TRUE(std::isnan(k_scales[0]));
+  EXPECT_EQ(Bits(k_scales[1]), Bits(0.0f));
+  EXPECT_TRUE(std::isnan(v_scales[0]));
+  EXPECT_EQ(v_scales[1], 0.25f / 127.0f);
+  for (size_t e = 0; e < kRow; ++e) {
+    EXPECT_EQ(k_q[e], 0) << e;
+    EXPECT_EQ(std::isnan(k_f32[e]), e < 16) << e;
+    if (e >= 16) EXPECT_EQ(Bits(k_f32[e]), Bits(0.0f)) << e;
+    EXPECT_EQ(v_q[e], e < 16 ? 0 : 127) << e;
+    EXPECT_EQ(std::isnan(v_f32[e]), e < 16) << e;
+  }
+  ExpectInt8Row(ring, 0, EncodeRow(k.data(), v.data(), ring.GetLayout().Shape()));
+}
+
+TYPED_TEST(RingKVTest, Int8LatentWithoutVStoresOneStreamAndItsScales) {
+  StorageSpec spec;
+  spec.shape = KVShape{0, 1, 64, 0};
+  spec.context = 100;
+  spec.keep = 100;
+  spec.format = Format::kInt8;
+  ASSERT_TRUE(TypeParam::NumSlotsFor(100, &spec.shape.num_slots));
+  GlobalKV<TypeParam> flat = GlobalKV<TypeParam>::Create(spec).value();
+  // One stream: 64 int8 elements and one scale per position, no V scales.
+  EXPECT_EQ(flat.AllocatedBytes(), flat.NumSlots() * RowBytes(Format::kInt8, 64));
+  std::vector<float> k(3 * 64);
+  for (size_t e = 0; e < k.size(); ++e) k[e] = static_cast<float>(e % 37) - 18.0f;
+  ASSERT_EQ(flat.AppendF32(0, k.data(), nullptr, 3), Status::kOk);
+  const KVView<TypeParam> view = flat.View(Visibility{});
+  EXPECT_FALSE(view.HasV());
+  EXPECT_EQ(view.v_int8, nullptr);
+  EXPECT_EQ(view.v_scales, nullptr);
+  for (uint64_t pos = 0; pos < 3; ++pos) {
+    ExpectInt8Row(flat, pos, EncodeRow(k.data() + pos * 64, k.data(), spec.shape));
+  }
+}
+
+TYPED_TEST(RingKVTest, Int8WideRowsOfAnyBatchReadBackAsTheirEncoding) {
+  // Head dims and batches that hit every path of the int8 K transposition: whole 16 x 16
+  // blocks, partial blocks of tokens, runs cut by a tile or the wrap, f32 and BF16 rows.
+  const uint32_t dims[][2] = {{16, 16}, {48, 16}, {128, 64}, {144, 96}};
+  for (const auto& [head_dim, v_head_dim] : dims) {
+    StorageSpec spec;
+    spec.shape = KVShape{0, 3, head_dim, v_head_dim};
+    ASSERT_TRUE(TypeParam::NumSlotsFor(400, &spec.shape.num_slots));
+    spec.keep = 50;
+    spec.context = 100000;
+    spec.format = Format::kInt8;
+    RingKV<TypeParam> ring = RingKV<TypeParam>::Create(spec).value();
+    const uint64_t k_row = 3 * head_dim, v_row = 3 * v_head_dim;
+    std::vector<Int8Row> want;  // by position
+    uint32_t seed = 1;
+    const auto next = [&seed] {
+      seed = seed * 1664525u + 1013904223u;
+      return static_cast<float>(seed >> 8) / 65536.0f - 128.0f;
+    };
+    for (uint64_t num_tokens : {1u, 7u, 16u, 33u, 100u, 17u, 64u, 128u, 300u, 131u, 5u, 257u}) {
+      std::vector<float> k(num_tokens * k_row), v(num_tokens * v_row);
+      for (float& x : k) x = next();
+      for (float& x : v) x = next();
+      std::vector<BF16> k16(k.size()), v16(v.size());
+      for (size_t i = 0; i < k.size(); ++i) k16[i] = BF16FromF32(k[i]);
+      for (size_t i = 0; i < v.size(); ++i) v16[i] = BF16FromF32(v[i]);
+      const bool f32 = num_tokens % 2 == 1;
+      const Status status =
+          f32 ? ring.AppendF32(ring.EndPos(), k.data(), v.data(), num_tokens)
+              : ring.AppendBF16(ring.EndPos(), k16.data(), v16.data(), num_tokens);
+      ASSERT_EQ(status, Status::kOk);
+      for (uint64_t t = 0; t < num_tokens; ++t) {
+        want.push_back(f32 ? EncodeRow(k.data() + t * k_row, v.data() + t * v_row, spec.shape)
+                           : EncodeRow(k16.data() + t * k_row, v16.data() + t * v_row, spec.shape));
+      }
+    }
+    for (uint64_t pos = ring.FirstPos(); pos < ring.EndPos(); ++pos) {
+      ExpectInt8Row(ring, pos, want[pos]);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
   }
 }
 

@@ -1,5 +1,5 @@
-// kvring/global_kv.h: GlobalKV<Layout>, the flat BF16 K/V of one layer that keeps every
-// position of the context (global layers, and sliding layers whose window reaches the
+// kvring/global_kv.h: GlobalKV<Layout>, the flat K/V (BF16, or int8 with scales) of one layer that
+// keeps every position of the context (global layers, and sliding layers whose window reaches the
 // context). Position pos lives in slot pos; it never wraps and refuses appends past the
 // context. Does no attention (see views.h and ops/).
 #ifndef KVRING_GLOBAL_KV_H_
@@ -58,7 +58,7 @@ class GlobalKV : public detail::OwnedLayerKV<Layout> {
     return this->storage_.Append(pos, k, v, num_tokens, strides, /*may_grow=*/false,
                                  detail::kNoLayer);
   }
-  // As AppendF32, from BF16 rows (copied as they are).
+  // As AppendF32, from BF16 rows (copied as they are into a BF16 layer).
   Result AppendBF16(uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens,
                     RowStrides strides = RowStrides()) {
     return this->storage_.Append(pos, k, v, num_tokens, strides, /*may_grow=*/false,

@@ -13,6 +13,7 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
+#include "kvring/formats/format.h"
 #include "kvring/global_kv.h"
 #include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"
@@ -95,7 +96,8 @@ class KVCache {
   bool IsFlat(size_t layer) const { return entries_[Owner(layer)].flat; }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
-  // (v null for MLA) to owning layer `layer` at `pos`, rounding to nearest even. Token t's
+  // (v null for MLA) to owning layer `layer` at `pos`, in the layer's format: BF16 rounding to
+  // nearest even, or int8 encoding each (pos, kv_head) row (EncodeInt8Row). Token t's
   // rows start at k + t * strides.k and v + t * strides.v (elements; 0: packed), so that the K
   // and V of a fused QKV buffer [token][q heads | k heads | v heads] append without a copy.
   // The owning layers append in step: `pos` must be the layer's EndPos(layer), and while some
@@ -109,7 +111,7 @@ class KVCache {
                    RowStrides strides = RowStrides()) {
     return Append(layer, pos, k, v, num_tokens, strides);
   }
-  // As AppendF32, from BF16 rows (copied as they are).
+  // As AppendF32, from BF16 rows (copied as they are into a BF16 layer).
   Result AppendBF16(size_t layer, uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens,
                     RowStrides strides = RowStrides()) {
     return Append(layer, pos, k, v, num_tokens, strides);
@@ -124,14 +126,35 @@ class KVCache {
   uint64_t FirstPos(size_t layer) const { return StorageOf(Owner(layer)).Index().FirstPos(); }
   uint64_t EndPos(size_t layer) const { return StorageOf(Owner(layer)).Index().EndPos(); }
 
-  // Copies the stored row of `pos` of `layer` (its owner's) into k_out [kv_head][head_dim]
-  // and, if not null, v_out [kv_head][v_head_dim], exactly as stored. kNotLive (saying the
-  // live range) for a position not held; kBadArgument for a layer past the model or a null
-  // k_out. Does not allocate. Cost: one row.
+  // Copies the stored BF16 row of `pos` of `layer` (its owner's) into k_out
+  // [kv_head][head_dim] and, if not null, v_out [kv_head][v_head_dim], exactly as stored.
+  // kNotLive (saying the live range) for a position not held; kBadArgument for a layer past
+  // the model, a null k_out, or an int8 layer (use ReadRowInt8 or ReadRowF32). Does not
+  // allocate. Cost: one row.
   Result ReadRow(size_t layer, uint64_t pos, BF16* k_out, BF16* v_out) const {
     if (layer >= entries_.size()) return LayerPastTheModel(layer);
     return StorageOf(Owner(layer)).ReadRow(pos, k_out, v_out, layer);
   }
+
+  // As ReadRow, for an int8 layer (its owner's): copies k_out [kv_head][head_dim] and
+  // k_scales_out [kv_head], and if not null v_out [kv_head][v_head_dim] and v_scales_out
+  // [kv_head], exactly as stored. kBadArgument also for a BF16 layer. Cost: one row.
+  Result ReadRowInt8(size_t layer, uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
+                     float* v_scales_out) const {
+    if (layer >= entries_.size()) return LayerPastTheModel(layer);
+    return StorageOf(Owner(layer))
+        .ReadRowInt8(pos, k_out, k_scales_out, v_out, v_scales_out, layer);
+  }
+
+  // As ReadRow, as f32 values in either format: BF16 widened exactly, int8 decoded as
+  // DecodeInt8(scale, q). Cost: one row.
+  Result ReadRowF32(size_t layer, uint64_t pos, float* k_out, float* v_out) const {
+    if (layer >= entries_.size()) return LayerPastTheModel(layer);
+    return StorageOf(Owner(layer)).ReadRowF32(pos, k_out, v_out, layer);
+  }
+
+  // Returns the format `layer`'s K and V are stored in (its owner's).
+  Format GetFormat(size_t layer) const { return StorageOf(Owner(layer)).GetFormat(); }
 
   // Returns the view `layer` attends over: its owner's storage under its own visibility.
   KVView<Layout> View(size_t layer) const {
@@ -244,7 +267,9 @@ class KVCache {
     for (auto& flat : globals_) flat.Clear();
   }
 
-  // Returns the bytes of every K and V buffer; equals Plan().TotalBytes() for BF16 plans.
+  // Returns the bytes of every K and V buffer and int8 scale: for each owning layer num_slots x
+  // num_kv_heads x (RowBytes(format, head_dim) + RowBytes(format, v_head_dim)), the V term 0
+  // without V; equals Plan().TotalBytes().
   uint64_t AllocatedBytes() const {
     uint64_t bytes = 0;
     for (const auto& ring : rings_) bytes += ring.AllocatedBytes();

@@ -1,12 +1,14 @@
 // kvring/kvring.h: the umbrella header of everything in kvring that has no vector code
-// (planning, storage, attention work plans, threads). Attention kernels live in kvring/ops/*-inl.h
-// and are included on their own, as Highway per-target code.
+// (planning, formats, storage, attention work plans, threads). Attention kernels live in
+// kvring/ops/*-inl.h and are included on their own, as Highway per-target code.
 #ifndef KVRING_KVRING_H_
 #define KVRING_KVRING_H_
 
 #include "kvring/attention.h"
 #include "kvring/base.h"
 #include "kvring/bf16.h"
+#include "kvring/formats/format.h"
+#include "kvring/formats/int8.h"
 #include "kvring/global_kv.h"
 #include "kvring/kv_cache.h"
 #include "kvring/kv_view.h"

@@ -1,7 +1,7 @@
-// kvring/ring_kv.h: RingKV<Layout>, the BF16 K/V of one sliding or chunked layer as a ring
-// of num_slots slots: position pos lives in slot pos % num_slots and overwrites the oldest.
-// Use it for layers whose capacity is below the context; GlobalKV holds the others.
-// Does no attention (see views.h and ops/).
+// kvring/ring_kv.h: RingKV<Layout>, the K/V (BF16, or int8 with scales) of one sliding or chunked
+// layer as a ring of num_slots slots: position pos lives in slot pos % num_slots and overwrites the
+// oldest. Use it for layers whose capacity is below the context; GlobalKV holds the others. Does no
+// attention (see views.h and ops/).
 #ifndef KVRING_RING_KV_H_
 #define KVRING_RING_KV_H_
 
@@ -53,20 +53,21 @@ class RingKV : public detail::OwnedLayerKV<Layout> {
   }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
-  // (v null for MLA) at `pos`, rounding to nearest even BF16. Token t's rows start at
+  // (v null for MLA) at `pos`, in the ring's format: rounding to nearest even BF16, or encoding
+  // each (pos, kv_head) row as int8 with its scale (EncodeInt8Row). Token t's rows start at
   // k + t * strides.k and v + t * strides.v (elements; 0: packed), so rows inside a fused QKV
   // buffer append without a copy. Refusals change nothing and say what was wrong with values:
   // kWrongPosition (`pos` is not EndPos()), kContextFull (past the context), kEmptyBatch,
   // kBadArgument (null rows, or a nonzero stride below the packed row). A batch larger than
   // the ring was planned for grows it first (allocates; kOutOfMemory if it cannot).
-  // Cost: the bytes of the rows. A batch of 128 or more tokens writes K with non-temporal
-  // stores (not left in cache; fenced before returning).
+  // Cost: the bytes of the rows. A batch of 128 or more tokens into a BF16 ring writes K with
+  // non-temporal stores (not left in cache; fenced before returning).
   Result AppendF32(uint64_t pos, const float* k, const float* v, uint64_t num_tokens,
                    RowStrides strides = RowStrides()) {
     return this->storage_.Append(pos, k, v, num_tokens, strides, /*may_grow=*/true,
                                  detail::kNoLayer);
   }
-  // As AppendF32, from BF16 rows (copied as they are).
+  // As AppendF32, from BF16 rows (copied as they are into a BF16 ring).
   Result AppendBF16(uint64_t pos, const BF16* k, const BF16* v, uint64_t num_tokens,
                     RowStrides strides = RowStrides()) {
     return this->storage_.Append(pos, k, v, num_tokens, strides, /*may_grow=*/true,

@@ -1,6 +1,6 @@
-// libFuzzer target: fuzz bytes choose a model, a runtime and a sequence of appends,
-// rollbacks, growths, snapshots and clears on a KVCache of each layout, checked after every
-// step against the reference model of tests/reference/storage_model.h.
+// libFuzzer target: fuzz bytes choose a model (BF16 and int8 owners), a runtime and a sequence of
+// appends, rollbacks, growths, snapshots and clears on a KVCache of each layout, checked after
+// every step against the reference model of tests/reference/storage_model.h.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>

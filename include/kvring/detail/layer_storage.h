@@ -1,6 +1,7 @@
-// kvring/detail/layer_storage.h: the BF16 buffers and bookkeeping that RingKV and GlobalKV
-// share: writes of token rows into a layout, reads, copies of the held positions, growth.
-// Internal; engines use RingKV, GlobalKV or KVCache.
+// kvring/detail/layer_storage.h: the buffers and bookkeeping that RingKV and GlobalKV share, in
+// the layer's format (BF16, or int8 with f32 scales): writes of token rows into a layout,
+// reads, copies of the held positions, growth. Internal; engines use RingKV, GlobalKV or
+// KVCache.
 #ifndef KVRING_DETAIL_LAYER_STORAGE_H_
 #define KVRING_DETAIL_LAYER_STORAGE_H_
 
@@ -17,6 +18,8 @@
 #include "kvring/detail/aligned_buffer.h"
 #include "kvring/detail/checked_math.h"
 #include "kvring/detail/transpose.h"
+#include "kvring/formats/format.h"
+#include "kvring/formats/int8.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/ring_index.h"
@@ -48,6 +51,10 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
   }
   if (spec.context == 0) {
     return FieldError("context", "0", "is invalid: the context must be at least 1");
+  }
+  if (spec.format != Format::kBF16 && spec.format != Format::kInt8) {
+    return FieldError("format", to_string(static_cast<int>(spec.format)),
+                      "is invalid: storage holds bf16 or int8");
   }
   if (shape.num_slots == 0 || shape.num_slots % Layout::kSlotAlignment != 0) {
     return FieldError("shape.num_slots", to_string(shape.num_slots),
@@ -93,18 +100,26 @@ class LayerStorage {
   bool Allocate(const StorageSpec& spec) {
     layout_ = Layout(spec.shape);
     index_ = RingIndex(spec.shape.num_slots, spec.keep, spec.max_rollback, spec.context);
+    format_ = spec.format;
     return AllocateBuffers();
   }
 
   const Layout& GetLayout() const { return layout_; }
   const RingIndex& Index() const { return index_; }
-  uint64_t AllocatedBytes() const { return (k_.size() + v_.size()) * sizeof(BF16); }
+  Format GetFormat() const { return format_; }
+  // Returns the bytes of the element and scale buffers: num_slots x num_kv_heads x
+  // (RowBytes(format, head_dim) + RowBytes(format, v_head_dim)), the V term 0 without V.
+  uint64_t AllocatedBytes() const {
+    return (k_.size() + v_.size()) * sizeof(BF16) + k_int8_.size() + v_int8_.size() +
+           (k_scales_.size() + v_scales_.size()) * sizeof(float);
+  }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
   // (v null when there is no V stream) at position `pos`; token t's rows start at
-  // k + t * strides.k and v + t * strides.v (0: packed). `may_grow`: a batch too large for the
-  // slots reallocates first (rings); otherwise it is refused. Refusals name `layer` (kNoLayer:
-  // none).
+  // k + t * strides.k and v + t * strides.v (0: packed). BF16 layers round each element to
+  // nearest even; int8 layers encode each (pos, kv_head) row with EncodeInt8Row. `may_grow`: a
+  // batch too large for the slots reallocates first (rings); otherwise it is refused. Refusals
+  // name `layer` (kNoLayer: none).
   template <typename T>
   Result Append(uint64_t pos, const T* k, const T* v, uint64_t num_tokens, RowStrides strides,
                 bool may_grow, uint64_t layer) {
@@ -118,6 +133,17 @@ class LayerStorage {
     const KVShape& shape = layout_.Shape();
     const uint64_t k_stride = strides.k != 0 ? strides.k : shape.KRowElements();
     const uint64_t v_stride = strides.v != 0 ? strides.v : shape.VRowElements();
+    if (format_ == Format::kInt8) {
+      for (uint64_t i = 0; i < num_tokens;) {
+        const uint64_t slot = (pos + i) % shape.num_slots;
+        const uint64_t len = std::min(num_tokens - i, shape.num_slots - slot);
+        WriteKInt8(slot, k + i * k_stride, k_stride, len);
+        if (v != nullptr) WriteVInt8(slot, v + i * v_stride, v_stride, len);
+        i += len;
+      }
+      index_.Append(num_tokens);
+      return Status::kOk;
+    }
     // A batch of kStreamTokens or more into a ring writes whole K lines with non-temporal
     // stores where it can: by the time a ring comes round to a slot again its lines are long
     // out of cache, and a normal store first reads the line it overwrites. Measured (A/B
@@ -203,8 +229,15 @@ class LayerStorage {
   }
 
   // Copies the stored row of `pos` into k_out [kv_head][head_dim] and v_out
-  // [kv_head][v_head_dim] (v_out may be null). Exact: BF16 as stored. Refusals name `layer`.
+  // [kv_head][v_head_dim] (v_out may be null). Exact: BF16 as stored. An int8 layer refuses it
+  // (kBadArgument): read it with ReadRowInt8 or ReadRowF32. Refusals name `layer`.
   Result ReadRow(uint64_t pos, BF16* k_out, BF16* v_out, uint64_t layer) const {
+    if (format_ != Format::kBF16) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                   "BF16 read of %llu, but the layer stores int8; read it with "
+                                   "ReadRowInt8 (stored bytes and scales) or ReadRowF32 (decoded)",
+                                   pos);
+    }
     if (!index_.Holds(pos)) {
       return KVRING_DETAIL_REFUSED(layer, Status::kNotLive,
                                    "read of %llu, but the held positions are [%llu, %llu)", pos,
@@ -226,6 +259,77 @@ class LayerStorage {
       for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
         std::memcpy(v_out + uint64_t{kv_head} * shape.v_head_dim,
                     v_.data() + v_map(slot, kv_head, 0), shape.v_head_dim * sizeof(BF16));
+      }
+    }
+    return Status::kOk;
+  }
+
+  // Copies the stored int8 row of `pos` exactly: k_out [kv_head][head_dim] and k_scales_out
+  // [kv_head]; if not null, v_out [kv_head][v_head_dim] and v_scales_out [kv_head]. A BF16
+  // layer refuses it (kBadArgument). Refusals name `layer`.
+  Result ReadRowInt8(uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
+                     float* v_scales_out, uint64_t layer) const {
+    if (format_ != Format::kInt8) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                   "int8 read of %llu, but the layer stores bf16; read it with "
+                                   "ReadRow (stored) or ReadRowF32 (widened)",
+                                   pos);
+    }
+    Result result = CheckRead(pos, k_out, layer);
+    if (!result.ok()) return result;
+    if (k_scales_out == nullptr) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                   "read of %llu: k_scales_out is null", pos);
+    }
+    const KVShape& shape = layout_.Shape();
+    const uint64_t slot = index_.SlotOf(pos);
+    const auto k_map = layout_.K();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+        *k_out++ = k_int8_.data()[k_map(slot, kv_head, dim)];
+      }
+      k_scales_out[kv_head] = k_scales_.data()[ScaleOffset(slot, kv_head)];
+    }
+    if (shape.v_head_dim == 0) return Status::kOk;
+    const auto v_map = layout_.V();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      if (v_out != nullptr) {
+        std::memcpy(v_out + uint64_t{kv_head} * shape.v_head_dim,
+                    v_int8_.data() + v_map(slot, kv_head, 0), shape.v_head_dim);
+      }
+      if (v_scales_out != nullptr) {
+        v_scales_out[kv_head] = v_scales_.data()[ScaleOffset(slot, kv_head)];
+      }
+    }
+    return Status::kOk;
+  }
+
+  // Copies the stored values of `pos` as f32 into k_out [kv_head][head_dim] and, if not null,
+  // v_out [kv_head][v_head_dim]: BF16 widened exactly, int8 decoded as DecodeInt8(scale, q).
+  // Refusals name `layer`.
+  Result ReadRowF32(uint64_t pos, float* k_out, float* v_out, uint64_t layer) const {
+    Result result = CheckRead(pos, k_out, layer);
+    if (!result.ok()) return result;
+    const KVShape& shape = layout_.Shape();
+    const uint64_t slot = index_.SlotOf(pos);
+    const auto k_map = layout_.K();
+    const auto v_map = layout_.V();
+    const bool int8 = format_ == Format::kInt8;
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      const float k_scale = int8 ? k_scales_.data()[ScaleOffset(slot, kv_head)] : 0.0f;
+      for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+        const uint64_t offset = k_map(slot, kv_head, dim);
+        *k_out++ =
+            int8 ? DecodeInt8(k_scale, k_int8_.data()[offset]) : BF16ToF32(k_.data()[offset]);
+      }
+    }
+    if (v_out == nullptr || shape.v_head_dim == 0) return Status::kOk;
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      const float v_scale = int8 ? v_scales_.data()[ScaleOffset(slot, kv_head)] : 0.0f;
+      const uint64_t offset = v_map(slot, kv_head, 0);
+      for (uint32_t dim = 0; dim < shape.v_head_dim; ++dim) {
+        *v_out++ = int8 ? DecodeInt8(v_scale, v_int8_.data()[offset + dim])
+                        : BF16ToF32(v_.data()[offset + dim]);
       }
     }
     return Status::kOk;
@@ -287,6 +391,7 @@ class LayerStorage {
     shape.num_slots = num_slots;
     copy.layout_ = Layout(shape);
     copy.index_ = index_.Resized(num_slots);
+    copy.format_ = format_;
     if (copy.AllocateBuffers()) {
       CopyHeldTo(&copy);
     } else {
@@ -294,12 +399,24 @@ class LayerStorage {
     }
     return copy;
   }
-  bool Failed() const { return k_.Failed() || v_.Failed(); }
+  bool Failed() const {
+    return k_.Failed() || v_.Failed() || k_int8_.Failed() || v_int8_.Failed() ||
+           k_scales_.Failed() || v_scales_.Failed();
+  }
 
   KVView<Layout> View(const Visibility& visibility) const {
     KVView<Layout> view;
-    view.k = k_.data();
-    view.v = v_.size() != 0 ? v_.data() : nullptr;
+    view.format = format_;
+    if (format_ == Format::kInt8) {
+      const bool has_v = v_int8_.size() != 0;
+      view.k_int8 = k_int8_.data();
+      view.v_int8 = has_v ? v_int8_.data() : nullptr;
+      view.k_scales = k_scales_.data();
+      view.v_scales = has_v ? v_scales_.data() : nullptr;
+    } else {
+      view.k = k_.data();
+      view.v = v_.size() != 0 ? v_.data() : nullptr;
+    }
     view.layout = layout_;
     view.first_pos = index_.FirstPos();
     view.end_pos = index_.EndPos();
@@ -308,13 +425,126 @@ class LayerStorage {
   }
 
  private:
+  // Allocates the buffers of format_ only (the others stay empty).
   bool AllocateBuffers() {
     const KVShape& shape = layout_.Shape();
-    k_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(layout_.K().RequiredSpanSize()));
-    v_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(layout_.V().RequiredSpanSize()));
+    const size_t k_size = static_cast<size_t>(layout_.K().RequiredSpanSize());
+    const size_t v_size = static_cast<size_t>(layout_.V().RequiredSpanSize());
+    if (format_ == Format::kInt8) {
+      // Scales: [kv_head][slot] for each stream (KVView::ScaleOffset); none without V.
+      const size_t num_scales = static_cast<size_t>(shape.num_slots * shape.num_kv_heads);
+      k_int8_ = AlignedBuffer<int8_t>::Zeroed(k_size);
+      v_int8_ = AlignedBuffer<int8_t>::Zeroed(v_size);
+      k_scales_ = AlignedBuffer<float>::Zeroed(num_scales);
+      v_scales_ = AlignedBuffer<float>::Zeroed(shape.v_head_dim != 0 ? num_scales : 0);
+      return !Failed() && k_int8_.size() != 0 && k_scales_.size() != 0 &&
+             (shape.v_head_dim == 0 || (v_int8_.size() != 0 && v_scales_.size() != 0));
+    }
+    k_ = AlignedBuffer<BF16>::Zeroed(k_size);
+    v_ = AlignedBuffer<BF16>::Zeroed(v_size);
     return !k_.Failed() && !v_.Failed() && k_.size() != 0 &&
            (shape.v_head_dim == 0 || v_.size() != 0);
     // (An empty K can only come from a zero shape, which ValidateStorageSpec rejects.)
+  }
+
+  uint64_t ScaleOffset(uint64_t slot, uint32_t kv_head) const {
+    return uint64_t{kv_head} * layout_.Shape().num_slots + slot;
+  }
+
+  // Returns kNotLive for a position not held, kBadArgument for a null k_out, else kOk.
+  Result CheckRead(uint64_t pos, const void* k_out, uint64_t layer) const {
+    if (!index_.Holds(pos)) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kNotLive,
+                                   "read of %llu, but the held positions are [%llu, %llu)", pos,
+                                   index_.FirstPos(), index_.EndPos());
+    }
+    if (k_out == nullptr) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "read of %llu: k_out is null", pos);
+    }
+    return Status::kOk;
+  }
+
+  // Encodes `len` K rows, `row_stride` elements apart, into slots [slot, slot + len), which
+  // do not wrap, and their scales. Each (token, kv_head) row is encoded into a staging block
+  // [token][dim] first, then 16 tokens x 16 dims at a time transposed into K, which is
+  // slot-major per dim in both layouts.
+  template <typename T>
+  void WriteKInt8(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len) {
+    constexpr uint64_t kBlock = 16;
+    const KVShape& shape = layout_.Shape();
+    const auto map = layout_.K();
+    const uint64_t head_dim = shape.head_dim;
+    alignas(64) int8_t stage[kBlock * kMaxAttentionHeadDim];
+    KVRING_DASSERT(head_dim <= kMaxAttentionHeadDim);
+    for (uint64_t i = 0; i < len;) {
+      const uint64_t run = std::min({len - i, map.ContiguousSlotsFrom(slot + i), kBlock});
+      for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+        EncodeRows(rows + i * row_stride + uint64_t{kv_head} * head_dim, row_stride, head_dim, run,
+                   stage, head_dim, k_scales_.data() + ScaleOffset(slot + i, kv_head));
+        const uint8_t* from = reinterpret_cast<const uint8_t*>(stage);
+        uint8_t* to = reinterpret_cast<uint8_t*>(k_int8_.data() + map(slot + i, kv_head, 0));
+        const uint64_t dim_stride = map.DimStride();
+        uint64_t dim = 0;
+        if (run == kBlock) {
+          // head_dim is a multiple of 16 (ValidateAttentionDim).
+          for (; dim + kBlock <= head_dim; dim += kBlock) {
+            Transpose16x16Bytes(from + dim, head_dim, to + dim * dim_stride, dim_stride);
+          }
+        }
+        for (; dim < head_dim; ++dim) {
+          for (uint64_t t = 0; t < run; ++t) to[dim * dim_stride + t] = from[t * head_dim + dim];
+        }
+      }
+      i += run;
+    }
+  }
+
+  // Encodes `len` V rows, `row_stride` elements apart, into slots [slot, slot + len) and
+  // their scales; V is [kv_head][slot][dim], so each row is encoded in place.
+  template <typename T>
+  void WriteVInt8(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len) {
+    const KVShape& shape = layout_.Shape();
+    const auto map = layout_.V();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      EncodeRows(rows + uint64_t{kv_head} * shape.v_head_dim, row_stride, shape.v_head_dim, len,
+                 v_int8_.data() + map(slot, kv_head, 0), map.SlotStride(),
+                 v_scales_.data() + ScaleOffset(slot, kv_head));
+    }
+  }
+
+  // Encodes `num_rows` rows of `n` elements, `src_stride` apart, with EncodeInt8Row into q
+  // (rows `q_stride` apart) and scales[0, num_rows).
+  template <typename T>
+  static void EncodeRowsScalar(const T* src, uint64_t src_stride, uint64_t n, uint64_t num_rows,
+                               int8_t* q, uint64_t q_stride, float* scales) {
+    for (uint64_t r = 0; r < num_rows; ++r) {
+      scales[r] = EncodeInt8Row(src + r * src_stride, n, q + r * q_stride);
+    }
+  }
+#if KVRING_TRANSPOSE_AVX2
+  // The same, compiled for AVX2: EncodeInt8Row inlines here and its loops vectorise 8 lanes
+  // wide (twice SSE2's divisions per cycle). Bit-identical: each lane does the same IEEE
+  // operations, and without the fma target no multiply-add is contracted.
+  template <typename T>
+  __attribute__((target("avx2"))) static void EncodeRowsAvx2(const T* src, uint64_t src_stride,
+                                                             uint64_t n, uint64_t num_rows,
+                                                             int8_t* q, uint64_t q_stride,
+                                                             float* scales) {
+    for (uint64_t r = 0; r < num_rows; ++r) {
+      scales[r] = EncodeInt8Row(src + r * src_stride, n, q + r * q_stride);
+    }
+  }
+#endif
+  template <typename T>
+  static void EncodeRows(const T* src, uint64_t src_stride, uint64_t n, uint64_t num_rows,
+                         int8_t* q, uint64_t q_stride, float* scales) {
+#if KVRING_TRANSPOSE_AVX2
+    if (CpuHasAvx2()) {
+      EncodeRowsAvx2(src, src_stride, n, num_rows, q, q_stride, scales);
+      return;
+    }
+#endif
+    EncodeRowsScalar(src, src_stride, n, num_rows, q, q_stride, scales);
   }
 
   // Writes `len` K rows, `row_stride` elements apart, into slots [slot, slot + len), which do
@@ -493,38 +723,67 @@ class LayerStorage {
   // Copies slots [from_slot, +len) to `to`'s [to_slot, +len); neither range wraps, and
   // both start at the same position, so they share their offset inside a tile.
   void CopySlots(uint64_t from_slot, LayerStorage* to, uint64_t to_slot, uint64_t len) const {
+    if (format_ == Format::kBF16) {
+      CopyElements(k_.data(), v_.data(), from_slot, to->layout_, to->k_.data(), to->v_.data(),
+                   to_slot, len);
+      return;
+    }
+    CopyElements(k_int8_.data(), v_int8_.data(), from_slot, to->layout_, to->k_int8_.data(),
+                 to->v_int8_.data(), to_slot, len);
+    const KVShape& shape = layout_.Shape();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      std::memcpy(to->k_scales_.data() + to->ScaleOffset(to_slot, kv_head),
+                  k_scales_.data() + ScaleOffset(from_slot, kv_head), len * sizeof(float));
+      if (shape.v_head_dim != 0) {
+        std::memcpy(to->v_scales_.data() + to->ScaleOffset(to_slot, kv_head),
+                    v_scales_.data() + ScaleOffset(from_slot, kv_head), len * sizeof(float));
+      }
+    }
+  }
+
+  // Copies the K and V elements (BF16 or int8) of CopySlots from this layout's buffers `k`,
+  // `v` to `to_layout`'s `to_k`, `to_v`.
+  template <typename T>
+  void CopyElements(const T* k, const T* v, uint64_t from_slot, const Layout& to_layout, T* to_k,
+                    T* to_v, uint64_t to_slot, uint64_t len) const {
     const KVShape& shape = layout_.Shape();
     const auto from_k = layout_.K();
-    const auto to_k = to->layout_.K();
+    const auto to_k_map = to_layout.K();
     for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
       for (uint64_t i = 0; i < len;) {
         const uint64_t run = std::min({len - i, from_k.ContiguousSlotsFrom(from_slot + i),
-                                       to_k.ContiguousSlotsFrom(to_slot + i)});
-        const BF16* src = k_.data() + from_k(from_slot + i, kv_head, 0);
-        BF16* dst = to->k_.data() + to_k(to_slot + i, kv_head, 0);
-        if (run == from_k.DimStride() && run == to_k.DimStride()) {
+                                       to_k_map.ContiguousSlotsFrom(to_slot + i)});
+        const T* src = k + from_k(from_slot + i, kv_head, 0);
+        T* dst = to_k + to_k_map(to_slot + i, kv_head, 0);
+        if (run == from_k.DimStride() && run == to_k_map.DimStride()) {
           // Whole rows of every dim: one block (a full tile, or a whole flash ring).
-          std::memcpy(dst, src, run * shape.head_dim * sizeof(BF16));
+          std::memcpy(dst, src, run * shape.head_dim * sizeof(T));
         } else {
           for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
-            std::memcpy(dst + dim * to_k.DimStride(), src + dim * from_k.DimStride(),
-                        run * sizeof(BF16));
+            std::memcpy(dst + dim * to_k_map.DimStride(), src + dim * from_k.DimStride(),
+                        run * sizeof(T));
           }
         }
         i += run;
       }
       if (shape.v_head_dim != 0) {
-        std::memcpy(to->v_.data() + to->layout_.V()(to_slot, kv_head, 0),
-                    v_.data() + layout_.V()(from_slot, kv_head, 0),
-                    len * shape.v_head_dim * sizeof(BF16));
+        std::memcpy(to_v + to_layout.V()(to_slot, kv_head, 0),
+                    v + layout_.V()(from_slot, kv_head, 0), len * shape.v_head_dim * sizeof(T));
       }
     }
   }
 
   Layout layout_;
   RingIndex index_;
+  Format format_ = Format::kBF16;
+  // Format::kBF16: the elements at the layout's offsets (V empty without V).
   AlignedBuffer<BF16> k_;
   AlignedBuffer<BF16> v_;
+  // Format::kInt8: the elements at the same offsets, and the scales [kv_head][slot].
+  AlignedBuffer<int8_t> k_int8_;
+  AlignedBuffer<int8_t> v_int8_;
+  AlignedBuffer<float> k_scales_;
+  AlignedBuffer<float> v_scales_;
 };
 
 }  // namespace detail

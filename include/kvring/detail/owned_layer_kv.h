@@ -9,6 +9,7 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/detail/layer_storage.h"
+#include "kvring/formats/format.h"
 #include "kvring/kv_view.h"
 #include "kvring/ring_index.h"
 #include "kvring/status.h"
@@ -32,7 +33,7 @@ class OwnedLayerKV {
   uint64_t NumSlots() const { return storage_.Index().NumSlots(); }
   const RingIndex& Index() const { return storage_.Index(); }
   const Layout& GetLayout() const { return storage_.GetLayout(); }
-  // Returns the bytes of the K and V buffers.
+  // Returns the bytes of the K and V buffers (and of the scales of an int8 layer).
   uint64_t AllocatedBytes() const { return storage_.AllocatedBytes(); }
 
   // Returns kOk if AppendF32/AppendBF16(pos, k, v, num_tokens, strides) would be accepted
@@ -43,11 +44,33 @@ class OwnedLayerKV {
     return storage_.CheckAppend(pos, k, v, num_tokens, strides, kNoLayer);
   }
 
-  // Copies the row of held position `pos` into k_out [kv_head][head_dim] and, if not null,
-  // v_out [kv_head][v_head_dim], exactly as stored. kNotLive (saying the live range) if `pos`
-  // is not held; kBadArgument for a null k_out. Does not allocate. Cost: one row.
+  // Returns how the elements are stored (StorageSpec::format).
+  Format GetFormat() const { return storage_.GetFormat(); }
+
+  // Copies the BF16 row of held position `pos` into k_out [kv_head][head_dim] and, if not
+  // null, v_out [kv_head][v_head_dim], exactly as stored. kNotLive (saying the live range) if
+  // `pos` is not held; kBadArgument for a null k_out, or for an int8 layer (use ReadRowInt8 or
+  // ReadRowF32). Does not allocate. Cost: one row.
   Result ReadRow(uint64_t pos, BF16* k_out, BF16* v_out) const {
     return storage_.ReadRow(pos, k_out, v_out, kNoLayer);
+  }
+
+  // Copies the int8 row of held position `pos` exactly as stored: k_out [kv_head][head_dim]
+  // and k_scales_out [kv_head]; if not null, v_out [kv_head][v_head_dim] and v_scales_out
+  // [kv_head] (each element's value is its scale times it, DecodeInt8). kNotLive if `pos` is
+  // not held; kBadArgument for a null k_out or k_scales_out, or for a BF16 layer. Does not
+  // allocate. Cost: one row.
+  Result ReadRowInt8(uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
+                     float* v_scales_out) const {
+    return storage_.ReadRowInt8(pos, k_out, k_scales_out, v_out, v_scales_out, kNoLayer);
+  }
+
+  // Copies the stored values of held position `pos` as f32 into k_out [kv_head][head_dim]
+  // and, if not null, v_out [kv_head][v_head_dim]: BF16 widened exactly, int8 decoded as
+  // DecodeInt8(scale, q), the values attention computes with. kNotLive if `pos` is not held;
+  // kBadArgument for a null k_out. Does not allocate. Cost: one row.
+  Result ReadRowF32(uint64_t pos, float* k_out, float* v_out) const {
+    return storage_.ReadRowF32(pos, k_out, v_out, kNoLayer);
   }
 
   // Discards the newest `num_tokens` positions: at most the planned rollback headroom, and

@@ -1,5 +1,6 @@
-// kvring/detail/transpose.h: blocked transposition of 16-bit elements, for writing token rows
-// [token][dim] into the slot-major K of the flash and tiled layouts ([dim][slot]). Uses SSE2
+// kvring/detail/transpose.h: blocked transposition of 16-bit (BF16) and 8-bit (int8) elements,
+// for writing token rows [token][dim] into the slot-major K of the flash and tiled layouts
+// ([dim][slot]). Uses SSE2
 // (the x86-64 baseline, no per-target code) where the compiler offers it, plain C++ elsewhere,
 // and AVX2 blocks (function target attributes, chosen at run time), with non-temporal variants
 // that write whole lines; plus the prefetch and store fence those writes need.
@@ -72,6 +73,34 @@ inline void Transpose8x8(const uint16_t* src, uint64_t src_stride, uint16_t* dst
 #else
   for (uint64_t d = 0; d < 8; ++d) {
     for (uint64_t t = 0; t < 8; ++t) dst[d * dst_stride + t] = src[t * src_stride + d];
+  }
+#endif
+}
+
+// Writes dst[d * dst_stride + t] = src[t * src_stride + d] for t, d < 16 (8-bit elements).
+inline void Transpose16x16Bytes(const uint8_t* src, uint64_t src_stride, uint8_t* dst,
+                                uint64_t dst_stride) {
+#if defined(__SSE2__)
+  __m128i a[16], b[16];
+  for (uint64_t t = 0; t < 16; ++t) {
+    a[t] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + t * src_stride));
+  }
+  // Each round interleaves register i with register i + 8 byte by byte, which rotates the
+  // 8-bit address (row, column) of every element left by one bit; four rounds swap row and
+  // column.
+  for (int round = 0; round < 4; ++round) {
+    for (uint64_t i = 0; i < 8; ++i) {
+      b[2 * i] = _mm_unpacklo_epi8(a[i], a[i + 8]);
+      b[2 * i + 1] = _mm_unpackhi_epi8(a[i], a[i + 8]);
+    }
+    for (uint64_t i = 0; i < 16; ++i) a[i] = b[i];
+  }
+  for (uint64_t d = 0; d < 16; ++d) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d * dst_stride), a[d]);
+  }
+#else
+  for (uint64_t d = 0; d < 16; ++d) {
+    for (uint64_t t = 0; t < 16; ++t) dst[d * dst_stride + t] = src[t * src_stride + d];
   }
 #endif
 }
