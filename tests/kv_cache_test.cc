@@ -642,22 +642,28 @@ TEST(KVCache, CreateRejectsAPlanForAnotherLayout) {
   EXPECT_EQ(KVCache<FlashLayout>::Create(*f32).error().field, "runtime.element_type");
 }
 
-TEST(KVCache, CreateRefusesAnInt8LayerUntilInt8StorageIsBuilt) {
+TEST(KVCache, Int8PlansAllocateExactlyThePlansBytesScalesIncluded) {
+  // int8 globals beside BF16 sliding layers, and a plan whose element type makes every layer
+  // int8: the cache allocates what the plan counts, scales included (property 6).
   Expected<LayerPlan> int8 = LayerPlan::Builder(SharedModel())
                                  .SetContext(100)
                                  .SetFormat(AttentionKind::kGlobal, Format::kInt8)
                                  .Build();
   ASSERT_TRUE(int8.ok()) << int8.error().message;
   ASSERT_EQ(int8->Layer(1).spec.format, Format::kInt8);  // the global owner
-  const Error error = KVCache<FlashLayout>::Create(*int8).error();
-  EXPECT_EQ(error.field, "layers[1].format");
-  EXPECT_NE(error.message.find("int8 storage is not built yet"), std::string::npos)
-      << error.message;
-  // So is the int8 element type, which makes every layer int8.
+  Expected<KVCache<FlashLayout>> cache = KVCache<FlashLayout>::Create(*int8);
+  ASSERT_TRUE(cache.ok()) << cache.error().message;
+  EXPECT_EQ(cache->AllocatedBytes(), int8->TotalBytes());
+  EXPECT_EQ(cache->GetFormat(1), Format::kInt8);
   Expected<LayerPlan> all_int8 =
       LayerPlan::Builder(SharedModel()).SetContext(100).SetElementType(ElementType::kInt8).Build();
   ASSERT_TRUE(all_int8.ok());
-  EXPECT_EQ(KVCache<FlashLayout>::Create(*all_int8).error().field, "layers[0].format");
+  Expected<KVCache<FlashLayout>> all = KVCache<FlashLayout>::Create(*all_int8);
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  EXPECT_EQ(all->AllocatedBytes(), all_int8->TotalBytes());
+  Expected<LayerPlan> bf16 = LayerPlan::Builder(SharedModel()).SetContext(100).Build();
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_LT(all->AllocatedBytes(), KVCache<FlashLayout>::Create(*bf16).value().AllocatedBytes());
 }
 
 }  // namespace

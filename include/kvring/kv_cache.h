@@ -55,16 +55,6 @@ class KVCache {
                                 "does not match the layout's tile of " +
                                     std::to_string(Layout::kSlotAlignment) + " rows");
     }
-    // TODO(issue "Int8 K/V per layer"): RingKV and GlobalKV store BF16 only; until they store int8
-    // rows and scales, a plan with an int8 owner (element_type kInt8 makes every layer one) is
-    // refused.
-    for (const LayerInfo& layer : plan.Layers()) {
-      if (layer.OwnsKV() && layer.spec.format != Format::kBF16) {
-        return detail::FieldError(detail::LayerField(layer.index, "format"),
-                                  ToString(layer.spec.format),
-                                  "is not stored: int8 storage is not built yet");
-      }
-    }
     KVCache cache;
     cache.plan_ = plan;
     cache.entries_.resize(plan.NumLayers());

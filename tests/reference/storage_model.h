@@ -573,12 +573,8 @@ class StorageDriver {
     if (cache.AllocatedBytes() != BytesInFormats(cache, models)) {
       return when + ": allocated bytes differ from the bytes of the layers' formats";
     }
-    // TODO(Int8 K/V): the plan's own bytes count int8 layers once its side lands; until then
-    // they agree for BF16 plans.
-    const bool all_bf16 = std::all_of(models.begin(), models.end(), [](const LayerModel& model) {
-      return model.slots.empty() || model.format == Format::kBF16;
-    });
-    if (all_bf16 && cache.AllocatedBytes() != cache.Plan().TotalBytes()) {
+    // Property 6: every layer's buffers, int8 elements and scales included, are the plan's.
+    if (cache.AllocatedBytes() != cache.Plan().TotalBytes()) {
       return when + ": allocated bytes differ from the plan";
     }
     return "";
