@@ -44,6 +44,7 @@ struct Config {
   uint32_t seed = 1;
   // Runtime.
   std::string backend = "flash";
+  std::string format = "bf16";  // of every layer's K/V: bf16 or int8
   uint64_t prompt = 300;        // tokens of the first prompt
   uint64_t decode = 2048;       // tokens generated after it
   uint64_t batch = 32;          // planned prefill batch
@@ -68,6 +69,8 @@ void PrintUsage() {
   std::printf(
       "usage: mini_engine [--option=value ...]\n"
       "  --backend=flash|tiled  kvring layout and kernels (default flash)\n"
+      "  --format=bf16|int8     every layer's K/V format (default bf16); int8 also compares\n"
+      "                         its decode with a BF16 cache's (KL, token agreement)\n"
       "  --prompt=N             first prompt's tokens (300)\n"
       "  --decode=N             tokens generated greedily after it (2048)\n"
       "  --batch=N              planned prefill batch (32)\n"
@@ -96,6 +99,14 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
       return false;
     }
     const std::string name = arg.substr(2, eq - 2), text = arg.substr(eq + 1);
+    if (name == "format") {
+      if (text != "bf16" && text != "int8") {
+        std::fprintf(stderr, "mini_engine: --format must be bf16 or int8\n");
+        return false;
+      }
+      config->format = text;
+      continue;
+    }
     if (name == "backend") {
       if (text != "flash" && text != "tiled") {
         std::fprintf(stderr, "mini_engine: --backend must be flash or tiled\n");
@@ -296,6 +307,27 @@ void Rope(float* rows, size_t num_tokens, size_t num_heads, size_t head_dim, uin
 
 float Gelu(float x) {
   return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+
+// Returns KL(p || q) of the softmax distributions of two logit rows of `n`, in nats.
+double KLDivergence(const float* p_logits, const float* q_logits, size_t n) {
+  double p_max = p_logits[0], q_max = q_logits[0];
+  for (size_t i = 1; i < n; ++i) {
+    p_max = std::max(p_max, double{p_logits[i]});
+    q_max = std::max(q_max, double{q_logits[i]});
+  }
+  double p_sum = 0.0, q_sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    p_sum += std::exp(p_logits[i] - p_max);
+    q_sum += std::exp(q_logits[i] - q_max);
+  }
+  double kl = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double log_p = p_logits[i] - p_max - std::log(p_sum);
+    const double log_q = q_logits[i] - q_max - std::log(q_sum);
+    kl += std::exp(log_p) * (log_p - log_q);
+  }
+  return kl;
 }
 
 int32_t ArgMax(const float* logits, size_t vocab) {
@@ -554,6 +586,9 @@ int Run(const Config& config) {
   for (const kvring::LayerSpec& spec : LayerSpecs(config)) builder.AddLayer(spec);
   builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);
   builder.SetLayout<Layout>();
+  const kvring::Format format =
+      config.format == "int8" ? kvring::Format::kInt8 : kvring::Format::kBF16;
+  builder.SetFormat(format);
   const kvring::Expected<kvring::LayerPlan> plan = builder.Build();
   if (!plan.ok()) {
     std::fprintf(stderr, "mini_engine: %s\n", plan.error().message.c_str());
@@ -805,7 +840,55 @@ int Run(const Config& config) {
                       Identical(difference, conv_tokens.size()));
   }
 
-  // 8. Report.
+  // 8. An int8 cache against a BF16 one: the BF16 cache's greedy decode, then the int8 cache
+  //    fed the same tokens; at every step the KL divergence of the int8 cache's next-token
+  //    distribution from the BF16 one's, and whether both pick the same token.
+  double mean_kl = 0.0, max_kl = 0.0, agreement = 0.0;
+  uint64_t bf16_bytes = 0;
+  Meter bf16_meter, int8_meter;
+  if (format == kvring::Format::kInt8) {
+    kvring::LayerPlan::Builder bf16_builder;
+    for (const kvring::LayerSpec& spec : LayerSpecs(config)) bf16_builder.AddLayer(spec);
+    bf16_builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);
+    bf16_builder.SetLayout<Layout>();
+    const kvring::Expected<kvring::LayerPlan> bf16_plan = bf16_builder.Build();
+    kvring::Expected<kvring::KVCache<Layout>> bf16_cache =
+        kvring::KVCache<Layout>::Create(bf16_plan.value());
+    kvring::Expected<kvring::KVCache<Layout>> int8_cache = kvring::KVCache<Layout>::Create(*plan);
+    if (!bf16_cache.ok() || !int8_cache.ok()) return 2;
+    bf16_bytes = bf16_cache->AllocatedBytes();
+    Engine<Layout> bf16("bf16", model, std::move(bf16_cache).value(), &pool, &bf16_meter,
+                        &progress);
+    Engine<Layout> int8("int8", model, std::move(int8_cache).value(), &pool, &int8_meter,
+                        &progress);
+    std::vector<int32_t> bf16_tokens;
+    std::vector<float> bf16_logits;
+    checks.ExpectStatus(bf16.Prefill(prompt, config.batch), "bf16 prefill");
+    checks.ExpectStatus(bf16.Decode(config.decode, &bf16_tokens, &bf16_logits), "bf16 decode");
+    checks.ExpectStatus(int8.Prefill(prompt, config.batch), "int8 prefill");
+    std::vector<float> int8_logits = int8.Logits(), next;
+    uint64_t agree = 0;
+    const Clock::time_point start = Clock::now();
+    for (size_t i = 0; i < bf16_tokens.size(); ++i) {
+      const double kl = KLDivergence(&bf16_logits[i * vocab], int8_logits.data(), vocab);
+      mean_kl += kl / static_cast<double>(bf16_tokens.size());
+      max_kl = std::max(max_kl, kl);
+      agree += ArgMax(int8_logits.data(), vocab) == bf16_tokens[i];
+      checks.ExpectStatus(int8.Forward(&bf16_tokens[i], 1, &next), "int8 decode");
+      int8_logits.swap(next);
+    }
+    int8_meter.decode_tokens += bf16_tokens.size();
+    int8_meter.decode_seconds += SecondsSince(start);
+    agreement = bf16_tokens.empty()
+                    ? 1.0
+                    : static_cast<double>(agree) / static_cast<double>(bf16_tokens.size());
+    checks.Expect(mean_kl <= 1e-3, "int8 against BF16 over " + std::to_string(bf16_tokens.size()) +
+                                       " decode steps: mean KL " + std::to_string(mean_kl) +
+                                       " (at most 1e-3), max " + std::to_string(max_kl) +
+                                       ", same token " + std::to_string(agreement * 100.0) + "%");
+  }
+
+  // 9. Report.
   std::printf("\nKV memory in use (one sequence, context %llu)\n",
               static_cast<unsigned long long>(context));
   std::printf("  kvring  %9.3f MiB (%llu bytes)\n  flat    %9.3f MiB (%llu bytes), %.2fx\n",
@@ -825,6 +908,17 @@ int Run(const Config& config) {
   std::printf("  flat    prefill %8.0f tokens/s  decode %7.0f tokens/s\n",
               rate(flat_meter.prefill_tokens, flat_meter.prefill_seconds),
               rate(flat_meter.decode_tokens, flat_meter.decode_seconds));
+  if (format == kvring::Format::kInt8) {
+    std::printf("\nint8 against BF16 (%llu decode steps, the BF16 cache's tokens)\n",
+                static_cast<unsigned long long>(config.decode));
+    std::printf("  KV memory  int8 %9.3f MiB, bf16 %9.3f MiB (%.2fx)\n", MiB(ring_bytes),
+                MiB(bf16_bytes), static_cast<double>(bf16_bytes) / static_cast<double>(ring_bytes));
+    std::printf("  decode     int8 %7.0f tokens/s, bf16 %7.0f tokens/s\n",
+                rate(int8_meter.decode_tokens, int8_meter.decode_seconds),
+                rate(bf16_meter.decode_tokens, bf16_meter.decode_seconds));
+    std::printf("  next-token KL divergence mean %.3g, max %.3g; same token %.2f%%\n", mean_kl,
+                max_kl, agreement * 100.0);
+  }
   std::printf("\n%d checks passed, %d failed: %s\n", checks.num_passed, checks.num_failed,
               checks.num_failed == 0 ? "OK" : "FAILED");
   return checks.num_failed == 0 ? 0 : 1;
