@@ -45,6 +45,7 @@ struct Config {
   // Runtime.
   std::string backend = "flash";
   std::string format = "bf16";  // of every layer's K/V: bf16 or int8
+  uint64_t k_outliers = 0;      // > 1: four K channels of each kv_head this many times larger
   uint64_t prompt = 300;        // tokens of the first prompt
   uint64_t decode = 2048;       // tokens generated after it
   uint64_t batch = 32;          // planned prefill batch
@@ -81,6 +82,7 @@ void PrintUsage() {
       "  --prompt2=N            conversation 2's prompt, prefilled in larger batches (384)\n"
       "  --grow-factor=N        conversation 2's batch is batch * N (4)\n"
       "  --threads=N            attention threads (1)\n"
+      "  --k-outliers=N         scale four K channels of each kv_head by N (off)\n"
       "  --split-positions=N    KV split length of decode calls (kvring's default, 2048)\n"
       "  --seed=N               weights and prompts (1)\n");
 }
@@ -141,6 +143,8 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
       config->grow_factor = value;
     } else if (name == "threads") {
       config->threads = static_cast<uint32_t>(value);
+    } else if (name == "k-outliers") {
+      config->k_outliers = value;
     } else if (name == "split-positions") {
       config->split_positions = value;
     } else if (name == "seed") {
@@ -249,6 +253,18 @@ Model MakeModel(const Config& c) {
     if (kSharedSource[layer] < 0) {
       w.wk = RandomMatrix(&rng, c.hidden, model.KVDim());
       w.wv = RandomMatrix(&rng, c.hidden, model.KVDim());
+      // Outlier channels, the shape real K caches have (a few dims of each head 10-50x the
+      // others): the test of int8's one scale per (pos, kv_head).
+      if (c.k_outliers > 1) {
+        for (uint32_t kv_head = 0; kv_head < c.num_kv_heads; ++kv_head) {
+          for (uint32_t channel : {3u, 17u, 40u, 57u}) {
+            const size_t col = size_t{kv_head} * c.head_dim + channel % c.head_dim;
+            for (size_t row = 0; row < c.hidden; ++row) {
+              w.wk[row * model.KVDim() + col] *= static_cast<float>(c.k_outliers);
+            }
+          }
+        }
+      }
     }
     w.wo = RandomMatrix(&rng, model.QDim(), c.hidden);
     w.mlp_norm = RandomNorm(&rng, c.hidden);
