@@ -123,9 +123,16 @@ void Evict(const void* p, uint64_t bytes) {
 }
 
 // Evicts the K and V lines of positions [first, end) of every kv_head of `kv`: the bytes a
-// call over those positions reads, wherever the layout and the ring's wrap put them.
+// call over those positions reads (elements, and an int8 view's scales), wherever the layout
+// and the ring's wrap put them.
 template <typename Layout>
 void EvictPositions(const kvring::KVView<Layout>& kv, uint64_t first, uint64_t end) {
+  const bool int8 = kv.format == kvring::Format::kInt8;
+  const char* k =
+      int8 ? reinterpret_cast<const char*>(kv.k_int8) : reinterpret_cast<const char*>(kv.k);
+  const char* v =
+      int8 ? reinterpret_cast<const char*>(kv.v_int8) : reinterpret_cast<const char*>(kv.v);
+  const uint64_t element_bytes = int8 ? 1 : sizeof(kvring::BF16);
   const auto k_mapping = kv.layout.K();
   const auto v_mapping = kv.layout.V();
   const kvring::KVShape& shape = kv.layout.Shape();
@@ -137,12 +144,19 @@ void EvictPositions(const kvring::KVView<Layout>& kv, uint64_t first, uint64_t e
       for (uint32_t d = 0; d < shape.head_dim; ++d) {
         for (uint64_t s = slot0; s < slot0 + run;) {
           const uint64_t n = std::min(k_mapping.ContiguousSlotsFrom(s), slot0 + run - s);
-          Evict(kv.k + k_mapping(s, h, d), n * k_mapping.SlotStride() * sizeof(kvring::BF16));
+          Evict(k + k_mapping(s, h, d) * element_bytes, n * k_mapping.SlotStride() * element_bytes);
           s += n;
         }
       }
-      if (kv.v != nullptr) {  // (an MLA view has no V)
-        Evict(kv.v + v_mapping(slot0, h, 0), run * v_mapping.SlotStride() * sizeof(kvring::BF16));
+      if (v != nullptr) {  // (an MLA view has no V)
+        Evict(v + v_mapping(slot0, h, 0) * element_bytes,
+              run * v_mapping.SlotStride() * element_bytes);
+      }
+      if (int8) {
+        Evict(kv.k_scales + kv.ScaleOffset(slot0, h), run * sizeof(float));
+        if (kv.v_scales != nullptr) {
+          Evict(kv.v_scales + kv.ScaleOffset(slot0, h), run * sizeof(float));
+        }
       }
     }
     first += run;
@@ -373,35 +387,6 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   }
 }
 
-// Evicts the int8 elements and scales of positions [first, end) of every kv_head of an int8
-// view (EvictPositions for Format::kInt8).
-template <typename Layout>
-void EvictInt8Positions(const kvring::KVView<Layout>& kv, uint64_t first, uint64_t end) {
-  const auto k_mapping = kv.layout.K();
-  const auto v_mapping = kv.layout.V();
-  const kvring::KVShape& shape = kv.layout.Shape();
-  const uint64_t num_slots = kv.NumSlots();
-  while (first < end) {
-    const uint64_t slot0 = first % num_slots;
-    const uint64_t run = std::min(end - first, num_slots - slot0);
-    for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
-      for (uint32_t d = 0; d < shape.head_dim; ++d) {
-        for (uint64_t s = slot0; s < slot0 + run;) {
-          const uint64_t n = std::min(k_mapping.ContiguousSlotsFrom(s), slot0 + run - s);
-          Evict(kv.k_int8 + k_mapping(s, h, d), n * k_mapping.SlotStride());
-          s += n;
-        }
-      }
-      Evict(kv.k_scales + kv.ScaleOffset(slot0, h), run * sizeof(float));
-      if (kv.v_int8 != nullptr) {
-        Evict(kv.v_int8 + v_mapping(slot0, h, 0), run * v_mapping.SlotStride());
-        Evict(kv.v_scales + kv.ScaleOffset(slot0, h), run * sizeof(float));
-      }
-    }
-    first += run;
-  }
-}
-
 // Int8 against BF16 (Format::kInt8): the same history stored in both formats (ring or flat,
 // as the layout pads them), the int8 call, the BF16 call and the read twin of the int8 bytes
 // timed in turn in each iteration (alternating order), decode cold as BM_Attention's.
@@ -469,7 +454,7 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring) {
   uint32_t sum = 0;
   double last = 0.0;  // the int8 call's time in this iteration
   const auto int8_call = [&] {
-    if (cold) EvictInt8Positions(view, first_visible, end);
+    if (cold) EvictPositions(view, first_visible, end);
     last = Seconds(
         [&] { kvring_testing::DispatchAttention(view, batch, options, 1, nullptr, &workspace); });
     best = std::min(best, last);
@@ -485,7 +470,7 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring) {
   };
   const auto flat_call = [&] {
     if (!ring) return;
-    if (cold) EvictInt8Positions(flat_view, first_visible, end);
+    if (cold) EvictPositions(flat_view, first_visible, end);
     best_flat = std::min(best_flat, Seconds([&] {
                            kvring_testing::DispatchAttention(flat_view, flat_batch, options, 1,
                                                              nullptr, &flat_workspace);

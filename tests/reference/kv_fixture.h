@@ -24,6 +24,18 @@
 namespace kvring {
 namespace reference {
 
+// Returns whether `slot` of a ring of `num_slots` holding [first_pos, end_pos) holds a position
+// in [keep_begin, keep_end): the newest pos < end_pos with pos % num_slots == slot, if held.
+inline bool HeldIn(uint64_t slot, uint64_t num_slots, uint64_t first_pos, uint64_t end_pos,
+                   uint64_t keep_begin, uint64_t keep_end) {
+  if (end_pos == 0) return false;
+  const uint64_t last = end_pos - 1;
+  const uint64_t back = (last % num_slots + num_slots - slot) % num_slots;
+  if (back > last) return false;
+  const uint64_t pos = last - back;
+  return pos >= first_pos && pos >= keep_begin && pos < keep_end;
+}
+
 // K and V of positions [0, num_positions): rows [pos][kv_head][dim], BF16.
 struct History {
   uint32_t num_kv_heads = 0;
@@ -124,17 +136,7 @@ struct Storage {
     const auto km = layout.K();
     const auto vm = layout.V();
     for (uint64_t slot = 0; slot < shape.num_slots; ++slot) {
-      // The position a slot holds: the newest pos < end_pos with pos % num_slots == slot.
-      bool keep = false;
-      if (end_pos > 0) {
-        const uint64_t last = end_pos - 1;
-        const uint64_t back = (last % shape.num_slots + shape.num_slots - slot) % shape.num_slots;
-        if (back <= last) {
-          const uint64_t pos = last - back;
-          keep = pos >= first_pos && pos >= keep_begin && pos < keep_end;
-        }
-      }
-      if (keep) continue;
+      if (HeldIn(slot, shape.num_slots, first_pos, end_pos, keep_begin, keep_end)) continue;
       for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
         for (uint32_t d = 0; d < shape.head_dim; ++d) k[km(slot, h, d)] = nan;
         for (uint32_t d = 0; d < shape.v_head_dim; ++d) v[vm(slot, h, d)] = nan;
@@ -251,16 +253,7 @@ struct Int8Storage {
   void PoisonOutside(uint64_t keep_begin, uint64_t keep_end) {
     const KVShape& shape = layout.Shape();
     for (uint64_t slot = 0; slot < shape.num_slots; ++slot) {
-      bool keep = false;
-      if (end_pos > 0) {
-        const uint64_t last = end_pos - 1;
-        const uint64_t back = (last % shape.num_slots + shape.num_slots - slot) % shape.num_slots;
-        if (back <= last) {
-          const uint64_t pos = last - back;
-          keep = pos >= first_pos && pos >= keep_begin && pos < keep_end;
-        }
-      }
-      if (keep) continue;
+      if (HeldIn(slot, shape.num_slots, first_pos, end_pos, keep_begin, keep_end)) continue;
       const auto km = layout.K();
       const auto vm = layout.V();
       for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {

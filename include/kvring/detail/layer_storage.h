@@ -238,14 +238,8 @@ class LayerStorage {
                                    "ReadRowInt8 (stored bytes and scales) or ReadRowF32 (decoded)",
                                    pos);
     }
-    if (!index_.Holds(pos)) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kNotLive,
-                                   "read of %llu, but the held positions are [%llu, %llu)", pos,
-                                   index_.FirstPos(), index_.EndPos());
-    }
-    if (k_out == nullptr) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "read of %llu: k_out is null", pos);
-    }
+    const Result check = CheckRead(pos, k_out, layer);
+    if (!check.ok()) return check;
     const KVShape& shape = layout_.Shape();
     const uint64_t slot = index_.SlotOf(pos);
     const auto k_map = layout_.K();
