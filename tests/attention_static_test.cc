@@ -273,5 +273,40 @@ TEST(AttentionChecks, AViewHoldingMoreThanItsSlotsOrBadOptionsAreRefused) {
   call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"soft_cap"});
 }
 
+TEST(AttentionChecks, Int8ViewsWithoutTheirElementsOrScalesAreRefused) {
+  CheckedCall call;
+  const kvring::reference::Int8History q8 = kvring::reference::Int8History::Of(call.history);
+  const auto int8 = kvring::reference::Int8Storage<kvring::FlashLayout>::Make(q8, 96, 320);
+  const kvring::KVView<kvring::FlashLayout> view = int8.View(call.p.visibility);
+  {
+    kvring::AttentionWorkspace workspace;
+    const kvring::Result result = hn_kvring::Attention(view, call.batch, call.options, workspace);
+    EXPECT_TRUE(result.ok()) << result.Message();
+    call.out.assign(call.out.size(), -7.0f);
+  }
+  kvring::KVView<kvring::FlashLayout> no_scales = view;
+  no_scales.k_scales = nullptr;
+  call.ExpectRefused(no_scales, kvring::Status::kBadArgument, {"k_int8", "k_scales"});
+  kvring::KVView<kvring::FlashLayout> half_v = view;
+  half_v.v_scales = nullptr;
+  call.ExpectRefused(half_v, kvring::Status::kBadArgument, {"v_int8", "v_scales"});
+  kvring::KVView<kvring::FlashLayout> bad_format = view;
+  bad_format.format = static_cast<kvring::Format>(9);
+  call.ExpectRefused(bad_format, kvring::Status::kBadArgument, {"format", "9"});
+}
+
+TEST(AttentionChecks, ACheckedPlanNamesTheRefusalForEnginesThatRunItemsThemselves) {
+  CheckedCall call;
+  const kvring::Expected<kvring::AttentionWork> good =
+      kvring::AttentionWork::Checked(call.View(), call.batch, call.options);
+  ASSERT_TRUE(good.ok()) << good.error().message;
+  EXPECT_GT(good->NumItems(), 0u);
+  call.batch.num_q_heads = 7;
+  const kvring::Expected<kvring::AttentionWork> bad =
+      kvring::AttentionWork::Checked(call.View(), call.batch, call.options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("num_q_heads: 7"), std::string::npos) << bad.error().message;
+}
+
 }  // namespace
 }  // namespace kvring_test

@@ -272,6 +272,17 @@ class AttentionWork {
     return work;
   }
 
+  // Returns the plan of attending `batch` over `kv` with `options`, or an Error whose message
+  // is CheckAttention's (field and values): for engines that run the items themselves
+  // (RunAttentionItem, MergeAttention). O(1); allocates only the message of a refusal.
+  template <typename Layout>
+  static Expected<AttentionWork> Checked(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                         const AttentionOptions& options) {
+    const Result check = CheckAttention(kv, batch, options);
+    if (!check.ok()) return Error{"attention", check.Message()};
+    return Plan(kv, batch, options);
+  }
+
   // Returns the number of items; run each once, in any order, on any thread.
   uint64_t NumItems() const { return uint64_t{num_blocks_} * num_kv_heads_ * num_splits_; }
   // Returns whether items write partial states that MergeAttention must combine afterwards.
