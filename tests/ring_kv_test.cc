@@ -266,16 +266,24 @@ std::vector<T> Strided(const std::vector<T>& rows, uint64_t row_elements, uint64
   return strided;
 }
 
+// Sets *ring to `ring`'s shape over 400 positions, and *flat to the same layer holding a
+// context of 2000 flat: the storages of the strided-rows tests. Returns false if the layout
+// cannot hold them.
+template <typename Layout>
+bool StridedSpecs(StorageSpec* ring, StorageSpec* flat) {
+  ring->shape.num_slots = 0;
+  if (!Layout::NumSlotsFor(400, &ring->shape.num_slots)) return false;
+  *flat = *ring;
+  flat->context = 2000;
+  flat->keep = 2000;
+  return Layout::NumSlotsFor(2000, &flat->shape.num_slots);
+}
+
 TYPED_TEST(RingKVTest, StridedRowsAreStoredAsTheSameRowsPacked) {
   // Rings and flat storage, f32 and BF16, one token and 300 (streamed K lines in a ring),
   // K and V strides that differ and are not multiples of a vector.
-  StorageSpec ring_spec = RingSpec();
-  ring_spec.shape.num_slots = 0;
-  ASSERT_TRUE(TypeParam::NumSlotsFor(400, &ring_spec.shape.num_slots));
-  StorageSpec flat_spec = ring_spec;
-  flat_spec.context = 2000;
-  flat_spec.keep = 2000;
-  ASSERT_TRUE(TypeParam::NumSlotsFor(2000, &flat_spec.shape.num_slots));
+  StorageSpec ring_spec = RingSpec(), flat_spec;
+  ASSERT_TRUE(StridedSpecs<TypeParam>(&ring_spec, &flat_spec));
   RingKV<TypeParam> ring = RingKV<TypeParam>::Create(ring_spec).value();
   RingKV<TypeParam> packed_ring = RingKV<TypeParam>::Create(ring_spec).value();
   GlobalKV<TypeParam> flat = GlobalKV<TypeParam>::Create(flat_spec).value();
@@ -585,13 +593,8 @@ TYPED_TEST(RingKVTest, Int8SnapshotSharesNothingAndClearForgets) {
 
 TYPED_TEST(RingKVTest, Int8StridedRowsAreStoredAsTheSameRowsPacked) {
   // As for BF16: rings and flat storage, f32 and BF16 rows, one token and 300.
-  StorageSpec ring_spec = Int8Spec();
-  ring_spec.shape.num_slots = 0;
-  ASSERT_TRUE(TypeParam::NumSlotsFor(400, &ring_spec.shape.num_slots));
-  StorageSpec flat_spec = ring_spec;
-  flat_spec.context = 2000;
-  flat_spec.keep = 2000;
-  ASSERT_TRUE(TypeParam::NumSlotsFor(2000, &flat_spec.shape.num_slots));
+  StorageSpec ring_spec = Int8Spec(), flat_spec;
+  ASSERT_TRUE(StridedSpecs<TypeParam>(&ring_spec, &flat_spec));
   RingKV<TypeParam> ring = RingKV<TypeParam>::Create(ring_spec).value();
   GlobalKV<TypeParam> flat = GlobalKV<TypeParam>::Create(flat_spec).value();
   EXPECT_EQ(flat.AllocatedBytes(), flat.NumSlots() * 2 * 40);

@@ -98,7 +98,7 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
   if (shape.num_kv_heads == 0) {
     return Result::Refused(Status::kBadArgument, "view: has 0 kv_heads");
   }
-  if (head_dim == 0 || head_dim % kAttentionDimMultiple != 0 || head_dim > kMaxAttentionHeadDim) {
+  if (!IsAttentionDim(head_dim)) {
     return Result::Refused(Status::kBadArgument,
                            "view head_dim: %llu is not a multiple of %llu from %llu to %llu "
                            "(the kernels' head dims)",
@@ -113,7 +113,7 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                              shape.v_head_dim);
     }
     v_head_dim = options.latent_v_dims;
-    if (v_head_dim == 0 || v_head_dim % kAttentionDimMultiple != 0 || v_head_dim > head_dim) {
+    if (!IsAttentionDim(v_head_dim) || v_head_dim > head_dim) {
       return Result::Refused(Status::kBadArgument,
                              "options.latent_v_dims: %llu is not a multiple of %llu from %llu "
                              "to the head_dim %llu (a view without V reads its values from K)",
@@ -125,8 +125,7 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                              "options.latent_v_dims: %llu must be 0 for a view with V",
                              options.latent_v_dims);
     }
-    if (v_head_dim == 0 || v_head_dim % kAttentionDimMultiple != 0 ||
-        v_head_dim > kMaxAttentionHeadDim) {
+    if (!IsAttentionDim(v_head_dim)) {
       return Result::Refused(
           Status::kBadArgument, "view v_head_dim: %llu is not a multiple of %llu from %llu to %llu",
           v_head_dim, kAttentionDimMultiple, kAttentionDimMultiple, kMaxAttentionHeadDim);
@@ -244,10 +243,8 @@ class AttentionWork {
     KVRING_DASSERT(kv.HasV() ? options.latent_v_dims == 0
                              : shape.v_head_dim == 0 && options.latent_v_dims <= shape.head_dim);
     KVRING_DASSERT(shape.num_kv_heads != 0 && batch.num_q_heads % shape.num_kv_heads == 0);
-    KVRING_DASSERT(shape.head_dim % kAttentionDimMultiple == 0 && shape.head_dim != 0 &&
-                   shape.head_dim <= kMaxAttentionHeadDim);
-    KVRING_DASSERT(work.v_head_dim_ % kAttentionDimMultiple == 0 && work.v_head_dim_ != 0 &&
-                   work.v_head_dim_ <= kMaxAttentionHeadDim);
+    KVRING_DASSERT(IsAttentionDim(shape.head_dim));
+    KVRING_DASSERT(IsAttentionDim(work.v_head_dim_));
     KVRING_DASSERT((batch.queries_f32 == nullptr) != (batch.queries_bf16 == nullptr));
     KVRING_DASSERT((batch.out_f32 == nullptr) != (batch.out_bf16 == nullptr));
     KVRING_DASSERT(batch.num_queries == 0 || (kv.CanServe(batch.first_q_pos) &&

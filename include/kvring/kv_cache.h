@@ -192,7 +192,8 @@ class KVCache {
       KVRING_DASSERT(result.ok());
       (void)result;
     }
-    return RollbackResult(Status::kOk, EndPos());
+    // Every owner was at step.low_end: the new end needs no second scan.
+    return RollbackResult(Status::kOk, step.low_end - num_tokens);
   }
 
   // Re-plans for appends of up to `batch` tokens and grows every ring whose capacity rises,

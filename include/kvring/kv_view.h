@@ -37,7 +37,7 @@ struct KVView {
   uint64_t NumSlots() const { return layout.Shape().num_slots; }
   // Returns where the scale of `slot` of `kv_head` sits in k_scales and v_scales.
   uint64_t ScaleOffset(uint64_t slot, uint32_t kv_head) const {
-    return uint64_t{kv_head} * NumSlots() + slot;
+    return layout.Shape().ScaleOffset(slot, kv_head);
   }
   // Returns whether the view has a V stream (MLA latents have none).
   bool HasV() const { return format == Format::kInt8 ? v_int8 != nullptr : v != nullptr; }

@@ -119,6 +119,12 @@ inline constexpr uint32_t kMaxAttentionHeadDim = 576;
 // into 16-element pieces). A plan refuses others.
 inline constexpr uint32_t kAttentionDimMultiple = 16;
 
+// Returns whether the attention kernels serve a head dimension of `dim` elements: a positive
+// multiple of kAttentionDimMultiple, at most kMaxAttentionHeadDim.
+inline bool IsAttentionDim(uint64_t dim) {
+  return dim != 0 && dim % kAttentionDimMultiple == 0 && dim <= kMaxAttentionHeadDim;
+}
+
 // Tile heights TiledLayout supports: powers of two in [kMinTileRows, kMaxTileRows].
 inline constexpr uint32_t kMinTileRows = 8;
 inline constexpr uint32_t kMaxTileRows = 64;
@@ -512,7 +518,7 @@ inline std::string LayerField(size_t index, const char* name) {
 }
 
 // Returns an Error for a head dimension (`field`, nonzero) the attention kernels cannot
-// serve, or an empty field.
+// serve (IsAttentionDim), or an empty field.
 inline Error ValidateAttentionDim(std::string field, uint32_t dim) {
   const std::string rule = "(the attention kernels need head dims in multiples of " +
                            std::to_string(kAttentionDimMultiple) + ", at most " +

@@ -25,9 +25,9 @@ struct StorageSpec {
   // Layout::NumSlotsFor(capacity) (as the plan does): for the flash layout it also makes the
   // number of tiles odd, which any other aligned count works without but runs slower.
   KVShape shape;
-  uint64_t keep = 0;          // positions before a new batch its queries read (span - 1)
-  uint64_t max_rollback = 0;  // rollback headroom
-  uint64_t context = 0;       // the logical limit of positions
+  uint64_t keep = 0;              // positions before a new batch its queries read (span - 1)
+  uint64_t max_rollback = 0;      // rollback headroom
+  uint64_t context = 0;           // the logical limit of positions
   Format format = Format::kBF16;  // of every K and V element
 
   // Returns the spec of owning layer `layer` of `plan`.

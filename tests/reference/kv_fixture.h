@@ -238,12 +238,12 @@ struct Int8Storage {
         for (uint32_t d = 0; d < shape.head_dim; ++d) {
           s.k[km(slot, h, d)] = history.k[row * shape.head_dim + d];
         }
-        s.k_scales[uint64_t{h} * num_slots + slot] = history.k_scale[row];
+        s.k_scales[shape.ScaleOffset(slot, h)] = history.k_scale[row];
         if (shape.v_head_dim == 0) continue;
         for (uint32_t d = 0; d < shape.v_head_dim; ++d) {
           s.v[vm(slot, h, d)] = history.v[row * shape.v_head_dim + d];
         }
-        s.v_scales[uint64_t{h} * num_slots + slot] = history.v_scale[row];
+        s.v_scales[shape.ScaleOffset(slot, h)] = history.v_scale[row];
       }
     }
     return s;
@@ -257,10 +257,10 @@ struct Int8Storage {
       const auto km = layout.K();
       const auto vm = layout.V();
       for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
-        k_scales[uint64_t{h} * shape.num_slots + slot] = std::numeric_limits<float>::quiet_NaN();
+        k_scales[shape.ScaleOffset(slot, h)] = std::numeric_limits<float>::quiet_NaN();
         for (uint32_t d = 0; d < shape.head_dim; ++d) k[km(slot, h, d)] = -127;
         if (shape.v_head_dim == 0) continue;
-        v_scales[uint64_t{h} * shape.num_slots + slot] = std::numeric_limits<float>::quiet_NaN();
+        v_scales[shape.ScaleOffset(slot, h)] = std::numeric_limits<float>::quiet_NaN();
         for (uint32_t d = 0; d < shape.v_head_dim; ++d) v[vm(slot, h, d)] = -127;
       }
     }

@@ -425,7 +425,7 @@ class LayerStorage {
     const size_t k_size = static_cast<size_t>(layout_.K().RequiredSpanSize());
     const size_t v_size = static_cast<size_t>(layout_.V().RequiredSpanSize());
     if (format_ == Format::kInt8) {
-      // Scales: [kv_head][slot] for each stream (KVView::ScaleOffset); none without V.
+      // Scales: [kv_head][slot] for each stream (KVShape::ScaleOffset); none without V.
       const size_t num_scales = static_cast<size_t>(shape.num_slots * shape.num_kv_heads);
       k_int8_ = AlignedBuffer<int8_t>::Zeroed(k_size);
       v_int8_ = AlignedBuffer<int8_t>::Zeroed(v_size);
@@ -442,7 +442,7 @@ class LayerStorage {
   }
 
   uint64_t ScaleOffset(uint64_t slot, uint32_t kv_head) const {
-    return uint64_t{kv_head} * layout_.Shape().num_slots + slot;
+    return layout_.Shape().ScaleOffset(slot, kv_head);
   }
 
   // Returns kNotLive for a position not held, kBadArgument for a null k_out, else kOk.

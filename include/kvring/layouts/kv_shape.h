@@ -36,6 +36,11 @@ struct KVShape {
   // Elements of one position's K (or V) over all kv_heads.
   uint64_t KRowElements() const { return uint64_t{num_kv_heads} * head_dim; }
   uint64_t VRowElements() const { return uint64_t{num_kv_heads} * v_head_dim; }
+  // Returns where the f32 scale of `slot` of `kv_head` sits in an int8 stream's scales, which
+  // every layout keeps [kv_head][slot] (a tile's scales are then contiguous).
+  uint64_t ScaleOffset(uint64_t slot, uint32_t kv_head) const {
+    return uint64_t{kv_head} * num_slots + slot;
+  }
 };
 
 inline bool operator==(const KVShape& a, const KVShape& b) {
