@@ -72,8 +72,8 @@ HWY_AFTER_NAMESPACE();
 
 #include "benchmark/benchmark.h"
 #include "hwy/cache_control.h"
-#include "kvring/global_kv.h"
-#include "kvring/ring_kv.h"
+#include "kvring/storage/global_kv.h"
+#include "kvring/storage/ring_kv.h"
 #include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
 

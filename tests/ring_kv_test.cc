@@ -1,6 +1,6 @@
-// Tests of kvring/ring_kv.h and kvring/global_kv.h used directly: creation errors, appends,
+// Tests of kvring/storage/ring_kv.h and kvring/storage/global_kv.h used directly: creation errors, appends,
 // reads after wraps, growth, snapshots, clearing, and refused calls that change nothing.
-#include "kvring/ring_kv.h"
+#include "kvring/storage/ring_kv.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 
 #include "kvring/formats/format.h"
 #include "kvring/formats/int8.h"
-#include "kvring/global_kv.h"
+#include "kvring/storage/global_kv.h"
 #include "kvring/layouts/flash_layout.h"
 #include "kvring/layouts/tiled_layout.h"
 

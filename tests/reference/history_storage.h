@@ -10,12 +10,12 @@
 #include <string>
 
 #include "kvring/base.h"
-#include "kvring/global_kv.h"
+#include "kvring/storage/global_kv.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/ring_index.h"
-#include "kvring/ring_kv.h"
+#include "kvring/storage/ring_kv.h"
 #include "kvring/status.h"
-#include "kvring/storage_spec.h"
+#include "kvring/storage/storage_spec.h"
 #include "reference/kv_fixture.h"
 
 namespace kvring {

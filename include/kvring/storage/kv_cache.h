@@ -1,8 +1,8 @@
-// kvring/kv_cache.h: KVCache<Layout>, the K/V storage of one sequence of one model, built
+// kvring/storage/kv_cache.h: KVCache<Layout>, the K/V storage of one sequence of one model, built
 // from a LayerPlan: a RingKV or GlobalKV per owning layer, nothing for shared-KV consumers.
 // Engines write each layer separately and read layers through KVView. Does no attention.
-#ifndef KVRING_KV_CACHE_H_
-#define KVRING_KV_CACHE_H_
+#ifndef KVRING_STORAGE_KV_CACHE_H_
+#define KVRING_STORAGE_KV_CACHE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -14,12 +14,12 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/formats/format.h"
-#include "kvring/global_kv.h"
+#include "kvring/storage/global_kv.h"
 #include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"
-#include "kvring/ring_kv.h"
+#include "kvring/storage/ring_kv.h"
 #include "kvring/status.h"
-#include "kvring/storage_spec.h"
+#include "kvring/storage/storage_spec.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
@@ -409,4 +409,4 @@ class KVCache {
 
 }  // namespace kvring
 
-#endif  // KVRING_KV_CACHE_H_
+#endif  // KVRING_STORAGE_KV_CACHE_H_

@@ -1,8 +1,8 @@
-// kvring/storage_spec.h: what one layer's storage (RingKV or GlobalKV) must hold: its shape
+// kvring/storage/storage_spec.h: what one layer's storage (RingKV or GlobalKV) must hold: its shape
 // and the bookkeeping limits from the plan; and the row strides of an append. Plain data; no
 // allocation.
-#ifndef KVRING_STORAGE_SPEC_H_
-#define KVRING_STORAGE_SPEC_H_
+#ifndef KVRING_STORAGE_STORAGE_SPEC_H_
+#define KVRING_STORAGE_STORAGE_SPEC_H_
 
 #include <cstdint>
 
@@ -45,4 +45,4 @@ struct StorageSpec {
 
 }  // namespace kvring
 
-#endif  // KVRING_STORAGE_SPEC_H_
+#endif  // KVRING_STORAGE_STORAGE_SPEC_H_

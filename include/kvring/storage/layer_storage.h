@@ -1,9 +1,9 @@
-// kvring/detail/layer_storage.h: the buffers and bookkeeping that RingKV and GlobalKV share, in
+// kvring/storage/layer_storage.h: the buffers and bookkeeping that RingKV and GlobalKV share, in
 // the layer's format (BF16, or int8 with f32 scales): writes of token rows into a layout,
 // reads, copies of the held positions, growth. Internal; engines use RingKV, GlobalKV or
 // KVCache.
-#ifndef KVRING_DETAIL_LAYER_STORAGE_H_
-#define KVRING_DETAIL_LAYER_STORAGE_H_
+#ifndef KVRING_STORAGE_LAYER_STORAGE_H_
+#define KVRING_STORAGE_LAYER_STORAGE_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -24,7 +24,7 @@
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/ring_index.h"
 #include "kvring/status.h"
-#include "kvring/storage_spec.h"
+#include "kvring/storage/storage_spec.h"
 
 namespace kvring {
 namespace detail {
@@ -785,4 +785,4 @@ class LayerStorage {
 
 #undef KVRING_DETAIL_REFUSED
 
-#endif  // KVRING_DETAIL_LAYER_STORAGE_H_
+#endif  // KVRING_STORAGE_LAYER_STORAGE_H_

@@ -1,19 +1,19 @@
-// kvring/detail/owned_layer_kv.h: the read, rollback and clear API that RingKV and GlobalKV
+// kvring/storage/owned_layer_kv.h: the read, rollback and clear API that RingKV and GlobalKV
 // share, over one LayerStorage. Internal.
-#ifndef KVRING_DETAIL_OWNED_LAYER_KV_H_
-#define KVRING_DETAIL_OWNED_LAYER_KV_H_
+#ifndef KVRING_STORAGE_OWNED_LAYER_KV_H_
+#define KVRING_STORAGE_OWNED_LAYER_KV_H_
 
 #include <cstdint>
 #include <string>
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
-#include "kvring/detail/layer_storage.h"
+#include "kvring/storage/layer_storage.h"
 #include "kvring/formats/format.h"
 #include "kvring/kv_view.h"
 #include "kvring/ring_index.h"
 #include "kvring/status.h"
-#include "kvring/storage_spec.h"
+#include "kvring/storage/storage_spec.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
@@ -112,4 +112,4 @@ class OwnedLayerKV {
 }  // namespace detail
 }  // namespace kvring
 
-#endif  // KVRING_DETAIL_OWNED_LAYER_KV_H_
+#endif  // KVRING_STORAGE_OWNED_LAYER_KV_H_

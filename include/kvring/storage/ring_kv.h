@@ -1,9 +1,9 @@
-// kvring/ring_kv.h: RingKV<Layout>, the K/V (BF16, or int8 with scales) of one sliding or chunked
+// kvring/storage/ring_kv.h: RingKV<Layout>, the K/V (BF16, or int8 with scales) of one sliding or chunked
 // layer as a ring of num_slots slots: position pos lives in slot pos % num_slots and overwrites the
 // oldest. Use it for layers whose capacity is below the context; GlobalKV holds the others. Does no
 // attention (see views.h and ops/).
-#ifndef KVRING_RING_KV_H_
-#define KVRING_RING_KV_H_
+#ifndef KVRING_STORAGE_RING_KV_H_
+#define KVRING_STORAGE_RING_KV_H_
 
 #include <algorithm>
 #include <cstdint>
@@ -12,12 +12,12 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
-#include "kvring/detail/layer_storage.h"
-#include "kvring/detail/owned_layer_kv.h"
+#include "kvring/storage/layer_storage.h"
+#include "kvring/storage/owned_layer_kv.h"
 #include "kvring/layer_plan.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/status.h"
-#include "kvring/storage_spec.h"
+#include "kvring/storage/storage_spec.h"
 
 namespace kvring {
 
@@ -99,4 +99,4 @@ class RingKV : public detail::OwnedLayerKV<Layout> {
 
 }  // namespace kvring
 
-#endif  // KVRING_RING_KV_H_
+#endif  // KVRING_STORAGE_RING_KV_H_
