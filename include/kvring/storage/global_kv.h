@@ -1,6 +1,6 @@
-// kvring/storage/global_kv.h: GlobalKV<Layout>, the flat K/V (BF16, or int8 with scales) of one layer that
-// keeps every position of the context (global layers, and sliding layers whose window reaches the
-// context). Position pos lives in slot pos; it never wraps and refuses appends past the
+// kvring/storage/global_kv.h: GlobalKV<Layout>, the flat K/V (BF16, or int8 with scales) of one
+// layer that keeps every position of the context (global layers, and sliding layers whose window
+// reaches the context). Position pos lives in slot pos; it never wraps and refuses appends past the
 // context. Does no attention (see views.h and ops/).
 #ifndef KVRING_STORAGE_GLOBAL_KV_H_
 #define KVRING_STORAGE_GLOBAL_KV_H_
@@ -10,11 +10,11 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
-#include "kvring/storage/layer_storage.h"
-#include "kvring/storage/owned_layer_kv.h"
 #include "kvring/layer_plan.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/status.h"
+#include "kvring/storage/layer_storage.h"
+#include "kvring/storage/owned_layer_kv.h"
 #include "kvring/storage/storage_spec.h"
 
 namespace kvring {

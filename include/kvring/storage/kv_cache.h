@@ -14,11 +14,11 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/formats/format.h"
-#include "kvring/storage/global_kv.h"
 #include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"
-#include "kvring/storage/ring_kv.h"
 #include "kvring/status.h"
+#include "kvring/storage/global_kv.h"
+#include "kvring/storage/ring_kv.h"
 #include "kvring/storage/storage_spec.h"
 #include "kvring/visibility.h"
 

@@ -8,11 +8,11 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
-#include "kvring/storage/layer_storage.h"
 #include "kvring/formats/format.h"
 #include "kvring/kv_view.h"
 #include "kvring/ring_index.h"
 #include "kvring/status.h"
+#include "kvring/storage/layer_storage.h"
 #include "kvring/storage/storage_spec.h"
 #include "kvring/visibility.h"
 

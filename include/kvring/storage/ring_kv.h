@@ -1,7 +1,7 @@
-// kvring/storage/ring_kv.h: RingKV<Layout>, the K/V (BF16, or int8 with scales) of one sliding or chunked
-// layer as a ring of num_slots slots: position pos lives in slot pos % num_slots and overwrites the
-// oldest. Use it for layers whose capacity is below the context; GlobalKV holds the others. Does no
-// attention (see views.h and ops/).
+// kvring/storage/ring_kv.h: RingKV<Layout>, the K/V (BF16, or int8 with scales) of one sliding or
+// chunked layer as a ring of num_slots slots: position pos lives in slot pos % num_slots and
+// overwrites the oldest. Use it for layers whose capacity is below the context; GlobalKV holds the
+// others. Does no attention (see views.h and ops/).
 #ifndef KVRING_STORAGE_RING_KV_H_
 #define KVRING_STORAGE_RING_KV_H_
 
@@ -12,11 +12,11 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
-#include "kvring/storage/layer_storage.h"
-#include "kvring/storage/owned_layer_kv.h"
 #include "kvring/layer_plan.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/status.h"
+#include "kvring/storage/layer_storage.h"
+#include "kvring/storage/owned_layer_kv.h"
 #include "kvring/storage/storage_spec.h"
 
 namespace kvring {

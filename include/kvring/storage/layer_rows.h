@@ -1,0 +1,550 @@
+// kvring/storage/layer_rows.h: the one home of a layer's row code. LayerRows<Layout> addresses
+// the K and V elements (BF16, or int8 with f32 scales) of one layout of num_slots slots and
+// writes token rows into it, reads a slot's row back, and copies slots to another LayerRows;
+// LayerBuffers<Layout> owns the buffers of one such layout or of a run of equal blocks of it.
+// RingKV, GlobalKV (one block, through LayerStorage) and KVPool's paged layers (many blocks)
+// all write, read and copy through these. Internal; no vector code beyond the transpositions.
+#ifndef KVRING_STORAGE_LAYER_ROWS_H_
+#define KVRING_STORAGE_LAYER_ROWS_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kvring/base.h"
+#include "kvring/bf16.h"
+#include "kvring/detail/aligned_buffer.h"
+#include "kvring/detail/checked_math.h"
+#include "kvring/detail/transpose.h"
+#include "kvring/formats/format.h"
+#include "kvring/formats/int8.h"
+#include "kvring/kv_view.h"
+#include "kvring/layer_plan.h"
+#include "kvring/layouts/kv_shape.h"
+
+namespace kvring {
+namespace detail {
+
+inline BF16 ToBF16(float value) { return BF16FromF32(value); }
+inline BF16 ToBF16(BF16 value) { return value; }
+
+// The elements of one layout of layout.Shape().num_slots slots in `format`: BF16 k_bf16 and
+// v_bf16, or int8 k_int8 and v_int8 with scales [kv_head][slot] (KVShape::ScaleOffset); the
+// other format's pointers are null, and so are the V pointers without a V stream (MLA). Does
+// not own them. Slot ranges passed to its methods never wrap (callers split them).
+template <typename Layout>
+struct LayerRows {
+  Layout layout;
+  Format format = Format::kBF16;
+  BF16* k_bf16 = nullptr;
+  BF16* v_bf16 = nullptr;
+  int8_t* k_int8 = nullptr;
+  int8_t* v_int8 = nullptr;
+  float* k_scales = nullptr;
+  float* v_scales = nullptr;
+
+  uint64_t ScaleOffset(uint64_t slot, uint32_t kv_head) const {
+    return layout.Shape().ScaleOffset(slot, kv_head);
+  }
+
+  // Writes `len` token rows into slots [slot, slot + len): K rows k_stride elements apart and
+  // V rows v_stride apart (v null without V), BF16 rounded to nearest even or int8 encoded
+  // per (token, kv_head) row (EncodeInt8Row). `stream`: a BF16 K may go out with non-temporal
+  // stores (the caller fences with StoreFence).
+  template <typename T>
+  void Write(uint64_t slot, const T* k, const T* v, uint64_t k_stride, uint64_t v_stride,
+             uint64_t len, bool stream) const {
+    KVRING_DASSERT(slot + len <= layout.Shape().num_slots);
+    if (format == Format::kInt8) {
+      WriteKInt8(slot, k, k_stride, len);
+      if (v != nullptr) WriteVInt8(slot, v, v_stride, len);
+      return;
+    }
+    WriteK(slot, k, k_stride, len, stream);
+    if (v != nullptr) WriteV(slot, v, v_stride, len);
+  }
+
+  // Copies the BF16 row of `slot` into k_out [kv_head][head_dim] and, if not null, v_out
+  // [kv_head][v_head_dim]. A BF16 layer's only.
+  void ReadRow(uint64_t slot, BF16* k_out, BF16* v_out) const {
+    KVRING_DASSERT(format == Format::kBF16);
+    const KVShape& shape = layout.Shape();
+    const auto k_map = layout.K();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+        *k_out++ = k_bf16[k_map(slot, kv_head, dim)];
+      }
+    }
+    if (v_out == nullptr || shape.v_head_dim == 0) return;
+    const auto v_map = layout.V();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      std::memcpy(v_out + uint64_t{kv_head} * shape.v_head_dim, v_bf16 + v_map(slot, kv_head, 0),
+                  shape.v_head_dim * sizeof(BF16));
+    }
+  }
+
+  // Copies the int8 row of `slot` exactly: k_out [kv_head][head_dim], k_scales_out [kv_head],
+  // and if not null v_out [kv_head][v_head_dim] and v_scales_out [kv_head]. An int8 layer's
+  // only.
+  void ReadRowInt8(uint64_t slot, int8_t* k_out, float* k_scales_out, int8_t* v_out,
+                   float* v_scales_out) const {
+    KVRING_DASSERT(format == Format::kInt8);
+    const KVShape& shape = layout.Shape();
+    const auto k_map = layout.K();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+        *k_out++ = k_int8[k_map(slot, kv_head, dim)];
+      }
+      k_scales_out[kv_head] = k_scales[ScaleOffset(slot, kv_head)];
+    }
+    if (shape.v_head_dim == 0) return;
+    const auto v_map = layout.V();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      if (v_out != nullptr) {
+        std::memcpy(v_out + uint64_t{kv_head} * shape.v_head_dim, v_int8 + v_map(slot, kv_head, 0),
+                    shape.v_head_dim);
+      }
+      if (v_scales_out != nullptr) v_scales_out[kv_head] = v_scales[ScaleOffset(slot, kv_head)];
+    }
+  }
+
+  // Copies the values of `slot` as f32 into k_out [kv_head][head_dim] and, if not null, v_out
+  // [kv_head][v_head_dim]: BF16 widened exactly, int8 decoded as DecodeInt8(scale, q).
+  void ReadRowF32(uint64_t slot, float* k_out, float* v_out) const {
+    const KVShape& shape = layout.Shape();
+    const auto k_map = layout.K();
+    const auto v_map = layout.V();
+    const bool int8 = format == Format::kInt8;
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      const float k_scale = int8 ? k_scales[ScaleOffset(slot, kv_head)] : 0.0f;
+      for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+        const uint64_t offset = k_map(slot, kv_head, dim);
+        *k_out++ = int8 ? DecodeInt8(k_scale, k_int8[offset]) : BF16ToF32(k_bf16[offset]);
+      }
+    }
+    if (v_out == nullptr || shape.v_head_dim == 0) return;
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      const float v_scale = int8 ? v_scales[ScaleOffset(slot, kv_head)] : 0.0f;
+      const uint64_t offset = v_map(slot, kv_head, 0);
+      for (uint32_t dim = 0; dim < shape.v_head_dim; ++dim) {
+        *v_out++ =
+            int8 ? DecodeInt8(v_scale, v_int8[offset + dim]) : BF16ToF32(v_bf16[offset + dim]);
+      }
+    }
+  }
+
+  // Sets the element and scale pointers of `view` (format, k, v, k_int8, ... and layout).
+  void FillView(KVView<Layout>* view) const {
+    view->format = format;
+    view->layout = layout;
+    const bool has_v = layout.Shape().v_head_dim != 0;
+    if (format == Format::kInt8) {
+      view->k_int8 = k_int8;
+      view->v_int8 = has_v ? v_int8 : nullptr;
+      view->k_scales = k_scales;
+      view->v_scales = has_v ? v_scales : nullptr;
+    } else {
+      view->k = k_bf16;
+      view->v = has_v ? v_bf16 : nullptr;
+    }
+  }
+
+  // Encodes `len` K rows, `row_stride` elements apart, into slots [slot, slot + len), which
+  // do not wrap, and their scales. Each (token, kv_head) row is encoded into a staging block
+  // [token][dim] first, then 16 tokens x 16 dims at a time transposed into K, which is
+  // slot-major per dim in both layouts.
+  // The parts of Write and CopySlotsTo.
+  template <typename T>
+  void WriteKInt8(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len) const {
+    constexpr uint64_t kBlock = 16;
+    const KVShape& shape = layout.Shape();
+    const auto map = layout.K();
+    const uint64_t head_dim = shape.head_dim;
+    alignas(64) int8_t stage[kBlock * kMaxAttentionHeadDim];
+    KVRING_DASSERT(head_dim <= kMaxAttentionHeadDim);
+    for (uint64_t i = 0; i < len;) {
+      const uint64_t run = std::min({len - i, map.ContiguousSlotsFrom(slot + i), kBlock});
+      for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+        EncodeRows(rows + i * row_stride + uint64_t{kv_head} * head_dim, row_stride, head_dim, run,
+                   stage, head_dim, k_scales + ScaleOffset(slot + i, kv_head));
+        const uint8_t* from = reinterpret_cast<const uint8_t*>(stage);
+        uint8_t* to = reinterpret_cast<uint8_t*>(k_int8 + map(slot + i, kv_head, 0));
+        const uint64_t dim_stride = map.DimStride();
+        uint64_t dim = 0;
+        if (run == kBlock) {
+          // head_dim is a multiple of 16 (ValidateAttentionDim).
+          for (; dim + kBlock <= head_dim; dim += kBlock) {
+            Transpose16x16Bytes(from + dim, head_dim, to + dim * dim_stride, dim_stride);
+          }
+        }
+        for (; dim < head_dim; ++dim) {
+          for (uint64_t t = 0; t < run; ++t) to[dim * dim_stride + t] = from[t * head_dim + dim];
+        }
+      }
+      i += run;
+    }
+  }
+
+  // Encodes `len` V rows, `row_stride` elements apart, into slots [slot, slot + len) and
+  // their scales; V is [kv_head][slot][dim], so each row is encoded in place.
+  template <typename T>
+  void WriteVInt8(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len) const {
+    const KVShape& shape = layout.Shape();
+    const auto map = layout.V();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      EncodeRows(rows + uint64_t{kv_head} * shape.v_head_dim, row_stride, shape.v_head_dim, len,
+                 v_int8 + map(slot, kv_head, 0), map.SlotStride(),
+                 v_scales + ScaleOffset(slot, kv_head));
+    }
+  }
+
+  // Encodes `num_rows` rows of `n` elements, `src_stride` apart, with EncodeInt8Row into q
+  // (rows `q_stride` apart) and scales[0, num_rows).
+  template <typename T>
+  static void EncodeRowsScalar(const T* src, uint64_t src_stride, uint64_t n, uint64_t num_rows,
+                               int8_t* q, uint64_t q_stride, float* scales) {
+    for (uint64_t r = 0; r < num_rows; ++r) {
+      scales[r] = EncodeInt8Row(src + r * src_stride, n, q + r * q_stride);
+    }
+  }
+#if KVRING_TRANSPOSE_AVX2
+  // The same, compiled for AVX2: EncodeInt8Row inlines here and its loops vectorise 8 lanes
+  // wide (twice SSE2's divisions per cycle). Bit-identical: each lane does the same IEEE
+  // operations, and without the fma target no multiply-add is contracted.
+  template <typename T>
+  __attribute__((target("avx2"))) static void EncodeRowsAvx2(const T* src, uint64_t src_stride,
+                                                             uint64_t n, uint64_t num_rows,
+                                                             int8_t* q, uint64_t q_stride,
+                                                             float* scales) {
+    for (uint64_t r = 0; r < num_rows; ++r) {
+      scales[r] = EncodeInt8Row(src + r * src_stride, n, q + r * q_stride);
+    }
+  }
+#endif
+  template <typename T>
+  static void EncodeRows(const T* src, uint64_t src_stride, uint64_t n, uint64_t num_rows,
+                         int8_t* q, uint64_t q_stride, float* scales) {
+#if KVRING_TRANSPOSE_AVX2
+    if (CpuHasAvx2()) {
+      EncodeRowsAvx2(src, src_stride, n, num_rows, q, q_stride, scales);
+      return;
+    }
+#endif
+    EncodeRowsScalar(src, src_stride, n, num_rows, q, q_stride, scales);
+  }
+
+  // Writes `len` K rows, `row_stride` elements apart, into slots [slot, slot + len), which do
+  // not wrap. K is slot-major per dim in both layouts, so rows are transposed in blocks
+  // (TransposeRows, transpose.h).
+  template <typename T>
+  void WriteK(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len, bool stream) const {
+    const KVShape& shape = layout.Shape();
+    const auto map = layout.K();
+    for (uint64_t i = 0; i < len;) {
+      // Slots stay adjacent up to the end of a tile (tiled) or of the buffer (flash).
+      const uint64_t run = std::min(len - i, map.ContiguousSlotsFrom(slot + i));
+      for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+        TransposeRows(rows + i * row_stride + uint64_t{kv_head} * shape.head_dim, row_stride,
+                      k_bf16 + map(slot + i, kv_head, 0), map.DimStride(), run, shape.head_dim,
+                      stream);
+      }
+      i += run;
+    }
+  }
+
+  // Writes dst[dim * dst_stride + t] = src[t * src_stride + dim] as BF16, for t < num_tokens
+  // and dim < num_dims. `stream`: whole 64-byte lines may go out with non-temporal stores
+  // (the caller fences).
+  template <typename T>
+  static void TransposeRows(const T* src, uint64_t src_stride, BF16* dst, uint64_t dst_stride,
+                            uint64_t num_tokens, uint64_t num_dims, bool stream = false) {
+    static_assert(sizeof(BF16) == sizeof(uint16_t), "BF16 is 16 bits");
+    uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+    // Scalar transposition of tokens [t_begin, t_end) x dims [d_begin, num_dims).
+    const auto scalar = [&](uint64_t t_begin, uint64_t t_end, uint64_t d_begin) {
+      for (uint64_t d = d_begin; d < num_dims; ++d) {
+        for (uint64_t t = t_begin; t < t_end; ++t) {
+          out[d * dst_stride + t] = ToBF16(src[t * src_stride + d]).bits;
+        }
+      }
+    };
+    // Returns the 16-bit source block of kRows tokens x kRows dims at (t0, d0) and its row
+    // stride: the rows themselves for BF16, else `block` after rounding them.
+    const auto source = [&](auto rows, uint64_t t0, uint64_t d0, uint16_t* block,
+                            uint64_t* stride) -> const uint16_t* {
+      constexpr uint64_t kRows = decltype(rows)::value;
+      if constexpr (std::is_same<T, BF16>::value) {
+        *stride = src_stride;
+        return reinterpret_cast<const uint16_t*>(src + t0 * src_stride + d0);
+      } else {
+        for (uint64_t t = 0; t < kRows; ++t) {
+          for (uint64_t d = 0; d < kRows; ++d) {
+            block[t * kRows + d] = ToBF16(src[(t0 + t) * src_stride + d0 + d]).bits;
+          }
+        }
+        *stride = kRows;
+        return block;
+      }
+    };
+    // Flash K rows are num_slots apart: a batch writes one stream per (kv_head, dim), too many
+    // for the hardware prefetcher, and each store would wait for its line. Once per 32
+    // tokens (a 64-byte line of a row), fetch for writing the line kPrefetchTokens ahead in
+    // each row of the block (measured, interleaved A/B: 512-token flash appends 0.59 -> 0.67-0.75
+    // of memcpy into a ring, 0.60-0.79 -> 0.81-0.94 into flat storage).
+    // Tiled runs end at their tile, shorter than that: their rows are contiguous.
+    constexpr uint64_t kPrefetchTokens = 64;
+    const auto prefetch_ahead = [&](uint64_t t, uint64_t d0, uint64_t rows) {
+      if (t % 32 != 0 || t + kPrefetchTokens >= num_tokens) return;
+      for (uint64_t r = 0; r < rows; ++r) {
+        PrefetchForWrite(out + (d0 + r) * dst_stride + t + kPrefetchTokens);
+      }
+    };
+    uint64_t t0 = 0;
+#if KVRING_TRANSPOSE_AVX2
+    const uintptr_t address = reinterpret_cast<uintptr_t>(out);
+    if (stream && CpuHasAvx2() && dst_stride == 16 && num_tokens == 16 && address % 64 == 0) {
+      // A whole TiledLayout<16> tile: each 16 x 16 block is 512 contiguous bytes.
+      uint64_t d0 = 0;
+      for (; d0 + 16 <= num_dims; d0 += 16) {
+        uint16_t block[256];
+        uint64_t stride;
+        const uint16_t* in = source(std::integral_constant<uint64_t, 16>(), 0, d0, block, &stride);
+        Transpose16x16Avx2<true>(in, stride, out + d0 * dst_stride, dst_stride);
+      }
+      scalar(0, 16, d0);
+      return;
+    }
+    if (stream && CpuHasAvx2() && dst_stride % 32 == 0 && num_tokens >= 32) {
+      // Flash rows (num_slots apart) and TiledLayout<32> tiles: 32 tokens fill a row's line.
+      // Tokens before the first 64-byte boundary of a row go the cached way.
+      const uint64_t lead = (64 - address % 64) % 64 / 2;
+      if (lead > 0) TransposeRows(src, src_stride, dst, dst_stride, lead, num_dims);
+      for (t0 = lead; t0 + 32 <= num_tokens; t0 += 32) {
+        uint64_t d0 = 0;
+        for (; d0 + 16 <= num_dims; d0 += 16) {
+          // Tokens t0..t0+31 of dims d0..d0+15 (from f32 rows: rounded into `block`, 16
+          // tokens per call of source, one after the other).
+          uint16_t block[512];
+          uint64_t stride;
+          const uint16_t* in =
+              source(std::integral_constant<uint64_t, 16>(), t0, d0, block, &stride);
+          if constexpr (!std::is_same<T, BF16>::value) {
+            source(std::integral_constant<uint64_t, 16>(), t0 + 16, d0, block + 256, &stride);
+          }
+          Transpose32x16StreamAvx2(in, stride, out + d0 * dst_stride + t0, dst_stride);
+        }
+        scalar(t0, t0 + 32, d0);
+      }
+    }
+    if (CpuHasAvx2()) {
+      // 16 x 16 blocks: 32-byte loads and stores, half the shuffles of 8 x 8.
+      for (; t0 + 16 <= num_tokens; t0 += 16) {
+        uint64_t d0 = 0;
+        for (; d0 + 16 <= num_dims; d0 += 16) {
+          uint16_t block[256];
+          uint64_t stride;
+          const uint16_t* in =
+              source(std::integral_constant<uint64_t, 16>(), t0, d0, block, &stride);
+          prefetch_ahead(t0, d0, 16);
+          Transpose16x16Avx2<false>(in, stride, out + d0 * dst_stride + t0, dst_stride);
+        }
+        scalar(t0, t0 + 16, d0);
+      }
+    }
+#endif
+    for (; t0 + 8 <= num_tokens; t0 += 8) {
+      uint64_t d0 = 0;
+      for (; d0 + 8 <= num_dims; d0 += 8) {
+        uint16_t block[64];
+        uint64_t stride;
+        const uint16_t* in = source(std::integral_constant<uint64_t, 8>(), t0, d0, block, &stride);
+        prefetch_ahead(t0, d0, 8);
+        Transpose8x8(in, stride, out + d0 * dst_stride + t0, dst_stride);
+      }
+      scalar(t0, t0 + 8, d0);
+    }
+    scalar(t0, num_tokens, 0);
+  }
+
+  // Copies `count` BF16 from `from` to `to` (not overlapping) in 16-byte pieces: rows are a
+  // few hundred bytes, too short to amortise a call to memcpy per row.
+  static void CopyRow(const BF16* from, BF16* to, uint64_t count) {
+    uint64_t i = 0;
+    for (; i + 8 <= count; i += 8) std::memcpy(to + i, from + i, 8 * sizeof(BF16));
+    for (; i < count; ++i) to[i] = from[i];
+  }
+
+  // Writes `len` V rows, `row_stride` elements apart, into slots [slot, slot + len); V is
+  // [kv_head][slot][dim].
+  template <typename T>
+  void WriteV(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len) const {
+    const KVShape& shape = layout.Shape();
+    const auto map = layout.V();
+    for (uint64_t t = 0; t < len; ++t) {
+      for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+        BF16* dst = v_bf16 + map(slot + t, kv_head, 0);
+        const T* src = rows + t * row_stride + uint64_t{kv_head} * shape.v_head_dim;
+        if constexpr (std::is_same<T, BF16>::value) {
+          CopyRow(src, dst, shape.v_head_dim);
+        } else {
+          for (uint32_t dim = 0; dim < shape.v_head_dim; ++dim) dst[dim] = ToBF16(src[dim]);
+        }
+      }
+    }
+  }
+
+  // Copies slots [from_slot, +len) to `to`'s [to_slot, +len); neither range wraps, and
+  // both start at the same position, so they share their offset inside a tile.
+  void CopySlotsTo(uint64_t from_slot, const LayerRows& to, uint64_t to_slot, uint64_t len) const {
+    if (format == Format::kBF16) {
+      CopyElements(k_bf16, v_bf16, from_slot, to.layout, to.k_bf16, to.v_bf16, to_slot, len);
+      return;
+    }
+    CopyElements(k_int8, v_int8, from_slot, to.layout, to.k_int8, to.v_int8, to_slot, len);
+    const KVShape& shape = layout.Shape();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      std::memcpy(to.k_scales + to.ScaleOffset(to_slot, kv_head),
+                  k_scales + ScaleOffset(from_slot, kv_head), len * sizeof(float));
+      if (shape.v_head_dim != 0) {
+        std::memcpy(to.v_scales + to.ScaleOffset(to_slot, kv_head),
+                    v_scales + ScaleOffset(from_slot, kv_head), len * sizeof(float));
+      }
+    }
+  }
+
+  // Copies the K and V elements (BF16 or int8) of CopySlots from this layout's buffers `k`,
+  // `v` to `to_layout`'s `to_k`, `to_v`.
+  template <typename T>
+  void CopyElements(const T* k, const T* v, uint64_t from_slot, const Layout& to_layout, T* to_k,
+                    T* to_v, uint64_t to_slot, uint64_t len) const {
+    const KVShape& shape = layout.Shape();
+    const auto from_k = layout.K();
+    const auto to_k_map = to_layout.K();
+    for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
+      for (uint64_t i = 0; i < len;) {
+        const uint64_t run = std::min({len - i, from_k.ContiguousSlotsFrom(from_slot + i),
+                                       to_k_map.ContiguousSlotsFrom(to_slot + i)});
+        const T* src = k + from_k(from_slot + i, kv_head, 0);
+        T* dst = to_k + to_k_map(to_slot + i, kv_head, 0);
+        if (run == from_k.DimStride() && run == to_k_map.DimStride()) {
+          // Whole rows of every dim: one block (a full tile, or a whole flash ring).
+          std::memcpy(dst, src, run * shape.head_dim * sizeof(T));
+        } else {
+          for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
+            std::memcpy(dst + dim * to_k_map.DimStride(), src + dim * from_k.DimStride(),
+                        run * sizeof(T));
+          }
+        }
+        i += run;
+      }
+      if (shape.v_head_dim != 0) {
+        std::memcpy(to_v + to_layout.V()(to_slot, kv_head, 0),
+                    v + layout.V()(from_slot, kv_head, 0), len * shape.v_head_dim * sizeof(T));
+      }
+    }
+  }
+};
+
+// The zeroed, 64-byte aligned buffers of `num_blocks` equal blocks of one layout (block b's
+// K elements start b x the K span of a block past the first's, and likewise V and the
+// scales), in one format. One block is a ring's or a flat layer's storage; many are a paged
+// layer's block store.
+template <typename Layout>
+class LayerBuffers {
+ public:
+  // Allocates the buffers of `num_blocks` blocks of `block_shape` in `format` (only that
+  // format's). Returns false, holding nothing, if the sizes overflow or allocation failed.
+  bool Allocate(const KVShape& block_shape, Format format, uint64_t num_blocks) {
+    *this = LayerBuffers();
+    layout_ = Layout(block_shape);
+    format_ = format;
+    num_blocks_ = num_blocks;
+    uint64_t k_size, v_size, scales;
+    if (!CheckedMul(layout_.K().RequiredSpanSize(), num_blocks, &k_size) ||
+        !CheckedMul(layout_.V().RequiredSpanSize(), num_blocks, &v_size) ||
+        !CheckedMul(BlockScales(), num_blocks, &scales) || k_size > SIZE_MAX / 2 ||
+        v_size > SIZE_MAX / 2 || scales > SIZE_MAX / sizeof(float)) {
+      *this = LayerBuffers();
+      return false;
+    }
+    const bool has_v = block_shape.v_head_dim != 0;
+    if (format == Format::kInt8) {
+      k_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(k_size));
+      v_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(v_size));
+      k_scales_ = AlignedBuffer<float>::Zeroed(static_cast<size_t>(scales));
+      v_scales_ = AlignedBuffer<float>::Zeroed(has_v ? static_cast<size_t>(scales) : 0);
+    } else {
+      k_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(k_size));
+      v_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(v_size));
+    }
+    // (An empty K can only come from a zero shape or no blocks, which callers reject.)
+    const bool ok =
+        !Failed() &&
+        (format == Format::kInt8 ? k_int8_.size() != 0 && k_scales_.size() != 0 &&
+                                       (!has_v || (v_int8_.size() != 0 && v_scales_.size() != 0))
+                                 : k_.size() != 0 && (!has_v || v_.size() != 0));
+    if (!ok) *this = LayerBuffers();
+    return ok;
+  }
+
+  const Layout& BlockLayout() const { return layout_; }
+  Format GetFormat() const { return format_; }
+  uint64_t NumBlocks() const { return num_blocks_; }
+  // Returns the bytes of every buffer: blocks x slots x num_kv_heads x (RowBytes(format,
+  // head_dim) + RowBytes(format, v_head_dim)).
+  uint64_t AllocatedBytes() const {
+    return (k_.size() + v_.size()) * sizeof(BF16) + k_int8_.size() + v_int8_.size() +
+           (k_scales_.size() + v_scales_.size()) * sizeof(float);
+  }
+  bool Failed() const {
+    return k_.Failed() || v_.Failed() || k_int8_.Failed() || v_int8_.Failed() ||
+           k_scales_.Failed() || v_scales_.Failed();
+  }
+
+  // Returns the rows of block `block`. The pointers are the buffers' own (writes through
+  // them change this object's contents, const or not: callers write only through a storage
+  // they may change).
+  LayerRows<Layout> Rows(uint64_t block = 0) const {
+    KVRING_DASSERT(block < num_blocks_);
+    LayerRows<Layout> rows;
+    rows.layout = layout_;
+    rows.format = format_;
+    const uint64_t k_span = layout_.K().RequiredSpanSize();
+    const uint64_t v_span = layout_.V().RequiredSpanSize();
+    const uint64_t scales = BlockScales();
+    if (format_ == Format::kInt8) {
+      rows.k_int8 = const_cast<int8_t*>(k_int8_.data()) + block * k_span;
+      if (v_int8_.size() != 0) rows.v_int8 = const_cast<int8_t*>(v_int8_.data()) + block * v_span;
+      rows.k_scales = const_cast<float*>(k_scales_.data()) + block * scales;
+      if (v_scales_.size() != 0) {
+        rows.v_scales = const_cast<float*>(v_scales_.data()) + block * scales;
+      }
+    } else {
+      rows.k_bf16 = const_cast<BF16*>(k_.data()) + block * k_span;
+      if (v_.size() != 0) rows.v_bf16 = const_cast<BF16*>(v_.data()) + block * v_span;
+    }
+    return rows;
+  }
+
+ private:
+  uint64_t BlockScales() const { return layout_.Shape().num_slots * layout_.Shape().num_kv_heads; }
+
+  Layout layout_;
+  Format format_ = Format::kBF16;
+  uint64_t num_blocks_ = 0;
+  // Format::kBF16: the elements at the layout's offsets (V empty without V).
+  AlignedBuffer<BF16> k_;
+  AlignedBuffer<BF16> v_;
+  // Format::kInt8: the elements at the same offsets, and the scales [kv_head][slot].
+  AlignedBuffer<int8_t> k_int8_;
+  AlignedBuffer<int8_t> v_int8_;
+  AlignedBuffer<float> k_scales_;
+  AlignedBuffer<float> v_scales_;
+};
+
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_STORAGE_LAYER_ROWS_H_
