@@ -137,7 +137,7 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                            "tile of %llu slots",
                            kv.NumSlots(), Layout::kTileSlots);
   }
-  if (kv.first_pos > kv.end_pos || kv.end_pos - kv.first_pos > kv.NumSlots()) {
+  if (kv.first_pos > kv.end_pos || (!kv.Paged() && kv.end_pos - kv.first_pos > kv.NumSlots())) {
     return Result::Refused(Status::kBadArgument,
                            "view: holds [%llu, %llu), more than its %llu slots", kv.first_pos,
                            kv.end_pos, kv.NumSlots());

@@ -14,9 +14,10 @@
 
 namespace kvring {
 
-// Positions live in slot pos % num_slots. num_slots is a multiple of the layout's
-// kTileSlots, so a position's lane in its tile is pos % kTileSlots in ring and flat storage
-// alike, and every position-aligned tile is contiguous in both; flat storage never wraps.
+// Positions live in slot pos % num_slots (of block BlockOf(pos), for paged storage).
+// num_slots is a multiple of the layout's kTileSlots, so a position's lane in its tile is
+// pos % kTileSlots in ring, flat and paged storage alike, and every position-aligned tile is
+// contiguous in each; flat storage never wraps.
 template <typename Layout>
 struct KVView {
   const BF16* k = nullptr;  // element offsets: layout.K(); format kBF16
@@ -33,6 +34,13 @@ struct KVView {
   uint64_t first_pos = 0;  // the oldest position held
   uint64_t end_pos = 0;    // one past the newest position held
   Visibility visibility;   // the reading layer's rule (a shared-KV consumer's own)
+  // Paged storage (KVPool's global layers); null for ring and flat storage. Positions
+  // [i * NumSlots(), (i + 1) * NumSlots()) live in block blocks[i] of a block store: `layout`
+  // is one block's (num_slots: the slots of a block, a multiple of the layout's tile), and
+  // block b's elements start b * KBlockStride() past k (k_int8), b * VBlockStride() past v
+  // (v_int8), b * ScaleBlockStride() past each stream's scales. Entries for the blocks of
+  // [first_pos, end_pos) must be valid.
+  const uint32_t* blocks = nullptr;
 
   uint64_t NumSlots() const { return layout.Shape().num_slots; }
   // Returns where the scale of `slot` of `kv_head` sits in k_scales and v_scales.
@@ -42,10 +50,20 @@ struct KVView {
   // Returns whether the view has a V stream (MLA latents have none).
   bool HasV() const { return format == Format::kInt8 ? v_int8 != nullptr : v != nullptr; }
   bool Holds(uint64_t pos) const { return pos >= first_pos && pos < end_pos; }
-  // Returns the slot of a held position.
+  // Returns the slot of a held position (in its block, for paged storage).
   uint64_t SlotOf(uint64_t pos) const {
     KVRING_DASSERT(Holds(pos));
     return pos % NumSlots();
+  }
+  bool Paged() const { return blocks != nullptr; }
+  // Returns the block of the store that holds the tile of `pos` (0 unless paged). `pos` may
+  // lie before first_pos inside the first held tile.
+  uint64_t BlockOf(uint64_t pos) const { return blocks != nullptr ? blocks[pos / NumSlots()] : 0; }
+  // Elements (and scales) between the starts of consecutive blocks of a paged store.
+  uint64_t KBlockStride() const { return layout.K().RequiredSpanSize(); }
+  uint64_t VBlockStride() const { return layout.V().RequiredSpanSize(); }
+  uint64_t ScaleBlockStride() const {
+    return layout.Shape().num_slots * layout.Shape().num_kv_heads;
   }
   // Returns whether every position a query at `q` sees is held (q itself included).
   bool CanServe(uint64_t q) const { return q < end_pos && visibility.FirstVisible(q) >= first_pos; }

@@ -89,11 +89,13 @@ class RingIndex {
   // Forgets every position; the next append starts at 0.
   void Clear() { first_pos_ = end_pos_ = 0; }
 
-  // Returns this index over `num_slots` slots (>= NumSlots()), holding the same positions.
+  // Returns this index over `num_slots` slots (>= 1): holding the same positions when it
+  // grows, the newest num_slots of them when it shrinks below NumHeld().
   RingIndex Resized(uint64_t num_slots) const {
-    KVRING_DASSERT(num_slots >= num_slots_);
+    KVRING_DASSERT(num_slots >= 1);
     RingIndex resized = *this;
     resized.num_slots_ = num_slots;
+    resized.first_pos_ = std::max(first_pos_, end_pos_ - std::min(end_pos_, num_slots));
     return resized;
   }
 

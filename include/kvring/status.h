@@ -19,8 +19,11 @@ enum class [[nodiscard]] Status : uint8_t{
     kNotLive,         // a read of a position the cache does not hold
     kNotOwner,        // a write to a layer that reads another layer's KV
     kBadArgument,  // a layer index, capacity, shape, stride or null rows outside what a call takes
-    kBatchTooLarge,  // a batch that would overwrite positions its queries read: grow first
-    kOutOfMemory,    // growing could not allocate
+    kBatchTooLarge,    // a batch that would overwrite positions its queries read: grow first
+    kOutOfMemory,      // growing could not allocate
+    kPoolExhausted,    // a KVPool's budget has no free block or room for rings: evict, preempt
+                       // or wait, then retry
+    kUnknownSequence,  // a KVPool SequenceId never added, or already freed
 };
 
 // Returns the enumerator's name without the k, for messages ("WrongPosition").
@@ -46,6 +49,10 @@ inline const char* ToString(Status status) {
       return "BatchTooLarge";
     case Status::kOutOfMemory:
       return "OutOfMemory";
+    case Status::kPoolExhausted:
+      return "PoolExhausted";
+    case Status::kUnknownSequence:
+      return "UnknownSequence";
   }
   return "Invalid";
 }

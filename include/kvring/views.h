@@ -30,7 +30,8 @@ inline void VisibleRange(const KVView<Layout>& kv, uint64_t q_first, uint64_t q_
   *end = q_last + 1;
 }
 
-// A chronological run of positions stored in consecutive slots.
+// A chronological run of positions stored in consecutive slots (of a ring or a flat layer; a
+// paged layer's run crosses blocks at multiples of the block's slots).
 struct SlotRun {
   uint64_t first_pos = 0;
   uint64_t first_slot = 0;
@@ -41,7 +42,8 @@ struct SlotRun {
 // contiguous slots, oldest first. A ring splits where its slots wrap to 0; that point is a
 // multiple of num_slots and so of FlashLayout::kTileSlots, so every position-aligned tile of
 // kTileSlots positions lies inside one run (kernels walk whole tiles and mask the lanes
-// outside [pos_begin, pos_end)).
+// outside [pos_begin, pos_end)). A paged layer (KVView::blocks) is one run: its tiles each lie
+// inside one block, which KVView::BlockOf names.
 struct FlashView {
   const BF16* k = nullptr;  // K: [kv_head][dim][slot]
   const BF16* v = nullptr;  // V: [kv_head][slot][dim]
@@ -67,6 +69,13 @@ struct FlashView {
     const uint64_t num_slots = kv.NumSlots();
     const uint64_t first_slot = pos_begin % num_slots;
     const uint64_t count = pos_end - pos_begin;
+    if (kv.Paged()) {
+      // Blocks hold whole tiles: one run of positions, whose tiles sit in the blocks of
+      // kv.blocks (first_slot is the first position's slot in its block).
+      view.runs[0] = SlotRun{pos_begin, first_slot, count};
+      view.num_runs = 1;
+      return view;
+    }
     const uint64_t until_wrap = num_slots - first_slot;
     view.runs[0] = SlotRun{pos_begin, first_slot, count < until_wrap ? count : until_wrap};
     view.num_runs = 1;

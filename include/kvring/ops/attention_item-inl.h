@@ -152,23 +152,22 @@ struct TileRefs {
   const float* v_scales = nullptr;
 };
 
-// Calls fn(tile_pos, slot) for the position-aligned tiles of a flash view, oldest first.
+// Calls fn(tile_pos) for the position-aligned tiles of a flash view, oldest first (a ring's
+// runs, one run of a flat or paged layer).
 template <uint64_t kTile, class Fn>
 HWY_INLINE void ForEachTile(const FlashView& view, const Fn& fn) {
   for (uint32_t run = 0; run < view.num_runs; ++run) {
     const SlotRun& r = view.runs[run];
     const uint64_t end = r.first_pos + r.num_positions;
-    uint64_t tile_pos = r.first_pos - r.first_pos % kTile;
-    uint64_t slot = r.first_slot - (r.first_pos - tile_pos);
-    for (; tile_pos < end; tile_pos += kTile, slot += kTile) fn(tile_pos, slot);
+    for (uint64_t tile_pos = r.first_pos - r.first_pos % kTile; tile_pos < end;
+         tile_pos += kTile) {
+      fn(tile_pos);
+    }
   }
 }
 template <uint64_t kTile, class Layout, class Fn>
 HWY_INLINE void ForEachTile(const TiledView<Layout>& view, const Fn& fn) {
-  for (uint64_t i = 0; i < view.num_tiles; ++i) {
-    const TileRef tile = view.Tile(i);
-    fn(tile.first_pos, tile.slot);
-  }
+  for (uint64_t i = 0; i < view.num_tiles; ++i) fn(view.Tile(i).first_pos);
 }
 
 // The values of one tile of a latent view (MLA: no V stream, AttentionOptions::latent_v_dims):
@@ -311,30 +310,42 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
           work.Latent() ? v_head_dim : static_cast<size_t>(v_mapping.SlotStride());
       const uint64_t num_slots = kv.NumSlots();
       const PrefetchShape prefetch_shape(kTile, dim_stride, head_dim, v_head_dim, sizeof(T));
-      // The K of the tile `tiles` tiles after the one at `slot` (slots wrap), to prefetch.
-      const auto k_after = [&](uint64_t slot, uint64_t tiles) {
-        return k_base + k_mapping((slot + tiles * kTile) % num_slots, item.kv_head, 0);
+      // A tile's slot is its position modulo the slots (of its block, for paged storage),
+      // and its block's elements start BlockOf(tile_pos) block strides in (0 but paged).
+      const uint64_t k_block = kv.KBlockStride(), v_block = kv.VBlockStride();
+      const uint64_t scale_block = kv.ScaleBlockStride();
+      const auto k_of = [&](uint64_t tile_pos) {
+        return k_base + kv.BlockOf(tile_pos) * k_block +
+               k_mapping(tile_pos % num_slots, item.kv_head, 0);
+      };
+      // The K of the tile `tiles` tiles after the one at `tile_pos`, to prefetch (a ring's
+      // slots wrap; past a paged layer's end, its own).
+      const auto k_after = [&](uint64_t tile_pos, uint64_t tiles) {
+        const uint64_t next = tile_pos + tiles * kTile;
+        return k_of(kv.Paged() && next >= kv.end_pos ? tile_pos : next);
       };
       uint64_t latent_tiles = 0;  // tiles transposed so far: alternates the two buffers
-      const auto tile_at = [&](uint64_t tile_pos, uint64_t slot) {
+      const auto tile_at = [&](uint64_t tile_pos) {
         TileRefs<T> tile;
         tile.pos = tile_pos;
-        tile.k = k_base + k_mapping(slot, item.kv_head, 0);
+        const uint64_t slot = tile_pos % num_slots;
+        const uint64_t block = kv.BlockOf(tile_pos);
+        tile.k = k_of(tile_pos);
         if (latent_values != nullptr) {
           T* values = latent_values + (latent_tiles++ % 2) * kTile * v_head_dim;
           LatentValues<kTile>(tile.k, dim_stride, v_head_dim, values);
           tile.v = values;
         } else {
-          tile.v = v_base + v_mapping(slot, item.kv_head, 0);
+          tile.v = v_base + block * v_block + v_mapping(slot, item.kv_head, 0);
         }
         if constexpr (std::is_same<T, int8_t>::value) {
           // A tile's slots are consecutive, and so are their scales ([kv_head][slot]).
-          const float* k_scales = kv.k_scales + kv.ScaleOffset(slot, item.kv_head);
+          const uint64_t scales = block * scale_block + kv.ScaleOffset(slot, item.kv_head);
+          const float* k_scales = kv.k_scales + scales;
           for (size_t i = 0; i < kTile; ++i) k_scale_lanes[i] = k_scales[lane_offsets[i]];
-          tile.v_scales =
-              work.Latent() ? k_scales : kv.v_scales + kv.ScaleOffset(slot, item.kv_head);
+          tile.v_scales = work.Latent() ? k_scales : kv.v_scales + scales;
         }
-        tile.k_next = k_after(slot, 1);
+        tile.k_next = k_after(tile_pos, 1);
         return tile;
       };
       // Runs fn(k_rows, block, num_real) for each register block of the rows.
@@ -361,8 +372,8 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
           kPairDims<kTile> && std::is_same<T, BF16>::value && dim_stride == kTile;
       TileRefs<T> held;
       bool holding = false;
-      ForEachTile<kTile>(view, [&](uint64_t tile_pos, uint64_t slot) {
-        TileRefs<T> tile = tile_at(tile_pos, slot);
+      ForEachTile<kTile>(view, [&](uint64_t tile_pos) {
+        TileRefs<T> tile = tile_at(tile_pos);
         if (!two_tiles) {
           for_each_block(one_tile(tile, scores, false));
           return;
@@ -374,8 +385,8 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
         }
         holding = false;
         // The pair prefetches the next pair: each tile's V pass the K of the tile two after it.
-        held.k_next = k_after(slot, 1);
-        tile.k_next = k_after(slot, 2);
+        held.k_next = k_after(tile_pos, 1);
+        tile.k_next = k_after(tile_pos, 2);
 #if HWY_TARGET != HWY_SCALAR
         if constexpr (kPairDims<kTile> && std::is_same<T, BF16>::value) {
           float* second = scores + Shape::kMaxRegRows * kTile;

@@ -23,6 +23,8 @@
 #include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"
 #include "kvring/layouts/kv_shape.h"
+#include "kvring/status.h"
+#include "kvring/storage/storage_spec.h"
 
 namespace kvring {
 namespace detail {
@@ -34,6 +36,81 @@ inline BF16 ToBF16(BF16 value) { return value; }
 // v_bf16, or int8 k_int8 and v_int8 with scales [kv_head][slot] (KVShape::ScaleOffset); the
 // other format's pointers are null, and so are the V pointers without a V stream (MLA). Does
 // not own them. Slot ranges passed to its methods never wrap (callers split them).
+// Marks a storage used on its own (a RingKV or GlobalKV outside a KVCache): its refusals name
+// no layer.
+inline constexpr uint64_t kNoLayer = ~uint64_t{0};
+
+// Returns the refusal Result::Refused(status, format, ...) whose message starts with
+// "layers[<layer>]: " unless `layer` is kNoLayer. `format` is a string literal with up to three
+// %llu conversions, and at least one value follows it.
+#define KVRING_DETAIL_REFUSED(layer, status, format, ...)         \
+  ((layer) == ::kvring::detail::kNoLayer                          \
+       ? ::kvring::Result::Refused((status), format, __VA_ARGS__) \
+       : ::kvring::Result::Refused((status), "layers[%llu]: " format, (layer), __VA_ARGS__))
+
+// Returns kOk if rows k and v of `num_tokens` positions with row strides `strides` are
+// well formed for a layer of `shape`: at least one token, k not null, v null exactly when
+// the layer has no V stream, nonzero strides at least a packed row. Otherwise the refusal,
+// naming `layer` and saying the append's position `pos`.
+inline Result CheckAppendRows(const KVShape& shape, uint64_t pos, const void* k, const void* v,
+                              uint64_t num_tokens, RowStrides strides, uint64_t layer) {
+  if (num_tokens == 0) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kEmptyBatch,
+                                 "append at %llu of no tokens: a batch holds at least one", pos);
+  }
+  if (k == nullptr) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "append at %llu: k is null", pos);
+  }
+  if (v == nullptr && shape.v_head_dim != 0) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                 "append at %llu: v is null, but the layer stores V rows of "
+                                 "%llu elements",
+                                 pos, shape.VRowElements());
+  }
+  if (v != nullptr && shape.v_head_dim == 0) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                 "append at %llu: v is not null, but the layer stores no V "
+                                 "(an MLA latent)",
+                                 pos);
+  }
+  if (strides.k != 0 && strides.k < shape.KRowElements()) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                 "append at %llu: k row stride %llu is below the %llu elements "
+                                 "of a K row (kv_heads x head_dim)",
+                                 pos, strides.k, shape.KRowElements());
+  }
+  if (shape.v_head_dim != 0 && strides.v != 0 && strides.v < shape.VRowElements()) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                 "append at %llu: v row stride %llu is below the %llu elements "
+                                 "of a V row (kv_heads x v_head_dim)",
+                                 pos, strides.v, shape.VRowElements());
+  }
+  return Status::kOk;
+}
+
+// Returns kOk if a read of stored rows as `read` (kBF16: ReadRow, kInt8: ReadRowInt8) fits
+// a layer stored in `format`; otherwise the refusal, naming `layer` and the read's `pos`.
+inline Result CheckReadFormat(Format format, Format read, uint64_t pos, uint64_t layer) {
+  if (format == read) return Status::kOk;
+  if (read == Format::kBF16) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                 "BF16 read of %llu, but the layer stores int8; read it with "
+                                 "ReadRowInt8 (stored bytes and scales) or ReadRowF32 (decoded)",
+                                 pos);
+  }
+  return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                               "int8 read of %llu, but the layer stores bf16; read it with "
+                               "ReadRow (stored) or ReadRowF32 (widened)",
+                               pos);
+}
+
+// Returns kOk for an int8 read's non-null k_scales_out, else the refusal.
+inline Result CheckScalesOut(const float* k_scales_out, uint64_t pos, uint64_t layer) {
+  if (k_scales_out != nullptr) return Status::kOk;
+  return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "read of %llu: k_scales_out is null",
+                               pos);
+}
+
 template <typename Layout>
 struct LayerRows {
   Layout layout;

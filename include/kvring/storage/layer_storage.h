@@ -70,18 +70,6 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
   return Error{};
 }
 
-// Marks a storage used on its own (a RingKV or GlobalKV outside a KVCache): its refusals name
-// no layer.
-inline constexpr uint64_t kNoLayer = ~uint64_t{0};
-
-// Returns the refusal Result::Refused(status, format, ...) whose message starts with
-// "layers[<layer>]: " unless `layer` is kNoLayer. `format` is a string literal with up to three
-// %llu conversions, and at least one value follows it.
-#define KVRING_DETAIL_REFUSED(layer, status, format, ...)         \
-  ((layer) == ::kvring::detail::kNoLayer                          \
-       ? ::kvring::Result::Refused((status), format, __VA_ARGS__) \
-       : ::kvring::Result::Refused((status), "layers[%llu]: " format, (layer), __VA_ARGS__))
-
 template <typename Layout>
 class LayerStorage {
  public:
@@ -155,38 +143,8 @@ class LayerStorage {
   // first reason why not, in words that name `layer` (kBatchTooLarge: only growth is missing).
   Result CheckAppend(uint64_t pos, const void* k, const void* v, uint64_t num_tokens,
                      RowStrides strides, uint64_t layer) const {
-    const KVShape& shape = GetLayout().Shape();
-    if (num_tokens == 0) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kEmptyBatch,
-                                   "append at %llu of no tokens: a batch holds at least one", pos);
-    }
-    if (k == nullptr) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "append at %llu: k is null", pos);
-    }
-    if (v == nullptr && shape.v_head_dim != 0) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                                   "append at %llu: v is null, but the layer stores V rows of "
-                                   "%llu elements",
-                                   pos, shape.VRowElements());
-    }
-    if (v != nullptr && shape.v_head_dim == 0) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                                   "append at %llu: v is not null, but the layer stores no V "
-                                   "(an MLA latent)",
-                                   pos);
-    }
-    if (strides.k != 0 && strides.k < shape.KRowElements()) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                                   "append at %llu: k row stride %llu is below the %llu elements "
-                                   "of a K row (kv_heads x head_dim)",
-                                   pos, strides.k, shape.KRowElements());
-    }
-    if (shape.v_head_dim != 0 && strides.v != 0 && strides.v < shape.VRowElements()) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                                   "append at %llu: v row stride %llu is below the %llu elements "
-                                   "of a V row (kv_heads x v_head_dim)",
-                                   pos, strides.v, shape.VRowElements());
-    }
+    const Result rows = CheckAppendRows(GetLayout().Shape(), pos, k, v, num_tokens, strides, layer);
+    if (!rows.ok()) return rows;
     switch (index_.CheckAppend(pos, num_tokens)) {
       case Status::kOk:
         return Status::kOk;
@@ -216,13 +174,8 @@ class LayerStorage {
   // [kv_head][v_head_dim] (v_out may be null). Exact: BF16 as stored. An int8 layer refuses it
   // (kBadArgument): read it with ReadRowInt8 or ReadRowF32. Refusals name `layer`.
   Result ReadRow(uint64_t pos, BF16* k_out, BF16* v_out, uint64_t layer) const {
-    if (GetFormat() != Format::kBF16) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                                   "BF16 read of %llu, but the layer stores int8; read it with "
-                                   "ReadRowInt8 (stored bytes and scales) or ReadRowF32 (decoded)",
-                                   pos);
-    }
-    const Result check = CheckRead(pos, k_out, layer);
+    Result check = CheckReadFormat(GetFormat(), Format::kBF16, pos, layer);
+    if (check.ok()) check = CheckRead(pos, k_out, layer);
     if (!check.ok()) return check;
     buffers_.Rows().ReadRow(index_.SlotOf(pos), k_out, v_out);
     return Status::kOk;
@@ -233,18 +186,10 @@ class LayerStorage {
   // layer refuses it (kBadArgument). Refusals name `layer`.
   Result ReadRowInt8(uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
                      float* v_scales_out, uint64_t layer) const {
-    if (GetFormat() != Format::kInt8) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                                   "int8 read of %llu, but the layer stores bf16; read it with "
-                                   "ReadRow (stored) or ReadRowF32 (widened)",
-                                   pos);
-    }
-    Result result = CheckRead(pos, k_out, layer);
+    Result result = CheckReadFormat(GetFormat(), Format::kInt8, pos, layer);
+    if (result.ok()) result = CheckRead(pos, k_out, layer);
+    if (result.ok()) result = CheckScalesOut(k_scales_out, pos, layer);
     if (!result.ok()) return result;
-    if (k_scales_out == nullptr) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                                   "read of %llu: k_scales_out is null", pos);
-    }
     buffers_.Rows().ReadRowInt8(index_.SlotOf(pos), k_out, k_scales_out, v_out, v_scales_out);
     return Status::kOk;
   }
@@ -305,11 +250,11 @@ class LayerStorage {
     return Status::kOk;
   }
 
-  // Returns an independent copy over `num_slots` slots (>= NumSlots(), a multiple of the
-  // slot alignment) holding the same positions; Failed() if allocation failed. Copies the
-  // held positions only.
+  // Returns an independent copy over `num_slots` slots (a multiple of the slot alignment)
+  // holding the same positions, or the newest num_slots of them when that is fewer
+  // (RingIndex::Resized); Failed() if allocation failed. Copies what the copy holds only.
   LayerStorage CopyWithSlots(uint64_t num_slots) const {
-    KVRING_DASSERT(num_slots >= index_.NumSlots() && num_slots % Layout::kSlotAlignment == 0);
+    KVRING_DASSERT(num_slots != 0 && num_slots % Layout::kSlotAlignment == 0);
     LayerStorage copy;
     KVShape shape = GetLayout().Shape();
     shape.num_slots = num_slots;
@@ -322,6 +267,9 @@ class LayerStorage {
     return copy;
   }
   bool Failed() const { return failed_ || buffers_.Failed(); }
+
+  // Returns the rows of the buffers (slot = Index().SlotOf(pos)).
+  LayerRows<Layout> Rows() const { return buffers_.Rows(); }
 
   KVView<Layout> View(const Visibility& visibility) const {
     KVView<Layout> view;
@@ -346,13 +294,16 @@ class LayerStorage {
     return Status::kOk;
   }
 
-  // Copies every held position into `to` (same heads and dims, any num_slots).
+  // Copies the positions `to` holds (a subrange of this one's; same heads and dims, any
+  // num_slots) into it.
   void CopyHeldTo(LayerStorage* to) const {
     const uint64_t from_slots = GetLayout().Shape().num_slots;
     const uint64_t to_slots = to->GetLayout().Shape().num_slots;
     const LayerRows<Layout> from_rows = buffers_.Rows();
     const LayerRows<Layout> to_rows = to->buffers_.Rows();
-    for (uint64_t pos = index_.FirstPos(); pos < index_.EndPos();) {
+    KVRING_DASSERT(to->index_.FirstPos() >= index_.FirstPos() &&
+                   to->index_.EndPos() == index_.EndPos());
+    for (uint64_t pos = to->index_.FirstPos(); pos < index_.EndPos();) {
       const uint64_t from_slot = pos % from_slots, to_slot = pos % to_slots;
       const uint64_t len =
           std::min({index_.EndPos() - pos, from_slots - from_slot, to_slots - to_slot});
@@ -368,7 +319,5 @@ class LayerStorage {
 
 }  // namespace detail
 }  // namespace kvring
-
-#undef KVRING_DETAIL_REFUSED
 
 #endif  // KVRING_STORAGE_LAYER_STORAGE_H_
