@@ -319,7 +319,7 @@ class KVPool {
   // decodes (window - 1 + max(1, rollback) positions per ring instead of window - 1 +
   // max(batch, rollback)). Keeps every position a later query or rollback may read; a
   // shrink drops older positions only. Refusals change nothing: kUnknownSequence,
-  // kBadArgument (0, past the context), kWrongPosition (inside a step), kPoolExhausted (the
+  // kBadArgument (0, past the context), kWrongPosition (a shrink inside a step), kPoolExhausted (the
   // budget cannot hold the larger rings), kOutOfMemory. Allocates the new rings and copies.
   Result Resize(SequenceId id, uint64_t batch) {
     const Result known = CheckSequence(id);
@@ -330,8 +330,11 @@ class KVPool {
                              plan_.Runtime().context);
     }
     Sequence& sequence = sequences_[id.index];
-    const StepState step = StepOf(sequence);
-    if (step.low_end != step.high_end) return MidStep(step);
+    if (batch < sequence.batch) {
+      // The step's queries still read the positions before it that a shrink would drop.
+      const StepState step = StepOf(sequence);
+      if (step.low_end != step.high_end) return MidStep(step);
+    }
     const uint64_t ring_bytes = RingBytesFor(batch);
     if (ring_bytes > sequence.ring_bytes) {
       const Result room = CheckRoom(ring_bytes - sequence.ring_bytes, 0);
@@ -803,12 +806,6 @@ class KVPool {
     }
     if (!entry.paged) {
       if (num_tokens > sequence.batch) {
-        if (step.low_end != step.high_end) {
-          return Result::Refused(Status::kBatchTooLarge,
-                                 "layers[%llu]: a batch of %llu tokens in the middle of a step "
-                                 "whose rings hold %llu; resize between steps",
-                                 uint64_t{layer}, num_tokens, sequence.batch);
-        }
         const Result grown = Resize(id, num_tokens);
         if (!grown.ok()) return grown;
       }
