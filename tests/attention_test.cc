@@ -893,6 +893,86 @@ TEST(Attention, RingAndFlatAreBitIdenticalAtEveryWrapPoint) {
   });
 }
 
+// Paged storage (a KVPool's global layer, its blocks out of order, some shared with a fork's
+// source) gives the bits of ring and flat storage of the same history, for decode and prefill
+// batches whose visible positions cross block boundaries, both layouts, blocks of one and of
+// three tiles, BF16 and int8.
+void CheckPagedCase(const Case& c, uint64_t block_tiles) {
+  const Inputs in = MakeInputs(c);
+  const AttentionOptions options = OptionsOf(c, in);
+  const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
+  const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
+  using kvring::reference::PagedHistory;
+  for (const kvring::Format format : {kvring::Format::kBF16, kvring::Format::kInt8}) {
+    kvring::StorageSpec flat_spec =
+        kvring::reference::SpecOf(in.history, flat_slots, c.Keep(), c.EndPos());
+    kvring::StorageSpec ring_spec =
+        kvring::reference::SpecOf(in.history, ring_slots, c.Keep(), c.EndPos());
+    flat_spec.format = ring_spec.format = format;
+    const char* name = format == kvring::Format::kInt8 ? "int8" : "bf16";
+    {
+      const auto flat = Store<kvring::GlobalKV<FlashLayout>>(in.history, flat_spec, c.EndPos());
+      const auto ring = Store<kvring::RingKV<FlashLayout>>(in.history, ring_spec, c.EndPos());
+      const auto paged = PagedHistory<FlashLayout>::Make(
+          in.history, c.EndPos(), block_tiles * FlashLayout::kTileSlots, format);
+      const std::vector<float> a = RunKernel(c, in, flat, options);
+      EXPECT_TRUE(BitIdentical(a, RunKernel(c, in, ring, options)))
+          << name << " flash ring != flat: " << c.Name();
+      EXPECT_TRUE(BitIdentical(a, RunKernel(c, in, paged, options)))
+          << name << " flash paged != flat, blocks of " << block_tiles << " tiles: " << c.Name();
+    }
+    {
+      const auto flat = Store<kvring::GlobalKV<Tiled>>(in.history, flat_spec, c.EndPos());
+      const auto ring = Store<kvring::RingKV<Tiled>>(in.history, ring_spec, c.EndPos());
+      const auto paged = PagedHistory<Tiled>::Make(in.history, c.EndPos(),
+                                                   block_tiles * Tiled::kTileSlots, format);
+      const std::vector<float> t = RunKernel(c, in, flat, options);
+      EXPECT_TRUE(BitIdentical(t, RunKernel(c, in, ring, options)))
+          << name << " tiled ring != flat: " << c.Name();
+      EXPECT_TRUE(BitIdentical(t, RunKernel(c, in, paged, options)))
+          << name << " tiled paged != flat, blocks of " << block_tiles << " tiles: " << c.Name();
+    }
+  }
+}
+
+TEST(Attention, PagedRingAndFlatAreBitIdenticalAcrossBlockBoundaries) {
+  ForEachTarget([](int64_t target) {
+    const bool slow = target == HWY_SCALAR || target == HWY_EMU128;
+    for (uint64_t end : {97u, 250u, 333u}) {
+      for (uint32_t num_queries : {1u, 3u, 37u}) {
+        for (const Visibility visibility : {Global(), Sliding(70)}) {
+          if (slow && num_queries == 37) continue;
+          Case c;
+          c.head_dim = 64;
+          c.num_kv_heads = 2;
+          c.group = 2;
+          c.visibility = visibility;
+          c.num_queries = num_queries;
+          c.first_q_pos = end - num_queries;
+          c.seed = static_cast<uint32_t>(end + num_queries);
+          CheckPagedCase(c, 1);
+          CheckPagedCase(c, 3);
+        }
+      }
+    }
+    // MLA latents (no V stream) and a split decode over a long history.
+    Case latent;
+    latent.head_dim = 96;
+    latent.latent_v_dims = 64;
+    latent.group = 4;
+    latent.visibility = Global();
+    latent.first_q_pos = 200;
+    CheckPagedCase(latent, 2);
+    if (!slow) {
+      Case split;
+      split.head_dim = 64;
+      split.visibility = Global();
+      split.first_q_pos = 5000;
+      CheckPagedCase(split, 3);
+    }
+  });
+}
+
 TEST(Attention, BF16OutputIsTheRoundedF32Output) {
   ForEachTarget([](int64_t) {
     Case c;

@@ -4,6 +4,8 @@
 // exhaustion) keep every sequence's visible positions identical to the reference, refused
 // calls change nothing, the accounting adds up after every step, and freeing every sequence
 // frees every block.
+#include "kvring/storage/kv_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +18,6 @@
 
 #include "kvring/formats/int8.h"
 #include "kvring/kvring.h"
-#include "kvring/storage/kv_pool.h"
 
 namespace kvring {
 namespace {
@@ -393,7 +394,8 @@ TYPED_TEST(KVPoolTest, ForkSharesBlocksAndCopiesOnWrite) {
 
 TYPED_TEST(KVPoolTest, RefusalsNameTheFieldAndChangeNothing) {
   const LayerPlan plan = PoolTestPlan<TypeParam>(Format::kBF16, 8);
-  Expected<KVPool<TypeParam>> no_sequences = KVPool<TypeParam>::Create(plan, PoolSpec{1 << 20, 0, 0});
+  Expected<KVPool<TypeParam>> no_sequences =
+      KVPool<TypeParam>::Create(plan, PoolSpec{1 << 20, 0, 0});
   ASSERT_FALSE(no_sequences.ok());
   EXPECT_EQ(no_sequences.error().field, "max_sequences");
   Expected<KVPool<TypeParam>> tiny = KVPool<TypeParam>::Create(plan, PoolSpec{1000, 4, 0});
@@ -403,9 +405,8 @@ TYPED_TEST(KVPoolTest, RefusalsNameTheFieldAndChangeNothing) {
       KVPool<TypeParam>::Create(plan, PoolSpec{1 << 20, 4, TypeParam::kTileSlots + 1});
   ASSERT_FALSE(odd_block.ok());
   EXPECT_EQ(odd_block.error().field, "block_slots");
-  Expected<KVPool<TypeParam>> other_layout =
-      KVPool<TypeParam>::Create(PoolTestPlan<TiledLayout<32>>(Format::kBF16, 8),
-                                PoolSpec{1 << 20, 4, 0});
+  Expected<KVPool<TypeParam>> other_layout = KVPool<TypeParam>::Create(
+      PoolTestPlan<TiledLayout<32>>(Format::kBF16, 8), PoolSpec{1 << 20, 4, 0});
   EXPECT_FALSE(other_layout.ok());
 
   PoolModel<TypeParam> model(plan, PoolSpec{8ull << 20, 2, 0}, 5);

@@ -319,8 +319,8 @@ class KVPool {
   // decodes (window - 1 + max(1, rollback) positions per ring instead of window - 1 +
   // max(batch, rollback)). Keeps every position a later query or rollback may read; a
   // shrink drops older positions only. Refusals change nothing: kUnknownSequence,
-  // kBadArgument (0, past the context), kWrongPosition (a shrink inside a step), kPoolExhausted (the
-  // budget cannot hold the larger rings), kOutOfMemory. Allocates the new rings and copies.
+  // kBadArgument (0, past the context), kWrongPosition (a shrink inside a step), kPoolExhausted
+  // (the budget cannot hold the larger rings), kOutOfMemory. Allocates the new rings and copies.
   Result Resize(SequenceId id, uint64_t batch) {
     const Result known = CheckSequence(id);
     if (!known.ok()) return known;
