@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "kvring/attention.h"
 #include "kvring/ops/attention-inl.h"
+#include "kvring/storage/kv_pool.h"
 #include "reference/kv_fixture.h"
 #include "reference/reference_attention.h"
 #include "reference/started_threads.h"
@@ -178,6 +179,117 @@ struct CheckedCall {
     EXPECT_EQ(workspace.NumFloats(), 0u) << "a refused call grew the workspace";
   }
 };
+
+// Sequences of a KVPool (paged global and ring sliding layers) of lengths across blocks,
+// some forked, each given one decode query or a few queries, attended in one AttentionMany
+// call per layer on 1, 2 and 3 threads (started per call, and a ThreadPool): each entry's
+// output is bit-identical to an Attention call of that entry alone.
+template <typename Layout>
+void ManySequencesMatchOneCallEach() {
+  const kvring::LayerPlan plan = kvring::LayerPlan::Builder()
+                                     .AddLayer(kvring::LayerSpec::Sliding(80, 2, 64))
+                                     .AddLayer(kvring::LayerSpec::Global(2, 64))
+                                     .SetContext(2048)
+                                     .SetBatch(16)
+                                     .SetLayout<Layout>()
+                                     .Build()
+                                     .value();
+  kvring::KVPool<Layout> pool =
+      kvring::KVPool<Layout>::Create(plan, kvring::PoolSpec{64u << 20, 24, 0}).value();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<kvring::SequenceId> ids;
+  std::vector<float> k(16 * 2 * 64), v(16 * 2 * 64);
+  const auto step = [&](kvring::SequenceId id, uint64_t n) {
+    for (float& x : k) x = normal(rng);
+    for (float& x : v) x = normal(rng);
+    const uint64_t pos = pool.EndPos(id);
+    for (size_t layer = 0; layer < 2; ++layer) {
+      ASSERT_TRUE(pool.AppendF32(id, layer, pos, k.data(), v.data(), n).ok());
+    }
+  };
+  for (int i = 0; i < 16; ++i) {
+    kvring::SequenceId id;
+    ASSERT_TRUE(pool.AddSequence(&id).ok());
+    const uint64_t length = 1 + rng() % 1400;
+    for (uint64_t pos = 0; pos < length; pos += 16) step(id, std::min<uint64_t>(16, length - pos));
+    ids.push_back(id);
+    if (i % 4 == 3) {  // a fork that goes on differently
+      kvring::SequenceId fork;
+      ASSERT_TRUE(pool.Fork(id, &fork).ok());
+      step(fork, 1 + rng() % 16);
+      ids.push_back(fork);
+    }
+  }
+  kvring::AttentionOptions options;
+  options.split_positions = 256;  // long sequences split: merges in the call too
+  for (size_t layer = 0; layer < 2; ++layer) {
+    for (uint32_t queries : {1u, 3u}) {
+      std::vector<kvring::AttentionEntry<Layout>> entries;
+      std::vector<std::vector<float>> q(ids.size()), alone(ids.size()), together(ids.size());
+      for (size_t e = 0; e < ids.size(); ++e) {
+        const uint64_t end = pool.EndPos(ids[e]);
+        const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(queries, end));
+        q[e].resize(size_t{n} * 8 * 64);
+        for (float& x : q[e]) x = normal(rng);
+        alone[e].assign(q[e].size(), -1.0f);
+        together[e].assign(q[e].size(), -2.0f);
+        kvring::AttentionEntry<Layout> entry;
+        entry.kv = pool.View(ids[e], layer);
+        entry.batch.queries_f32 = q[e].data();
+        entry.batch.out_f32 = alone[e].data();
+        entry.batch.first_q_pos = end - n;
+        entry.batch.num_queries = n;
+        entry.batch.num_q_heads = 8;
+        kvring::AttentionWorkspace workspace;
+        ASSERT_TRUE(hn_kvring::Attention(entry.kv, entry.batch, options, workspace).ok());
+        entry.batch.out_f32 = together[e].data();
+        entries.push_back(entry);
+      }
+      kvring::ThreadPool thread_pool(2);
+      for (uint32_t threads : {1u, 2u, 3u, 0u}) {  // 0: the ThreadPool
+        kvring::AttentionWorkspace workspace;
+        const kvring::Result result =
+            threads == 0
+                ? hn_kvring::AttentionMany(entries.data(), entries.size(), options, workspace,
+                                           thread_pool.Runner())
+                : hn_kvring::AttentionMany(entries.data(), entries.size(), options, workspace,
+                                           kvring_testing::StartedThreads(&threads));
+        ASSERT_TRUE(result.ok()) << result.Message();
+        for (size_t e = 0; e < ids.size(); ++e) {
+          ASSERT_EQ(std::memcmp(alone[e].data(), together[e].data(), alone[e].size() * 4), 0)
+              << "entry " << e << " layer " << layer << " threads " << threads;
+          std::fill(together[e].begin(), together[e].end(), -2.0f);
+        }
+      }
+    }
+  }
+  // A refused entry refuses the call and writes nothing.
+  std::vector<kvring::AttentionEntry<Layout>> bad(2);
+  std::vector<float> q(8 * 64, 1.0f), out(8 * 64, 7.0f);
+  for (auto& entry : bad) {
+    entry.kv = pool.View(ids[0], 1);
+    entry.batch.queries_f32 = q.data();
+    entry.batch.out_f32 = out.data();
+    entry.batch.first_q_pos = pool.EndPos(ids[0]) - 1;
+    entry.batch.num_queries = 1;
+    entry.batch.num_q_heads = 8;
+  }
+  bad[1].batch.num_q_heads = 3;
+  kvring::AttentionWorkspace workspace;
+  EXPECT_EQ(hn_kvring::AttentionMany(bad.data(), bad.size(), options, workspace,
+                                     kvring::TaskRunner::Inline())
+                .status(),
+            kvring::Status::kBadArgument);
+  EXPECT_EQ(out[0], 7.0f);
+}
+
+TEST(AttentionThreads, ManySequencesInOneCallMatchOneCallPerSequenceFlash) {
+  ManySequencesMatchOneCallEach<kvring::FlashLayout>();
+}
+TEST(AttentionThreads, ManySequencesInOneCallMatchOneCallPerSequenceTiled) {
+  ManySequencesMatchOneCallEach<kvring::TiledLayout<16>>();
+}
 
 TEST(AttentionChecks, AWellFormedCallIsAccepted) {
   CheckedCall call;

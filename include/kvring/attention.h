@@ -437,6 +437,95 @@ class AttentionWorkspace {
   uint64_t num_floats_ = 0;
 };
 
+// One sequence's part of a many-sequence attention call (AttentionMany in
+// kvring/ops/attention-inl.h and kvring/dispatch.h): a view and the queries attending it.
+// Every entry of one call shares the call's options (one layer of many sequences).
+template <typename Layout>
+struct AttentionEntry {
+  KVView<Layout> kv;
+  AttentionBatch batch;
+};
+
+// The plan of a many-sequence call: each entry's AttentionWork (exactly the plan of a call
+// of that entry alone) and where its items, merges and partial states start in the call's
+// one list of work items (sequence x query block x kv_head x KV split). Lives at the start
+// of the call's workspace; built by Init in memory of HeaderFloats(num_entries) floats.
+class AttentionManyWork {
+ public:
+  static_assert(std::is_trivially_copyable<AttentionWork>::value,
+                "plans live in a workspace's floats");
+  // Floats of the header (plans and offsets) for `num_entries` entries, a multiple of 16.
+  static uint64_t HeaderFloats(uint64_t num_entries) {
+    const uint64_t bytes =
+        num_entries * sizeof(AttentionWork) + 3 * (num_entries + 1) * sizeof(uint64_t);
+    return (bytes + 63) / 64 * 16;
+  }
+  // Plans `num_entries` entries (each passing CheckAttention) with `options` into `header`
+  // (HeaderFloats(num_entries) floats, 64-byte aligned). O(num_entries); no allocation.
+  template <typename Layout>
+  static AttentionManyWork Init(const AttentionEntry<Layout>* entries, uint64_t num_entries,
+                                const AttentionOptions& options, float* header) {
+    AttentionManyWork many;
+    many.num_entries_ = num_entries;
+    many.plans_ = reinterpret_cast<AttentionWork*>(header);
+    many.item_begin_ = reinterpret_cast<uint64_t*>(many.plans_ + num_entries);
+    many.merge_begin_ = many.item_begin_ + num_entries + 1;
+    many.partial_begin_ = many.merge_begin_ + num_entries + 1;
+    many.item_begin_[0] = many.merge_begin_[0] = many.partial_begin_[0] = 0;
+    for (uint64_t e = 0; e < num_entries; ++e) {
+      AttentionWork* work = new (many.plans_ + e)
+          AttentionWork(AttentionWork::Plan(entries[e].kv, entries[e].batch, options));
+      many.item_begin_[e + 1] = many.item_begin_[e] + work->NumItems();
+      many.merge_begin_[e + 1] = many.merge_begin_[e] + work->NumMerges();
+      many.partial_begin_[e + 1] = many.partial_begin_[e] + work->PartialFloats();
+      if (work->ScratchFloats() > many.scratch_floats_) {
+        many.scratch_floats_ = work->ScratchFloats();
+      }
+    }
+    return many;
+  }
+  uint64_t NumEntries() const { return num_entries_; }
+  const AttentionWork& Plan(uint64_t entry) const { return plans_[entry]; }
+  uint64_t NumItems() const { return item_begin_[num_entries_]; }
+  uint64_t NumMerges() const { return merge_begin_[num_entries_]; }
+  uint64_t PartialFloats() const { return partial_begin_[num_entries_]; }
+  uint64_t PartialBegin(uint64_t entry) const { return partial_begin_[entry]; }
+  // The most scratch one entry's items need: every thread's share.
+  uint64_t ScratchFloats() const { return scratch_floats_; }
+  // Returns the entry of call-wide item `item` and sets *local to its index in that entry's
+  // plan. O(log entries).
+  uint64_t ItemEntry(uint64_t item, uint64_t* local) const {
+    return Find(item_begin_, item, local);
+  }
+  uint64_t MergeEntry(uint64_t merge, uint64_t* local) const {
+    return Find(merge_begin_, merge, local);
+  }
+
+ private:
+  uint64_t Find(const uint64_t* begin, uint64_t index, uint64_t* local) const {
+    KVRING_DASSERT(index < begin[num_entries_]);
+    // The last entry whose begin is <= index (entries without items share a begin).
+    uint64_t lo = 0, hi = num_entries_;
+    while (hi - lo > 1) {
+      const uint64_t mid = lo + (hi - lo) / 2;
+      if (begin[mid] <= index) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    *local = index - begin[lo];
+    return lo;
+  }
+
+  uint64_t num_entries_ = 0;
+  AttentionWork* plans_ = nullptr;
+  uint64_t* item_begin_ = nullptr;
+  uint64_t* merge_begin_ = nullptr;
+  uint64_t* partial_begin_ = nullptr;
+  uint64_t scratch_floats_ = 0;
+};
+
 // Returns the score scale `options` asks for: options.scale, or 1/sqrt(head_dim) when 0.
 inline float AttentionScale(const AttentionOptions& options, uint32_t head_dim) {
   return options.scale != 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));

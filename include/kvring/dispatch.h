@@ -6,6 +6,8 @@
 #ifndef KVRING_DISPATCH_H_
 #define KVRING_DISPATCH_H_
 
+#include <cstddef>
+
 #include "kvring/attention.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/flash_layout.h"
@@ -37,6 +39,26 @@ Result Attention(const KVView<TiledLayout<32>>& kv, const AttentionBatch& batch,
 Result Attention(const KVView<TiledLayout<64>>& kv, const AttentionBatch& batch,
                  const AttentionOptions& options, AttentionWorkspace& workspace,
                  const TaskRunner& runner);
+
+// Computes attention for many sequences in one call, on the best compiled target: the
+// contract of the per-target AttentionMany of kvring/ops/attention-inl.h (each entry's output
+// bit-identical to a call of it alone; the first refused entry's refusal, changing nothing).
+// Defined for the layouts Attention is.
+Result AttentionMany(const AttentionEntry<FlashLayout>* entries, size_t num_entries,
+                     const AttentionOptions& options, AttentionWorkspace& workspace,
+                     const TaskRunner& runner);
+Result AttentionMany(const AttentionEntry<TiledLayout<8>>* entries, size_t num_entries,
+                     const AttentionOptions& options, AttentionWorkspace& workspace,
+                     const TaskRunner& runner);
+Result AttentionMany(const AttentionEntry<TiledLayout<16>>* entries, size_t num_entries,
+                     const AttentionOptions& options, AttentionWorkspace& workspace,
+                     const TaskRunner& runner);
+Result AttentionMany(const AttentionEntry<TiledLayout<32>>* entries, size_t num_entries,
+                     const AttentionOptions& options, AttentionWorkspace& workspace,
+                     const TaskRunner& runner);
+Result AttentionMany(const AttentionEntry<TiledLayout<64>>* entries, size_t num_entries,
+                     const AttentionOptions& options, AttentionWorkspace& workspace,
+                     const TaskRunner& runner);
 
 // As above, on the calling thread.
 template <typename Layout>

@@ -58,6 +58,31 @@ HWY_NOINLINE void RunAttentionWork(const KVView<Layout>& kv, const AttentionBatc
   });
 }
 
+// Runs the items, then the merges, of every entry of `many` through `runner`: one list of
+// work items for the whole call, each running exactly as in a call of its entry alone.
+// `partial`: many.PartialFloats() floats; `scratch`: many.ScratchFloats() per thread.
+template <class Layout>
+HWY_NOINLINE void RunAttentionMany(const AttentionEntry<Layout>* entries,
+                                   const AttentionOptions& options, const AttentionManyWork& many,
+                                   float* HWY_RESTRICT partial, float* HWY_RESTRICT scratch,
+                                   const TaskRunner& runner) {
+  const size_t scratch_floats = static_cast<size_t>(many.ScratchFloats());
+  runner.Run(many.NumItems(), [&](uint64_t item, uint32_t thread) {
+    KVRING_DASSERT(thread < runner.NumThreads());
+    uint64_t local;
+    const uint64_t e = many.ItemEntry(item, &local);
+    RunAttentionItem(entries[e].kv, entries[e].batch, options, many.Plan(e), local,
+                     scratch + thread * scratch_floats, partial + many.PartialBegin(e));
+  });
+  runner.Run(many.NumMerges(), [&](uint64_t merge, uint32_t thread) {
+    KVRING_DASSERT(thread < runner.NumThreads());
+    uint64_t local;
+    const uint64_t e = many.MergeEntry(merge, &local);
+    MergeAttention(entries[e].batch, options, many.Plan(e), local,
+                   scratch + thread * scratch_floats, partial + many.PartialBegin(e));
+  });
+}
+
 }  // namespace attention_internal
 
 // Computes attention of `batch` over `kv` with `options`, its work items run by `runner` (the
@@ -107,6 +132,60 @@ HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batc
                             const AttentionOptions& options) {
   AttentionWorkspace workspace;
   return Attention(kv, batch, options, workspace, TaskRunner::Inline());
+}
+
+// Computes attention for `num_entries` sequences in one call: entry e's queries over its view
+// (for example one decode query for each of 64 sequences of a KVPool, each at its own
+// position), with one set of options. Plans every entry as a call of it alone would
+// (AttentionWork::Plan), runs all their work items as one list on `runner` (so that short
+// and long sequences share the threads), and gives each entry's output bit-identical to
+// Attention(entries[e].kv, entries[e].batch, options, ...). Checks every entry first
+// (CheckAttention) and returns the first refusal without writing anything; kOutOfMemory if
+// the workspace could not grow. Allocates only when the workspace grows.
+template <class Layout>
+HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
+                                const AttentionOptions& options, AttentionWorkspace& workspace,
+                                const TaskRunner& runner) {
+  if (entries == nullptr && num_entries != 0) {
+    return Result::Refused(Status::kBadArgument, "entries: null with %llu entries",
+                           uint64_t{num_entries});
+  }
+  for (size_t e = 0; e < num_entries; ++e) {
+    const Result check = CheckAttention(entries[e].kv, entries[e].batch, options);
+    if (!check.ok()) return check;
+#if defined(KVRING_ATTENTION_NO_INT8)
+    if (entries[e].kv.format == Format::kInt8) {
+      return Result::Refused(Status::kBadArgument,
+                             "entries[%llu].kv.format: int8, but these kernels were compiled "
+                             "without int8 (KVRING_ATTENTION_NO_INT8)",
+                             uint64_t{e});
+    }
+#endif
+  }
+  if (num_entries == 0) return Result();
+  // The header first (plans and offsets), to learn the items, partials and scratch.
+  const uint64_t header = AttentionManyWork::HeaderFloats(num_entries);
+  if (!workspace.Reserve(header)) {
+    return Result::Refused(Status::kOutOfMemory,
+                           "workspace: %llu floats of plans could not be allocated", header);
+  }
+  AttentionManyWork many = AttentionManyWork::Init(entries, num_entries, options, workspace.Data());
+  if (many.NumItems() == 0) return Result();
+  const uint32_t num_threads = many.NumItems() == 1 ? 1 : runner.NumThreads();
+  const uint64_t floats = header + many.PartialFloats() + many.ScratchFloats() * num_threads;
+  if (floats > workspace.NumFloats()) {
+    // Grow, then plan again in the new buffer (growing keeps nothing).
+    if (!workspace.Reserve(floats)) {
+      return Result::Refused(Status::kOutOfMemory,
+                             "workspace: %llu floats for %llu entries could not be allocated",
+                             floats, uint64_t{num_entries});
+    }
+    many = AttentionManyWork::Init(entries, num_entries, options, workspace.Data());
+  }
+  float* partial = workspace.Data() + header;
+  attention_internal::RunAttentionMany(entries, options, many, partial,
+                                       partial + many.PartialFloats(), runner);
+  return Result();
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)

@@ -159,8 +159,7 @@ HWY_INLINE void ForEachTile(const FlashView& view, const Fn& fn) {
   for (uint32_t run = 0; run < view.num_runs; ++run) {
     const SlotRun& r = view.runs[run];
     const uint64_t end = r.first_pos + r.num_positions;
-    for (uint64_t tile_pos = r.first_pos - r.first_pos % kTile; tile_pos < end;
-         tile_pos += kTile) {
+    for (uint64_t tile_pos = r.first_pos - r.first_pos % kTile; tile_pos < end; tile_pos += kTile) {
       fn(tile_pos);
     }
   }

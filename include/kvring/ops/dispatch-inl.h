@@ -22,11 +22,17 @@ HWY_BEFORE_NAMESPACE();
 namespace kvring {
 namespace HWY_NAMESPACE {
 
-#define KVRING_DISPATCH_TARGET_FUNCTION(name, Layout)                                 \
-  Result name(const KVView<Layout>& kv, const AttentionBatch& batch,                  \
-              const AttentionOptions& options, AttentionWorkspace& workspace,         \
-              const TaskRunner& runner) {                                             \
-    return ::kvring::HWY_NAMESPACE::Attention(kv, batch, options, workspace, runner); \
+#define KVRING_DISPATCH_TARGET_FUNCTION(name, Layout)                                       \
+  Result name(const KVView<Layout>& kv, const AttentionBatch& batch,                        \
+              const AttentionOptions& options, AttentionWorkspace& workspace,               \
+              const TaskRunner& runner) {                                                   \
+    return ::kvring::HWY_NAMESPACE::Attention(kv, batch, options, workspace, runner);       \
+  }                                                                                         \
+  Result name##Many(const AttentionEntry<Layout>* entries, size_t num_entries,              \
+                    const AttentionOptions& options, AttentionWorkspace& workspace,         \
+                    const TaskRunner& runner) {                                             \
+    return ::kvring::HWY_NAMESPACE::AttentionMany(entries, num_entries, options, workspace, \
+                                                  runner);                                  \
   }
 
 KVRING_DISPATCH_TARGET_FUNCTION(DispatchFlash, FlashLayout)

@@ -44,11 +44,17 @@ namespace kvring {
 HWY_EXPORT(DispatchFlash);
 HWY_EXPORT(DispatchTiled16);
 
-#define KVRING_DISPATCH_DEFINE(Layout, name)                                       \
-  Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,          \
-                   const AttentionOptions& options, AttentionWorkspace& workspace, \
-                   const TaskRunner& runner) {                                     \
-    return HWY_DYNAMIC_DISPATCH(name)(kv, batch, options, workspace, runner);      \
+#define KVRING_DISPATCH_DEFINE(Layout, name)                                                   \
+  HWY_EXPORT(name##Many);                                                                      \
+  Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,                      \
+                   const AttentionOptions& options, AttentionWorkspace& workspace,             \
+                   const TaskRunner& runner) {                                                 \
+    return HWY_DYNAMIC_DISPATCH(name)(kv, batch, options, workspace, runner);                  \
+  }                                                                                            \
+  Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,              \
+                       const AttentionOptions& options, AttentionWorkspace& workspace,         \
+                       const TaskRunner& runner) {                                             \
+    return HWY_DYNAMIC_DISPATCH(name##Many)(entries, num_entries, options, workspace, runner); \
   }
 
 KVRING_DISPATCH_DEFINE(FlashLayout, DispatchFlash)
