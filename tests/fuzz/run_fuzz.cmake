@@ -1,4 +1,4 @@
-# Builds the fuzz target with CXX (clang++) in BINARY_DIR and runs it for RUNS inputs.
+# Builds the fuzz target TARGET with CXX (clang++) in BINARY_DIR and runs it for RUNS inputs.
 file(MAKE_DIRECTORY "${BINARY_DIR}")
 get_filename_component(here "${CMAKE_CURRENT_LIST_FILE}" DIRECTORY)
 foreach(step configure build)
@@ -6,7 +6,7 @@ foreach(step configure build)
     set(command ${CMAKE_COMMAND} -S "${here}" -B "${BINARY_DIR}" -DCMAKE_CXX_COMPILER=${CXX}
                 "-DKVRING_SOURCE_DIR=${SOURCE_DIR}" -DCMAKE_BUILD_TYPE=RelWithDebInfo)
   else()
-    set(command ${CMAKE_COMMAND} --build "${BINARY_DIR}")
+    set(command ${CMAKE_COMMAND} --build "${BINARY_DIR}" --target ${TARGET})
   endif()
   execute_process(COMMAND ${command} RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
   if(NOT status EQUAL 0)
@@ -14,11 +14,11 @@ foreach(step configure build)
   endif()
 endforeach()
 file(MAKE_DIRECTORY "${BINARY_DIR}/corpus")
-execute_process(COMMAND "${BINARY_DIR}/kv_cache_fuzz" -runs=${RUNS} -max_len=2048 -seed=1
+execute_process(COMMAND "${BINARY_DIR}/${TARGET}" -runs=${RUNS} -max_len=2048 -seed=1
                         "${BINARY_DIR}/corpus"
   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT status EQUAL 0)
-  message(FATAL_ERROR "kv_cache_fuzz failed:\n${out}")
+  message(FATAL_ERROR "${TARGET} failed:\n${out}")
 endif()
 string(REGEX MATCH "Done [0-9]+ runs[^\n]*" done "${out}")
-message(STATUS "kv_cache_fuzz: ${done}")
+message(STATUS "${TARGET}: ${done}")

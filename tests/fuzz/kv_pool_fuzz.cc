@@ -1,0 +1,69 @@
+// libFuzzer target: fuzz bytes drive adds, steps of random sizes across block and ring
+// boundaries, forks of forks, rollbacks, clears, frees, resizes and pool exhaustion on a
+// KVPool of each layout (BF16 or int8 global layers), checked against the reference model of
+// tests/reference/pool_model.h after every step.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "kvring/kvring.h"
+#include "reference/pool_model.h"
+
+namespace {
+
+// Choices from the fuzz input: as many bytes as a bound needs; once the input runs out, the
+// driver stops.
+class FuzzChoices : public kvring::testing::ChoiceSource {
+ public:
+  FuzzChoices(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint64_t Below(uint64_t bound) override {
+    uint64_t value = 0;
+    for (uint64_t range = 1; range < bound && range != 0; range <<= 8) {
+      value = (value << 8) | (offset_ < size_ ? data_[offset_] : 0);
+      ++offset_;
+    }
+    return value % bound;
+  }
+  bool Done() const override { return offset_ >= size_; }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t offset_ = 0;
+};
+
+template <typename Layout>
+void RunOne(const uint8_t* data, size_t size, kvring::Format format) {
+  FuzzChoices choices(data, size);
+  kvring::testing::PoolDriver<Layout> driver(&choices, format, size);
+  const std::string failure = driver.Run(2000);
+  if (!failure.empty()) {
+    std::fprintf(stderr, "kvring pool fuzz: %s\n", failure.c_str());
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  // The first byte picks the layout and the global layers' format.
+  const kvring::Format format = data[0] & 4 ? kvring::Format::kInt8 : kvring::Format::kBF16;
+  switch (data[0] % 4) {
+    case 0:
+      RunOne<kvring::FlashLayout>(data + 1, size - 1, format);
+      break;
+    case 1:
+      RunOne<kvring::TiledLayout<8>>(data + 1, size - 1, format);
+      break;
+    case 2:
+      RunOne<kvring::TiledLayout<16>>(data + 1, size - 1, format);
+      break;
+    default:
+      RunOne<kvring::TiledLayout<32>>(data + 1, size - 1, format);
+      break;
+  }
+  return 0;
+}

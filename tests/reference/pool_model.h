@@ -1,0 +1,407 @@
+// tests/reference/pool_model.h: a reference model of a KVPool (plain per-sequence vectors
+// of every position's stored rows) and a driver of random operations against it, shared by
+// the unit tests (a random generator) and the libFuzzer target (fuzz bytes). After each
+// operation the model checks the sequence it touched, the pool's accounting, and now and
+// then every sequence: every position each layer's next query sees reads back as the
+// reference holds it, refused calls change nothing, and freeing every sequence frees every
+// block. No gtest: failures are strings.
+#ifndef KVRING_TESTS_REFERENCE_POOL_MODEL_H_
+#define KVRING_TESTS_REFERENCE_POOL_MODEL_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvring/formats/int8.h"
+#include "kvring/kvring.h"
+#include "kvring/storage/kv_pool.h"
+#include "reference/storage_model.h"
+
+namespace kvring {
+namespace testing {
+
+// Five layers: a sliding and a chunked ring owner, a global paged owner (int8 when asked),
+// and shared-KV consumers of the sliding and the global one.
+template <typename Layout>
+LayerPlan PoolTestPlan(Format global_format, uint64_t batch) {
+  Expected<LayerPlan> plan = LayerPlan::Builder()
+                                 .AddLayer(LayerSpec::Sliding(24, 2, 16))
+                                 .AddLayer(LayerSpec::Global(1, 32))
+                                 .AddLayer(LayerSpec::Sliding(16, 2, 16).SharedFrom(0))
+                                 .AddLayer(LayerSpec::Chunked(32, 1, 16))
+                                 .AddLayer(LayerSpec::Global(1, 32).SharedFrom(1))
+                                 .SetContext(320)
+                                 .SetBatch(batch)
+                                 .SetRollback(4)
+                                 .SetFormat(AttentionKind::kGlobal, global_format)
+                                 .SetLayout<Layout>()
+                                 .Build();
+  return std::move(plan).value();
+}
+
+// What the pool must read back for an input row of one layer: BF16 rounding, or int8
+// encoding per kv_head row then decoding.
+std::vector<float> Stored(const std::vector<float>& row, Format format, uint32_t kv_heads) {
+  std::vector<float> out(row.size());
+  if (format == Format::kBF16) {
+    for (size_t i = 0; i < row.size(); ++i) out[i] = BF16ToF32(BF16FromF32(row[i]));
+    return out;
+  }
+  const size_t dim = row.size() / kv_heads;
+  std::vector<int8_t> q(dim);
+  for (uint32_t head = 0; head < kv_heads; ++head) {
+    const float scale = EncodeInt8Row(row.data() + head * dim, dim, q.data());
+    for (size_t i = 0; i < dim; ++i) out[head * dim + i] = DecodeInt8(scale, q[i]);
+  }
+  return out;
+}
+
+// Expects `condition`, else records it (and what is streamed after it) as the failure.
+#define KVRING_MODEL_EXPECT(condition) \
+  if (condition) {                     \
+  } else                               \
+    FailureStream(&failure_, #condition)
+
+template <typename Layout>
+class PoolModel {
+ public:
+  PoolModel(const LayerPlan& plan, const PoolSpec& spec, uint64_t seed)
+      : pool_(KVPool<Layout>::Create(plan, spec).value()), rng_(seed) {}
+
+  // The first disagreement with the reference, or empty.
+  const std::string& Failure() const { return failure_; }
+
+  struct Ref {
+    uint64_t end = 0;
+    // per owning layer: per position, the stored K then V values
+    std::map<size_t, std::vector<std::vector<float>>> rows;
+  };
+
+  KVPool<Layout>& Pool() { return pool_; }
+  size_t Live() const { return live_.size(); }
+
+  bool Add(uint64_t batch) {
+    SequenceId id;
+    const PoolUsage before = pool_.Usage();
+    const Result result = pool_.AddSequence(&id, batch);
+    if (!result.ok()) {
+      KVRING_MODEL_EXPECT((result.status()) == (Status::kPoolExhausted)) << result.Message();
+      ExpectUnchanged(before);
+      return false;
+    }
+    live_.push_back(id);
+    refs_[Key(id)] = Ref();
+    return true;
+  }
+
+  // Appends one step of num_tokens to sequence `which`: Reserve first, or (for a batch its
+  // rings hold) the paged layer first without one, so that an exhausted pool refuses before
+  // any layer moved.
+  bool Step(size_t which, uint64_t num_tokens, bool reserve) {
+    const SequenceId id = live_[which];
+    Ref& ref = refs_[Key(id)];
+    const PoolUsage before = pool_.Usage();
+    if (reserve) {
+      const Result reserved = pool_.Reserve(id, num_tokens);
+      if (!reserved.ok()) {
+        KVRING_MODEL_EXPECT(reserved == Status::kPoolExhausted || reserved == Status::kContextFull)
+            << reserved.Message();
+        ExpectUnchanged(before);
+        return false;
+      }
+    } else if (ref.end + num_tokens > pool_.Plan().Runtime().context) {
+      return false;
+    }
+    std::vector<size_t> order;
+    for (size_t layer = 0; layer < pool_.NumLayers(); ++layer) {
+      if (pool_.OwnsKV(layer)) order.push_back(layer);
+    }
+    std::stable_partition(order.begin(), order.end(),
+                          [&](size_t layer) { return pool_.IsPaged(layer); });
+    for (size_t layer : order) {
+      const LayerInfo& info = pool_.Plan().Layer(layer);
+      const uint32_t kv_heads = info.spec.num_kv_heads;
+      const size_t k_elems = size_t{kv_heads} * info.spec.head_dim;
+      const size_t v_elems = size_t{kv_heads} * info.spec.VHeadDim();
+      std::vector<float> k(num_tokens * k_elems), v(num_tokens * v_elems);
+      for (float& x : k) x = Value();
+      for (float& x : v) x = Value();
+      const Result result = pool_.AppendF32(id, layer, ref.end, k.data(), v.data(), num_tokens);
+      if (!result.ok()) {
+        // Only the first (paged) append of an unreserved step may be refused, for the budget.
+        KVRING_MODEL_EXPECT(!(reserve)) << result.Message();
+        KVRING_MODEL_EXPECT((result.status()) == (Status::kPoolExhausted)) << result.Message();
+        KVRING_MODEL_EXPECT((layer) == (order[0]));
+        ExpectUnchanged(before);
+        return false;
+      }
+      auto& rows = ref.rows[layer];
+      for (uint64_t t = 0; t < num_tokens; ++t) {
+        std::vector<float> kr(k.begin() + t * k_elems, k.begin() + (t + 1) * k_elems);
+        std::vector<float> vr(v.begin() + t * v_elems, v.begin() + (t + 1) * v_elems);
+        std::vector<float> stored = Stored(kr, info.spec.format, kv_heads);
+        const std::vector<float> stored_v = Stored(vr, info.spec.format, kv_heads);
+        stored.insert(stored.end(), stored_v.begin(), stored_v.end());
+        rows.push_back(std::move(stored));
+      }
+    }
+    ref.end += num_tokens;
+    return true;
+  }
+
+  bool Fork(size_t which) {
+    SequenceId fork;
+    const PoolUsage before = pool_.Usage();
+    const Result result = pool_.Fork(live_[which], &fork);
+    if (!result.ok()) {
+      KVRING_MODEL_EXPECT((result.status()) == (Status::kPoolExhausted)) << result.Message();
+      ExpectUnchanged(before);
+      return false;
+    }
+    refs_[Key(fork)] = refs_[Key(live_[which])];
+    live_.push_back(fork);
+    return true;
+  }
+
+  void Rollback(size_t which, uint64_t num_tokens) {
+    const SequenceId id = live_[which];
+    Ref& ref = refs_[Key(id)];
+    const PoolUsage before = pool_.Usage();
+    const RollbackResult result = pool_.Rollback(id, num_tokens);
+    if (!result.ok()) {
+      KVRING_MODEL_EXPECT((result.status()) == (Status::kRollbackTooFar)) << result.Message();
+      KVRING_MODEL_EXPECT((result.EndPos()) == (ref.end));
+      ExpectUnchanged(before);
+      return;
+    }
+    ref.end -= num_tokens;
+    KVRING_MODEL_EXPECT((result.EndPos()) == (ref.end));
+    for (auto& [layer, rows] : ref.rows) rows.resize(ref.end);
+  }
+
+  void Clear(size_t which) {
+    KVRING_MODEL_EXPECT(pool_.Clear(live_[which]).ok());
+    refs_[Key(live_[which])] = Ref();
+  }
+
+  void Free(size_t which) {
+    const SequenceId id = live_[which];
+    KVRING_MODEL_EXPECT(pool_.Free(id).ok());
+    refs_.erase(Key(id));
+    live_.erase(live_.begin() + static_cast<std::ptrdiff_t>(which));
+    // A freed id is refused from now on.
+    KVRING_MODEL_EXPECT((pool_.Free(id).status()) == (Status::kUnknownSequence));
+    SequenceId ignored;
+    KVRING_MODEL_EXPECT((pool_.Fork(id, &ignored).status()) == (Status::kUnknownSequence));
+  }
+
+  void Resize(size_t which, uint64_t batch) {
+    const PoolUsage before = pool_.Usage();
+    const Result result = pool_.Resize(live_[which], batch);
+    if (!result.ok()) {
+      KVRING_MODEL_EXPECT((result.status()) == (Status::kPoolExhausted)) << result.Message();
+      ExpectUnchanged(before);
+    }
+  }
+
+  // Every position the next query of each layer of sequence `which` sees reads back as the
+  // reference holds it.
+  void Check(size_t which) {
+    const SequenceId id = live_[which];
+    const Ref& ref = refs_[Key(id)];
+    KVRING_MODEL_EXPECT((pool_.EndPos(id)) == (ref.end));
+    for (size_t layer = 0; layer < pool_.NumLayers(); ++layer) {
+      const size_t owner = pool_.Owner(layer);
+      const LayerInfo& info = pool_.Plan().Layer(owner);
+      const KVView<Layout> view = pool_.View(id, layer);
+      KVRING_MODEL_EXPECT((view.end_pos) == (ref.end));
+      if (ref.end == 0) continue;
+      const uint64_t first = view.visibility.FirstVisible(ref.end);
+      KVRING_MODEL_EXPECT((pool_.FirstPos(id, layer)) <= (first)) << "layer " << layer;
+      const size_t k_elems = size_t{info.spec.num_kv_heads} * info.spec.head_dim;
+      const size_t v_elems = size_t{info.spec.num_kv_heads} * info.spec.VHeadDim();
+      std::vector<float> k(k_elems), v(v_elems);
+      const auto found = ref.rows.find(owner);
+      KVRING_MODEL_EXPECT((found) != (ref.rows.end())) << "no rows of layer " << owner;
+      if (found == ref.rows.end()) return;
+      for (uint64_t pos = first; pos < ref.end && failure_.empty(); ++pos) {
+        const Result read = pool_.ReadRowF32(id, layer, pos, k.data(), v.data());
+        KVRING_MODEL_EXPECT(read.ok()) << read.Message();
+        const std::vector<float>& want = found->second[pos];
+        KVRING_MODEL_EXPECT(std::equal(k.begin(), k.end(), want.begin()))
+            << "sequence " << id.index << " layer " << layer << " pos " << pos;
+        KVRING_MODEL_EXPECT(std::equal(v.begin(), v.end(), want.begin() + k_elems))
+            << "sequence " << id.index << " layer " << layer << " pos " << pos;
+      }
+    }
+  }
+  void CheckAll() {
+    for (size_t i = 0; i < live_.size() && failure_.empty(); ++i) Check(i);
+  }
+
+  // Bytes in use are the rings plus the blocks in use; every block's reference count is the
+  // number of tables holding it.
+  void CheckAccounting() {
+    const PoolUsage usage = pool_.Usage();
+    uint64_t ring_bytes = 0;
+    std::map<uint32_t, uint32_t> holders;
+    for (const SequenceId id : live_) {
+      ring_bytes += pool_.RingBytesOf(id);
+      const KVView<Layout> view = pool_.View(id, 1);
+      for (uint64_t i = 0; i < pool_.BlocksOf(id); ++i) ++holders[view.blocks[i]];
+    }
+    KVRING_MODEL_EXPECT((usage.ring_bytes) == (ring_bytes));
+    KVRING_MODEL_EXPECT((usage.blocks_in_use) == (holders.size()));
+    KVRING_MODEL_EXPECT((usage.bytes_in_use) == (ring_bytes + usage.blocks_in_use * usage.block_bytes));
+    KVRING_MODEL_EXPECT((usage.bytes_in_use) <= (usage.budget_bytes));
+    KVRING_MODEL_EXPECT((usage.blocks_in_use + usage.free_blocks) == (usage.num_blocks));
+    uint64_t shared = 0;
+    for (const auto& [block, count] : holders) {
+      KVRING_MODEL_EXPECT((pool_.BlockRefCount(block)) == (count)) << "block " << block;
+      shared += count > 1;
+    }
+    KVRING_MODEL_EXPECT((usage.shared_blocks) == (shared));
+  }
+
+  void FreeAll() {
+    while (!live_.empty()) Free(live_.size() - 1);
+    const PoolUsage usage = pool_.Usage();
+    KVRING_MODEL_EXPECT((usage.free_blocks) == (usage.num_blocks));
+    KVRING_MODEL_EXPECT((usage.bytes_in_use) == (0u));
+    KVRING_MODEL_EXPECT((usage.shared_blocks) == (0u));
+  }
+
+  std::mt19937_64& Rng() { return rng_; }
+
+ private:
+  static uint64_t Key(SequenceId id) { return uint64_t{id.index} << 32 | id.generation; }
+  float Value() { return std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng_); }
+  void ExpectUnchanged(const PoolUsage& before) {
+    const PoolUsage after = pool_.Usage();
+    KVRING_MODEL_EXPECT((after.bytes_in_use) == (before.bytes_in_use));
+    KVRING_MODEL_EXPECT((after.blocks_in_use) == (before.blocks_in_use));
+    KVRING_MODEL_EXPECT((after.shared_blocks) == (before.shared_blocks));
+    KVRING_MODEL_EXPECT((after.live_sequences) == (before.live_sequences));
+  }
+
+  // Records the message streamed into it as the model's failure (the first one) when it
+  // goes out of scope.
+  class FailureStream {
+   public:
+    FailureStream(std::string* failure, const char* condition) : failure_(failure) {
+      message_ << condition;
+    }
+    ~FailureStream() {
+      if (failure_->empty()) *failure_ = message_.str();
+    }
+    template <typename T>
+    FailureStream& operator<<(const T& value) {
+      message_ << ": " << value;
+      return *this;
+    }
+
+   private:
+    std::string* failure_;
+    std::ostringstream message_;
+  };
+
+  std::string failure_;
+  KVPool<Layout> pool_;
+  std::mt19937_64 rng_;
+  std::vector<SequenceId> live_;
+  std::map<uint64_t, Ref> refs_;
+};
+
+
+// Runs random operations on a pool of PoolTestPlan over 32 to 48 live sequences, on a budget
+// that runs out: adds, steps of 1 to 20 tokens (reserved, or paged layer first), forks,
+// rollbacks, clears, frees and resizes, choices from `choices`. Returns the first failure,
+// or empty. Counts what happened, so that tests can require that it did.
+template <typename Layout>
+class PoolDriver {
+ public:
+  PoolDriver(ChoiceSource* choices, Format global_format, uint64_t seed)
+      : choices_(choices), global_format_(global_format), seed_(seed) {}
+
+  std::string Run(uint64_t steps) {
+    const LayerPlan plan = PoolTestPlan<Layout>(global_format_, 8);
+    PoolSpec spec;
+    spec.max_sequences = 48;
+    spec.block_slots = Layout::kTileSlots;  // small blocks: appends cross them often
+    {
+      // The budget: rings for 40 sequences and a third of their full contexts.
+      Expected<KVPool<Layout>> probe = KVPool<Layout>::Create(plan, PoolSpec{1ull << 30, 1, 0});
+      if (!probe.ok()) return probe.error().message;
+      spec.budget_bytes = 40 * probe->RingBytesFor(8) + 40 * probe->BlockBytesFor(320) / 3;
+    }
+    PoolModel<Layout> model(plan, spec, seed_);
+    for (int i = 0; i < 32; ++i) {
+      if (!model.Add(0)) return "the first 32 sequences did not fit";
+    }
+    for (uint64_t step = 0; step < steps && !choices_->Done(); ++step) {
+      const uint64_t op = choices_->Below(100);
+      const size_t live = model.Live();
+      const size_t which = live == 0 ? 0 : static_cast<size_t>(choices_->Below(live));
+      size_t checked = which;
+      if (live < 32 || (op < 4 && live < 48)) {
+        const uint64_t batches[] = {0, 1, 8, 16};
+        model.Add(batches[choices_->Below(4)]);
+        checked = model.Live() - 1;
+      } else if (op < 60) {
+        const uint64_t num_tokens =
+            choices_->Below(4) == 0 ? choices_->Between(1, 20) : choices_->Between(1, 6);
+        const bool reserve = num_tokens > 8 || choices_->Below(2) == 0;
+        if (model.Step(which, num_tokens, reserve)) {
+          ++steps_;
+        } else {
+          ++refused_steps_;
+          // Make room the way an engine would: free a sequence (not the one stepping).
+          if (live > 1) model.Free(which == 0 ? 1 : 0);
+          checked = std::min(which, model.Live() - 1);
+        }
+      } else if (op < 70) {
+        forks_ += model.Fork(which);
+      } else if (op < 80) {
+        model.Rollback(which, choices_->Below(7));
+      } else if (op < 84) {
+        model.Clear(which);
+      } else if (op < 92) {
+        model.Free(which);
+        checked = model.Live() == 0 ? 0 : std::min(which, model.Live() - 1);
+      } else {
+        model.Resize(which, choices_->Between(1, 16));
+      }
+      if (model.Live() > 0) model.Check(checked);
+      model.CheckAccounting();
+      // Writes into one sequence must not show in another (shared blocks, copied rings): a
+      // sweep of every sequence now and then, and at the end.
+      if (step % 64 == 0) model.CheckAll();
+      if (!model.Failure().empty()) return "step " + std::to_string(step) + ": " + model.Failure();
+    }
+    model.CheckAll();
+    model.FreeAll();
+    return model.Failure();
+  }
+  uint64_t steps() const { return steps_; }
+  uint64_t refused_steps() const { return refused_steps_; }
+  uint64_t forks() const { return forks_; }
+
+ private:
+  ChoiceSource* choices_;
+  Format global_format_;
+  uint64_t seed_;
+  uint64_t steps_ = 0, refused_steps_ = 0, forks_ = 0;
+};
+
+#undef KVRING_MODEL_EXPECT
+
+}  // namespace testing
+}  // namespace kvring
+
+#endif  // KVRING_TESTS_REFERENCE_POOL_MODEL_H_
