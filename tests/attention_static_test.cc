@@ -195,7 +195,7 @@ void ManySequencesMatchOneCallEach() {
                                      .Build()
                                      .value();
   kvring::KVPool<Layout> pool =
-      kvring::KVPool<Layout>::Create(plan, kvring::PoolSpec{64u << 20, 24, 0}).value();
+      kvring::KVPool<Layout>::Create(plan, kvring::PoolSpec{32u << 20, 24, 0}).value();
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<kvring::SequenceId> ids;

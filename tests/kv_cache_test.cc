@@ -1,5 +1,5 @@
-// Tests of kvring/storage/kv_cache.h: random operation sequences against a reference model for every
-// layout, the plan's bytes equal to what is allocated for every preset, shared-KV consumers,
+// Tests of kvring/storage/kv_cache.h: random operation sequences against a reference model for
+// every layout, the plan's bytes equal to what is allocated for every preset, shared-KV consumers,
 // whole-cache rollback, growth and snapshots, and refused calls that change nothing.
 #include "kvring/storage/kv_cache.h"
 

@@ -5,7 +5,6 @@
 // calls change nothing, the accounting adds up after every step, and freeing every sequence
 // frees every block.
 #include "kvring/storage/kv_pool.h"
-#include "reference/pool_model.h"
 
 #include <gtest/gtest.h>
 
@@ -19,6 +18,7 @@
 
 #include "kvring/formats/int8.h"
 #include "kvring/kvring.h"
+#include "reference/pool_model.h"
 
 namespace kvring {
 namespace {
@@ -67,7 +67,7 @@ TYPED_TEST(KVPoolTest, RandomOperationsInt8Globals) {
 
 TYPED_TEST(KVPoolTest, ForkSharesBlocksAndCopiesOnWrite) {
   const LayerPlan plan = PoolTestPlan<TypeParam>(Format::kBF16, 8);
-  PoolSpec spec{64ull << 20, 4, 2 * TypeParam::kTileSlots};
+  PoolSpec spec{4ull << 20, 4, 2 * TypeParam::kTileSlots};
   PoolModel<TypeParam> model(plan, spec, 3);
   ASSERT_TRUE(model.Add(0));
   const uint64_t block_slots = model.Pool().BlockSlots();
@@ -151,7 +151,7 @@ TYPED_TEST(KVPoolTest, ExhaustionIsRefusedUntilASequenceIsFreed) {
   // Two sequences' rings and four blocks.
   const uint64_t block_slots = 2 * TypeParam::kTileSlots;
   Expected<KVPool<TypeParam>> sized =
-      KVPool<TypeParam>::Create(plan, PoolSpec{1ull << 30, 1, block_slots});
+      KVPool<TypeParam>::Create(plan, PoolSpec{4ull << 20, 1, block_slots});
   ASSERT_TRUE(sized.ok());
   PoolModel<TypeParam> model(
       plan, PoolSpec{2 * sized->RingBytesFor(8) + 4 * sized->Usage().block_bytes, 4, block_slots},
@@ -173,7 +173,7 @@ TYPED_TEST(KVPoolTest, ExhaustionIsRefusedUntilASequenceIsFreed) {
 
 TYPED_TEST(KVPoolTest, DecodingSequencesShrinkTheirRings) {
   const LayerPlan plan = PoolTestPlan<TypeParam>(Format::kBF16, 64);
-  PoolModel<TypeParam> model(plan, PoolSpec{64ull << 20, 2, 0}, 13);
+  PoolModel<TypeParam> model(plan, PoolSpec{4ull << 20, 2, 0}, 13);
   ASSERT_TRUE(model.Add(64));
   const uint64_t prefill = model.Pool().RingBytesOf(SequenceId{0, 0});
   ASSERT_TRUE(model.Step(0, 64, true));

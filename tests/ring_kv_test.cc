@@ -1,5 +1,5 @@
-// Tests of kvring/storage/ring_kv.h and kvring/storage/global_kv.h used directly: creation errors, appends,
-// reads after wraps, growth, snapshots, clearing, and refused calls that change nothing.
+// Tests of kvring/storage/ring_kv.h and kvring/storage/global_kv.h used directly: creation errors,
+// appends, reads after wraps, growth, snapshots, clearing, and refused calls that change nothing.
 #include "kvring/storage/ring_kv.h"
 
 #include <gtest/gtest.h>
@@ -15,9 +15,9 @@
 
 #include "kvring/formats/format.h"
 #include "kvring/formats/int8.h"
-#include "kvring/storage/global_kv.h"
 #include "kvring/layouts/flash_layout.h"
 #include "kvring/layouts/tiled_layout.h"
+#include "kvring/storage/global_kv.h"
 
 namespace kvring {
 namespace {

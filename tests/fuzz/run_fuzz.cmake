@@ -1,4 +1,8 @@
-# Builds the fuzz target TARGET with CXX (clang++) in BINARY_DIR and runs it for RUNS inputs.
+# Builds the fuzz target TARGET with CXX (clang++) in BINARY_DIR and runs it for RUNS inputs
+# of at most MAX_LEN bytes (2048 unless given).
+if(NOT MAX_LEN)
+  set(MAX_LEN 2048)
+endif()
 file(MAKE_DIRECTORY "${BINARY_DIR}")
 get_filename_component(here "${CMAKE_CURRENT_LIST_FILE}" DIRECTORY)
 foreach(step configure build)
@@ -14,7 +18,7 @@ foreach(step configure build)
   endif()
 endforeach()
 file(MAKE_DIRECTORY "${BINARY_DIR}/corpus")
-execute_process(COMMAND "${BINARY_DIR}/${TARGET}" -runs=${RUNS} -max_len=2048 -seed=1
+execute_process(COMMAND "${BINARY_DIR}/${TARGET}" -runs=${RUNS} -max_len=${MAX_LEN} -seed=1
                         "${BINARY_DIR}/corpus"
   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT status EQUAL 0)

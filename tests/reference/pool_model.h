@@ -258,7 +258,8 @@ class PoolModel {
     }
     KVRING_MODEL_EXPECT((usage.ring_bytes) == (ring_bytes));
     KVRING_MODEL_EXPECT((usage.blocks_in_use) == (holders.size()));
-    KVRING_MODEL_EXPECT((usage.bytes_in_use) == (ring_bytes + usage.blocks_in_use * usage.block_bytes));
+    KVRING_MODEL_EXPECT((usage.bytes_in_use) ==
+                        (ring_bytes + usage.blocks_in_use * usage.block_bytes));
     KVRING_MODEL_EXPECT((usage.bytes_in_use) <= (usage.budget_bytes));
     KVRING_MODEL_EXPECT((usage.blocks_in_use + usage.free_blocks) == (usage.num_blocks));
     uint64_t shared = 0;
@@ -318,7 +319,6 @@ class PoolModel {
   std::map<uint64_t, Ref> refs_;
 };
 
-
 // Runs random operations on a pool of PoolTestPlan over 32 to 48 live sequences, on a budget
 // that runs out: adds, steps of 1 to 20 tokens (reserved, or paged layer first), forks,
 // rollbacks, clears, frees and resizes, choices from `choices`. Returns the first failure,
@@ -336,7 +336,7 @@ class PoolDriver {
     spec.block_slots = Layout::kTileSlots;  // small blocks: appends cross them often
     {
       // The budget: rings for 40 sequences and a third of their full contexts.
-      Expected<KVPool<Layout>> probe = KVPool<Layout>::Create(plan, PoolSpec{1ull << 30, 1, 0});
+      Expected<KVPool<Layout>> probe = KVPool<Layout>::Create(plan, PoolSpec{4ull << 20, 1, 0});
       if (!probe.ok()) return probe.error().message;
       spec.budget_bytes = 40 * probe->RingBytesFor(8) + 40 * probe->BlockBytesFor(320) / 3;
     }
