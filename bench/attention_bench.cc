@@ -27,41 +27,8 @@
 HWY_BEFORE_NAMESPACE();
 namespace kvring_bench {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
-// The read twin: sums `count` u32 with four independent vector accumulators.
-uint32_t ReadTwin(const uint32_t* HWY_RESTRICT p, size_t count) {
-  const hn::ScalableTag<uint32_t> d;
-  const size_t n = hn::Lanes(d);
-  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-  size_t i = 0;
-  for (; i + 4 * n <= count; i += 4 * n) {
-    a0 = hn::Add(a0, hn::LoadU(d, p + i));
-    a1 = hn::Add(a1, hn::LoadU(d, p + i + n));
-    a2 = hn::Add(a2, hn::LoadU(d, p + i + 2 * n));
-    a3 = hn::Add(a3, hn::LoadU(d, p + i + 3 * n));
-  }
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-}
-
-// The FMA twin: `count` f32 multiply-adds in vectors, with enough independent accumulators
-// to cover the FMA latency on every target.
-float FmaTwin(uint64_t count, float x) {
-  const hn::ScalableTag<float> d;
-  const uint64_t n = hn::Lanes(d);
-  constexpr size_t kAcc = 12;
-  hn::Vec<decltype(d)> acc[kAcc];
-  for (size_t i = 0; i < kAcc; ++i) acc[i] = hn::Set(d, static_cast<float>(i));
-  const auto m = hn::Set(d, x);
-  const auto a = hn::Set(d, 1e-7f);
-  const uint64_t iterations = count / (n * kAcc);
-  for (uint64_t it = 0; it < iterations; ++it) {
-    for (size_t i = 0; i < kAcc; ++i) acc[i] = hn::MulAdd(acc[i], m, a);
-  }
-  auto sum = acc[0];
-  for (size_t i = 1; i < kAcc; ++i) sum = hn::Add(sum, acc[i]);
-  return hn::GetLane(hn::SumOfLanes(d, sum));
-}
+#include "bench/twins-inl.h"
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
@@ -70,8 +37,8 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include "bench/evict.h"
 #include "benchmark/benchmark.h"
-#include "hwy/cache_control.h"
 #include "kvring/storage/global_kv.h"
 #include "kvring/storage/ring_kv.h"
 #include "reference/history_storage.h"
@@ -113,54 +80,6 @@ KV Store(const History& history, const kvring::StorageSpec& spec, uint64_t end) 
     std::abort();
   }
   return std::move(kv).value();
-}
-
-// Evicts the cache lines of [p, p + bytes) from every cache level (clflush).
-void Evict(const void* p, uint64_t bytes) {
-  const char* bytes_p = static_cast<const char*>(p);
-  for (uint64_t i = 0; i < bytes; i += 64) hwy::FlushCacheline(bytes_p + i);
-  if (bytes != 0) hwy::FlushCacheline(bytes_p + bytes - 1);
-}
-
-// Evicts the K and V lines of positions [first, end) of every kv_head of `kv`: the bytes a
-// call over those positions reads (elements, and an int8 view's scales), wherever the layout
-// and the ring's wrap put them.
-template <typename Layout>
-void EvictPositions(const kvring::KVView<Layout>& kv, uint64_t first, uint64_t end) {
-  const bool int8 = kv.format == kvring::Format::kInt8;
-  const char* k =
-      int8 ? reinterpret_cast<const char*>(kv.k_int8) : reinterpret_cast<const char*>(kv.k);
-  const char* v =
-      int8 ? reinterpret_cast<const char*>(kv.v_int8) : reinterpret_cast<const char*>(kv.v);
-  const uint64_t element_bytes = int8 ? 1 : sizeof(kvring::BF16);
-  const auto k_mapping = kv.layout.K();
-  const auto v_mapping = kv.layout.V();
-  const kvring::KVShape& shape = kv.layout.Shape();
-  const uint64_t num_slots = kv.NumSlots();
-  while (first < end) {
-    const uint64_t slot0 = first % num_slots;
-    const uint64_t run = std::min(end - first, num_slots - slot0);
-    for (uint32_t h = 0; h < shape.num_kv_heads; ++h) {
-      for (uint32_t d = 0; d < shape.head_dim; ++d) {
-        for (uint64_t s = slot0; s < slot0 + run;) {
-          const uint64_t n = std::min(k_mapping.ContiguousSlotsFrom(s), slot0 + run - s);
-          Evict(k + k_mapping(s, h, d) * element_bytes, n * k_mapping.SlotStride() * element_bytes);
-          s += n;
-        }
-      }
-      if (v != nullptr) {  // (an MLA view has no V)
-        Evict(v + v_mapping(slot0, h, 0) * element_bytes,
-              run * v_mapping.SlotStride() * element_bytes);
-      }
-      if (int8) {
-        Evict(kv.k_scales + kv.ScaleOffset(slot0, h), run * sizeof(float));
-        if (kv.v_scales != nullptr) {
-          Evict(kv.v_scales + kv.ScaleOffset(slot0, h), run * sizeof(float));
-        }
-      }
-    }
-    first += run;
-  }
 }
 
 template <typename Layout>

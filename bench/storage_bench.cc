@@ -5,7 +5,8 @@
 // fast as memcpy.
 // Shape: 8 kv_heads x 128 dims (Llama 3.1 8B, Mistral), BF16 (int8: 1 byte and 4 of scale per
 // 128); a ring of window 4096 planned for batches of 512 (4608 slots, 18 MiB in BF16); flat
-// storage of 32768 positions.
+// storage of 32768 positions. BM_Fork and BM_PoolAppend: a KVPool of a Gemma-3-like plan
+// (three sliding layers of window 1024 and a global one) against memcpy and KVCache.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -208,6 +209,111 @@ void BM_Grow(benchmark::State& state) {
   });
 }
 
+// A Gemma-3-like plan for the pool benchmarks: three sliding layers (window 1024) and one
+// global, 8 kv_heads x 128, decoding (batch 1, rollback 4), at `context` positions.
+template <typename Layout>
+kvring::LayerPlan PoolPlan(uint64_t context, uint64_t batch) {
+  return kvring::LayerPlan::Builder()
+      .AddLayers(3, kvring::LayerSpec::Sliding(1024, kKVHeads, kHeadDim))
+      .AddLayer(kvring::LayerSpec::Global(kKVHeads, kHeadDim))
+      .SetContext(context)
+      .SetBatch(batch)
+      .SetRollback(4)
+      .SetLayout<Layout>()
+      .Build()
+      .value();
+}
+
+// Fork of a sequence holding context - 1 positions, then the fork's first append (which
+// copies the shared, partly filled last block): what a fork costs, against a memcpy of the
+// rings plus one block into fresh memory (memcpy_ratio). Flat in the context: the blocks are
+// shared, not copied (only the table of block ids is).
+template <typename Layout>
+void BM_Fork(benchmark::State& state, uint64_t context) {
+  const kvring::LayerPlan plan = PoolPlan<Layout>(context, 1);
+  kvring::PoolSpec spec;
+  spec.max_sequences = 2;
+  spec.budget_bytes = 3 * plan.TotalBytes();
+  kvring::KVPool<Layout> pool = kvring::KVPool<Layout>::Create(plan, spec).value();
+  kvring::SequenceId id;
+  if (!pool.AddSequence(&id, kBatch).ok()) std::abort();
+  std::vector<BF16> rows(kBatch * kRowElements, kvring::BF16FromF32(1.0f));
+  for (uint64_t pos = 0; pos < context - 1;) {
+    const uint64_t n = std::min(kBatch, context - 1 - pos);
+    for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
+      if (!pool.AppendBF16(id, layer, pos, rows.data(), rows.data(), n).ok()) std::abort();
+    }
+    pos += n;
+  }
+  if (!pool.Resize(id, 1).ok()) std::abort();
+  const uint64_t bytes = pool.RingBytesOf(id) + pool.Usage().block_bytes;
+  double best = 1e30;
+  for (auto _ : state) {
+    kvring::SequenceId fork;
+    const auto start = std::chrono::steady_clock::now();
+    if (!pool.Fork(id, &fork).ok() || !pool.Reserve(fork, 1).ok()) std::abort();
+    const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+    state.SetIterationTime(seconds.count());
+    best = std::min(best, seconds.count());
+    if (!pool.Free(fork).ok()) std::abort();
+  }
+  state.counters["best_us"] = best * 1e6;
+  state.counters["copied_KiB"] = static_cast<double>(bytes) / 1024;
+  state.counters["memcpy_ratio"] = MemcpySeconds(bytes, bytes) / best;
+}
+
+// Appends of `num_tokens` to every owning layer of a pool's sequence against the same appends
+// into a KVCache of the same plan, timed in turn (kvcache_ratio: the cache's time over the
+// pool's; 1.0 is as fast). Both are cleared when full.
+template <typename Layout>
+void BM_PoolAppend(benchmark::State& state, uint64_t num_tokens) {
+  const kvring::LayerPlan plan = PoolPlan<Layout>(kFlatContext, kBatch);
+  kvring::PoolSpec spec;
+  spec.max_sequences = 1;
+  spec.budget_bytes = 2 * plan.TotalBytes();
+  kvring::KVPool<Layout> pool = kvring::KVPool<Layout>::Create(plan, spec).value();
+  kvring::KVCache<Layout> cache = kvring::KVCache<Layout>::Create(plan).value();
+  kvring::SequenceId id;
+  if (!pool.AddSequence(&id).ok()) std::abort();
+  std::vector<BF16> rows(num_tokens * kRowElements, kvring::BF16FromF32(0.5f));
+  double best = 1e30, best_cache = 1e30;
+  uint64_t iteration = 0;
+  for (auto _ : state) {
+    if (pool.EndPos(id) + num_tokens > kFlatContext) {
+      if (!pool.Clear(id).ok()) std::abort();
+      cache.Clear();
+    }
+    const uint64_t pos = pool.EndPos(id);
+    const auto pool_append = [&] {
+      const auto start = std::chrono::steady_clock::now();
+      for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
+        if (!pool.AppendBF16(id, layer, pos, rows.data(), rows.data(), num_tokens).ok()) {
+          std::abort();
+        }
+      }
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    };
+    const auto cache_append = [&] {
+      const auto start = std::chrono::steady_clock::now();
+      for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
+        if (!cache.AppendBF16(layer, pos, rows.data(), rows.data(), num_tokens).ok()) {
+          std::abort();
+        }
+      }
+      best_cache =
+          std::min(best_cache,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    };
+    if (iteration++ % 2 == 1) cache_append();
+    const double seconds = pool_append();
+    if (iteration % 2 == 1) cache_append();
+    state.SetIterationTime(seconds);
+    best = std::min(best, seconds);
+  }
+  state.counters["best_us"] = best * 1e6;
+  state.counters["kvcache_ratio"] = best_cache / best;
+}
+
 template <typename Layout>
 void RegisterLayout(const std::string& name) {
   for (Storage storage : {Storage::kRing, Storage::kFlat}) {
@@ -237,6 +343,20 @@ void RegisterLayout(const std::string& name) {
   benchmark::RegisterBenchmark(("BM_Grow/" + name + "/ring").c_str(), [](benchmark::State& s) {
     BM_Grow<Layout>(s);
   })->Unit(benchmark::kMicrosecond);
+  if (Layout::kBackend == kvring::Backend::kTiled && Layout::kSlotAlignment != 16) return;
+  for (uint64_t context :
+       {uint64_t{1} << 10, uint64_t{1} << 13, uint64_t{1} << 15, uint64_t{1} << 17}) {
+    benchmark::RegisterBenchmark(("BM_Fork/" + name + "/" + std::to_string(context)).c_str(),
+                                 [=](benchmark::State& s) { BM_Fork<Layout>(s, context); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  for (uint64_t num_tokens : {uint64_t{1}, kBatch}) {
+    benchmark::RegisterBenchmark(
+        ("BM_PoolAppend/" + name + "/" + std::to_string(num_tokens)).c_str(),
+        [=](benchmark::State& s) { BM_PoolAppend<Layout>(s, num_tokens); })
+        ->UseManualTime();
+  }
 }
 
 }  // namespace
