@@ -82,8 +82,11 @@ TYPED_TEST(KVPoolTest, ForkSharesBlocksAndCopiesOnWrite) {
   PoolUsage after = model.Pool().Usage();
   EXPECT_EQ(after.blocks_in_use, before.blocks_in_use);
   EXPECT_EQ(after.shared_blocks, before.blocks_in_use);
-  // The fork's first step copies the partly filled last block only.
+  // The fork's first step copies the partly filled last block only, as ReserveBytes says.
+  const SequenceId fork{1, 0};
+  EXPECT_EQ(model.Pool().ReserveBytes(fork, 1), after.block_bytes);
   ASSERT_TRUE(model.Step(1, 1, true));
+  EXPECT_EQ(model.Pool().ReserveBytes(fork, 1), 0u);
   after = model.Pool().Usage();
   EXPECT_EQ(after.blocks_in_use, before.blocks_in_use + 1);
   EXPECT_EQ(after.shared_blocks, before.blocks_in_use - 1);

@@ -66,6 +66,11 @@ Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
                  const AttentionOptions& options, AttentionWorkspace& workspace) {
   return Attention(kv, batch, options, workspace, TaskRunner::Inline());
 }
+template <typename Layout>
+Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
+                     const AttentionOptions& options, AttentionWorkspace& workspace) {
+  return AttentionMany(entries, num_entries, options, workspace, TaskRunner::Inline());
+}
 
 // Returns the name of the Highway target the calls above run on ("AVX3_DL", "AVX2", ...).
 const char* DispatchedTargetName();

@@ -188,6 +188,13 @@ HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t nu
   return Result();
 }
 
+// As above, on the calling thread.
+template <class Layout>
+HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
+                                const AttentionOptions& options, AttentionWorkspace& workspace) {
+  return AttentionMany(entries, num_entries, options, workspace, TaskRunner::Inline());
+}
+
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace kvring

@@ -379,21 +379,10 @@ class KVPool {
                              "Reserve of %llu tokens at %llu passes the context of %llu",
                              num_tokens, end, context);
     }
-    // Both or neither: check the blocks' room with the rings' growth counted first.
-    const uint64_t ring_growth =
-        num_tokens > sequence.batch && RingBytesFor(num_tokens) > sequence.ring_bytes
-            ? RingBytesFor(num_tokens) - sequence.ring_bytes
-            : 0;
-    if (!paged_.empty()) {
-      const uint64_t needed = BlocksFor(end + num_tokens);
-      uint64_t blocks = needed > sequence.blocks.size() ? needed - sequence.blocks.size() : 0;
-      const uint64_t first = end / spec_.block_slots;
-      for (uint64_t i = first; i < std::min<uint64_t>(needed, sequence.blocks.size()); ++i) {
-        blocks += blocks_.RefCount(sequence.blocks[i]) > 1;
-      }
-      const Result room = CheckRoom(ring_growth, blocks);
-      if (!room.ok()) return room;
-    }
+    uint64_t ring_growth = 0, blocks = 0;
+    StepCost(sequence, end, num_tokens, &ring_growth, &blocks);
+    const Result room = CheckRoom(ring_growth, blocks);
+    if (!room.ok()) return room;
     if (num_tokens > sequence.batch) {
       const Result grown = Resize(id, num_tokens);
       if (!grown.ok()) return grown;
@@ -402,6 +391,17 @@ class KVPool {
     const Result taken = TakeBlocks(&sequence, end, num_tokens, detail::kNoLayer);
     KVRING_DASSERT(taken.ok());  // the room was checked above
     return taken;
+  }
+
+  // Returns the bytes Reserve(id, num_tokens) would take from the budget now (ring growth,
+  // new blocks, a shared block's copy), without taking them: for admission decisions. 0 for
+  // an id not live.
+  uint64_t ReserveBytes(SequenceId id, uint64_t num_tokens) const {
+    if (!CheckSequence(id).ok()) return 0;
+    const Sequence& sequence = sequences_[id.index];
+    uint64_t ring_growth = 0, blocks = 0;
+    StepCost(sequence, StepOf(sequence).high_end, num_tokens, &ring_growth, &blocks);
+    return detail::SaturatingAdd(ring_growth, detail::SaturatingMul(blocks, block_bytes_));
   }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
@@ -722,28 +722,50 @@ class KVPool {
     return Status::kOk;
   }
 
+  // Sets what a step of `num_tokens` from `end` costs `sequence`: the bytes its rings grow by
+  // and the blocks it takes (new ones, and copies of shared ones it writes into).
+  void StepCost(const Sequence& sequence, uint64_t end, uint64_t num_tokens, uint64_t* ring_growth,
+                uint64_t* blocks) const {
+    *ring_growth = 0;
+    if (num_tokens > sequence.batch) {
+      const uint64_t grown = RingBytesFor(num_tokens);
+      if (grown > sequence.ring_bytes) *ring_growth = grown - sequence.ring_bytes;
+    }
+    *blocks = paged_.empty() ? 0 : BlocksToTake(sequence, end, num_tokens);
+  }
+  // Returns the blocks writing [pos, pos + num_tokens) takes: those the table lacks, and a
+  // copy of each shared one it writes into (only a table's last block can be partly filled,
+  // so at most one).
+  uint64_t BlocksToTake(const Sequence& sequence, uint64_t pos, uint64_t num_tokens) const {
+    const uint64_t needed = BlocksFor(pos + num_tokens);
+    const uint64_t held = sequence.blocks.size();
+    uint64_t blocks = needed > held ? needed - held : 0;
+    for (uint64_t i = pos / spec_.block_slots; i < std::min(needed, held); ++i) {
+      blocks += blocks_.RefCount(sequence.blocks[i]) > 1;
+    }
+    return blocks;
+  }
+
   // Makes `sequence`'s table cover [pos, pos + num_tokens) with blocks of its own: takes the
   // blocks it lacks and copies a block it shares with another sequence (only the last block
   // of a table can be partly filled, so at most one). kPoolExhausted, changing nothing, when
   // the budget cannot give them; the refusal names `layer` (kNoLayer: none).
   Result TakeBlocks(Sequence* sequence, uint64_t pos, uint64_t num_tokens, uint64_t layer) {
-    const uint64_t needed = BlocksFor(pos + num_tokens);
-    const uint64_t held = sequence->blocks.size();
-    const uint64_t new_blocks = needed > held ? needed - held : 0;
-    const uint64_t first = pos / spec_.block_slots, last = std::min(needed, held);
-    uint64_t copies = 0;
-    for (uint64_t i = first; i < last; ++i) copies += blocks_.RefCount(sequence->blocks[i]) > 1;
-    if (new_blocks + copies == 0) return Status::kOk;
-    if (!CheckRoom(0, new_blocks + copies).ok()) {
+    const uint64_t blocks = BlocksToTake(*sequence, pos, num_tokens);
+    if (blocks == 0) return Status::kOk;
+    if (!CheckRoom(0, blocks).ok()) {
       return KVRING_DETAIL_REFUSED(layer, Status::kPoolExhausted,
                                    "%llu tokens at %llu need %llu more blocks than the budget "
                                    "can give; free, preempt or wait",
-                                   num_tokens, pos, new_blocks + copies);
+                                   num_tokens, pos, blocks);
     }
+    const uint64_t needed = BlocksFor(pos + num_tokens);
+    const uint64_t first = pos / spec_.block_slots;
+    const uint64_t last = std::min<uint64_t>(needed, sequence->blocks.size());
     for (uint64_t i = first; i < last; ++i) {
       if (blocks_.RefCount(sequence->blocks[i]) > 1) CopyOnWrite(sequence, i);
     }
-    for (uint64_t i = 0; i < new_blocks; ++i) sequence->blocks.push_back(blocks_.Take());
+    while (sequence->blocks.size() < needed) sequence->blocks.push_back(blocks_.Take());
     return Status::kOk;
   }
 
