@@ -25,6 +25,13 @@ struct Checks {
     ok ? ++num_passed : ++num_failed;
     return ok;
   }
+  // Counts a check that prints only if it fails: one of many of a kind, which an Expect line
+  // then sums up.
+  bool Count(bool ok, const std::string& what) {
+    if (!ok) std::printf("  [FAIL] %s\n", what.c_str());
+    ok ? ++num_passed : ++num_failed;
+    return ok;
+  }
   bool ExpectStatus(kvring::Status status, const std::string& what) {
     if (status == kvring::Status::kOk) return true;
     return Expect(false, what + ": " + kvring::ToString(status));
