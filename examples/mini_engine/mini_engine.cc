@@ -1,28 +1,27 @@
 // mini_engine: a complete decode loop on kvring. A small decoder-only transformer with seeded
 // random weights and a Gemma 3n-like layer pattern (sliding and global layers, GQA, shared-KV
-// consumer layers), whose KV cache is kvring's KVCache and whose attention is kvring's kernels
-// by dynamic dispatch (kernels.cc). It prefills a prompt in batches, decodes greedily, and
-// checks every engine feature against a run on flat storage (every layer at full context) or a
-// fresh recomputation, bit for bit: the plain decode loop, a snapshot restored after the ring
-// has wrapped, speculative decoding with rollback of rejected drafts, a prefill batch larger
-// than planned (growth) and Clear() between conversations. Exits 1 if any check fails.
+// consumer layers; model.h, which examples/serve shares), whose KV cache is kvring's KVCache and
+// whose attention is kvring's kernels by dynamic dispatch. It prefills a prompt in batches, decodes
+// greedily, and checks every engine feature against a run on flat storage (every layer at full
+// context) or a fresh recomputation, bit for bit: the plain decode loop, a snapshot restored after
+// the ring has wrapped, speculative decoding with rollback of rejected drafts, a prefill batch
+// larger than planned (growth) and Clear() between conversations. Exits 1 if any check fails.
 //
 //   mini_engine [--backend=flash|tiled] [--prompt=N] [--decode=N] [--batch=N] [--window=N]
 //               [--draft=N] [--threads=N] [--seed=N] ...   (--help lists every option)
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "kvring/dispatch.h"
 #include "kvring/kvring.h"
+#include "mini_engine/checks.h"
 #include "mini_engine/kernels.h"
+#include "mini_engine/model.h"
 
 namespace mini_engine {
 namespace {
@@ -33,19 +32,10 @@ using kvring::Status;
 // Configuration
 
 struct Config {
-  // Model.
-  uint32_t vocab = 384;
-  uint32_t hidden = 256;
-  uint32_t mlp = 512;
-  uint32_t num_q_heads = 4;
-  uint32_t num_kv_heads = 2;  // GQA: two q heads per kv_head
-  uint32_t head_dim = 64;     // kvring's kernels take multiples of 16
-  uint64_t window = 64;       // sliding layers' window
-  uint32_t seed = 1;
+  ModelConfig model;  // --window, --seed and --k-outliers set its fields
   // Runtime.
   std::string backend = "flash";
   std::string format = "bf16";  // of every layer's K/V: bf16 or int8
-  uint64_t k_outliers = 0;      // > 1: four K channels of each kv_head this many times larger
   uint64_t prompt = 300;        // tokens of the first prompt
   uint64_t decode = 2048;       // tokens generated after it
   uint64_t batch = 32;          // planned prefill batch
@@ -130,7 +120,7 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
     } else if (name == "batch") {
       config->batch = value;
     } else if (name == "window") {
-      config->window = value;
+      config->model.window = value;
     } else if (name == "draft") {
       config->draft = value;
     } else if (name == "suffix") {
@@ -144,17 +134,17 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
     } else if (name == "threads") {
       config->threads = static_cast<uint32_t>(value);
     } else if (name == "k-outliers") {
-      config->k_outliers = value;
+      config->model.k_outliers = value;
     } else if (name == "split-positions") {
       config->split_positions = value;
     } else if (name == "seed") {
-      config->seed = static_cast<uint32_t>(value);
+      config->model.seed = static_cast<uint32_t>(value);
     } else {
       std::fprintf(stderr, "mini_engine: unknown option --%s (see --help)\n", name.c_str());
       return false;
     }
   }
-  if (config->prompt < 1 || config->decode < 2 || config->batch < 1 || config->window < 1 ||
+  if (config->prompt < 1 || config->decode < 2 || config->batch < 1 || config->model.window < 1 ||
       config->draft < 1 || config->suffix < 1 || config->continuation < 1 || config->prompt2 < 1 ||
       config->grow_factor < 2 || config->threads < 1) {
     std::fprintf(stderr,
@@ -171,159 +161,20 @@ uint64_t ContextOf(const Config& c) {
                    c.prompt2 + c.continuation});
 }
 
-// ---------------------------------------------------------------------------------------------
-// The model: Gemma 3n's pattern in ten layers. Layers 0-5 own their K/V (sliding, sliding,
-// sliding, sliding, global, sliding); layers 6-9 compute queries only and read the K/V of the
-// last owner of their kind (6-8 sliding read layer 5, 9 global reads layer 4), as Gemma 3n's
-// last num_kv_shared_layers do.
-
-constexpr size_t kNumLayers = 10;
-constexpr int32_t kSharedSource[kNumLayers] = {-1, -1, -1, -1, -1, -1, 5, 5, 5, 4};
-constexpr bool kGlobal[kNumLayers] = {false, false, false, false, true,
-                                      false, false, false, false, true};
-
-// Returns the model's attention layers as kvring describes them.
-std::vector<kvring::LayerSpec> LayerSpecs(const Config& c) {
-  std::vector<kvring::LayerSpec> specs;
-  for (size_t layer = 0; layer < kNumLayers; ++layer) {
-    kvring::LayerSpec spec = kGlobal[layer]
-                                 ? kvring::LayerSpec::Global(c.num_kv_heads, c.head_dim)
-                                 : kvring::LayerSpec::Sliding(c.window, c.num_kv_heads, c.head_dim);
-    if (kSharedSource[layer] >= 0) spec = spec.SharedFrom(kSharedSource[layer]);
-    specs.push_back(spec);
-  }
-  return specs;
-}
-
-struct LayerWeights {
-  std::vector<float> attn_norm;  // [hidden]
-  std::vector<float> wq;         // [hidden][num_q_heads * head_dim]
-  std::vector<float> wk, wv;     // [hidden][num_kv_heads * head_dim]; empty for consumers
-  std::vector<float> wo;         // [num_q_heads * head_dim][hidden]
-  std::vector<float> mlp_norm;   // [hidden]
-  std::vector<float> w_up;       // [hidden][mlp]
-  std::vector<float> w_down;     // [mlp][hidden]
-};
-
-struct Model {
-  Config config;
-  std::vector<float> embed;  // [vocab][hidden]
-  std::vector<LayerWeights> layers;
-  std::vector<float> final_norm;                       // [hidden]
-  std::vector<float> lm_head;                          // [hidden][vocab]
-  std::vector<float> inv_freq_local, inv_freq_global;  // RoPE, [head_dim / 2]
-
-  uint32_t QDim() const { return config.num_q_heads * config.head_dim; }
-  uint32_t KVDim() const { return config.num_kv_heads * config.head_dim; }
-};
-
-std::vector<float> RandomMatrix(std::mt19937* rng, size_t rows, size_t cols) {
-  // Uniform with variance 1 / rows: activations keep their scale through a product.
-  const float bound = std::sqrt(3.0f / static_cast<float>(rows));
-  std::uniform_real_distribution<float> dist(-bound, bound);
-  std::vector<float> m(rows * cols);
-  for (float& x : m) x = dist(*rng);
-  return m;
-}
-
-std::vector<float> RandomNorm(std::mt19937* rng, size_t n) {
-  std::uniform_real_distribution<float> dist(0.8f, 1.2f);
-  std::vector<float> w(n);
-  for (float& x : w) x = dist(*rng);
-  return w;
-}
-
-std::vector<float> InvFreq(uint32_t head_dim, double base) {
-  std::vector<float> inv(head_dim / 2);
-  for (uint32_t i = 0; i < head_dim / 2; ++i) {
-    inv[i] = static_cast<float>(1.0 / std::pow(base, 2.0 * i / head_dim));
-  }
-  return inv;
-}
-
-Model MakeModel(const Config& c) {
-  Model model;
-  model.config = c;
-  std::mt19937 rng(c.seed);
-  model.embed = RandomMatrix(&rng, 1, size_t{c.vocab} * c.hidden);  // unit variance
-  for (size_t layer = 0; layer < kNumLayers; ++layer) {
-    LayerWeights w;
-    w.attn_norm = RandomNorm(&rng, c.hidden);
-    w.wq = RandomMatrix(&rng, c.hidden, model.QDim());
-    if (kSharedSource[layer] < 0) {
-      w.wk = RandomMatrix(&rng, c.hidden, model.KVDim());
-      w.wv = RandomMatrix(&rng, c.hidden, model.KVDim());
-      // Outlier channels, the shape real K caches have (a few dims of each head 10-50x the
-      // others): the test of int8's one scale per (pos, kv_head).
-      if (c.k_outliers > 1) {
-        for (uint32_t kv_head = 0; kv_head < c.num_kv_heads; ++kv_head) {
-          for (uint32_t channel : {3u, 17u, 40u, 57u}) {
-            const size_t col = size_t{kv_head} * c.head_dim + channel % c.head_dim;
-            for (size_t row = 0; row < c.hidden; ++row) {
-              w.wk[row * model.KVDim() + col] *= static_cast<float>(c.k_outliers);
-            }
-          }
-        }
-      }
-    }
-    w.wo = RandomMatrix(&rng, model.QDim(), c.hidden);
-    w.mlp_norm = RandomNorm(&rng, c.hidden);
-    w.w_up = RandomMatrix(&rng, c.hidden, c.mlp);
-    w.w_down = RandomMatrix(&rng, c.mlp, c.hidden);
-    model.layers.push_back(std::move(w));
-  }
-  model.final_norm = RandomNorm(&rng, c.hidden);
-  model.lm_head = RandomMatrix(&rng, c.hidden, c.vocab);
-  // Gemma 3: local layers rotate with base 10k, global layers with 1M.
-  model.inv_freq_local = InvFreq(c.head_dim, 10000.0);
-  model.inv_freq_global = InvFreq(c.head_dim, 1000000.0);
-  return model;
-}
-
-std::vector<int32_t> RandomTokens(uint32_t seed, uint64_t count, uint32_t vocab) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab) - 1);
-  std::vector<int32_t> tokens(count);
-  for (int32_t& t : tokens) t = dist(rng);
-  return tokens;
+// The options of every attention call of the run. Calls of up to max_split_queries queries
+// split long KV ranges (at multiples of split_positions) and merge the parts; larger calls do
+// not. A query's bits depend on that choice, so a speculative round of 1 + draft tokens must
+// split exactly as a one-token decode step does for its logits to equal the plain decode's bit
+// for bit.
+kvring::AttentionOptions OptionsOf(const Config& c) {
+  kvring::AttentionOptions options;
+  options.max_split_queries = static_cast<uint32_t>(c.draft + 1);
+  options.split_positions = c.split_positions;
+  return options;
 }
 
 // ---------------------------------------------------------------------------------------------
-// The forward pass on a kvring cache
-
-void RMSNorm(const float* x, const float* weight, size_t num_tokens, size_t dim, float* out) {
-  for (size_t t = 0; t < num_tokens; ++t) {
-    const float* row = x + t * dim;
-    float sum = 0.0f;
-    for (size_t i = 0; i < dim; ++i) sum += row[i] * row[i];
-    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(dim) + 1e-6f);
-    for (size_t i = 0; i < dim; ++i) out[t * dim + i] = row[i] * scale * weight[i];
-  }
-}
-
-// Rotates rows [num_tokens][num_heads][head_dim] at positions first_pos, first_pos + 1, ...
-// (the half-split rotation of Llama and Gemma).
-void Rope(float* rows, size_t num_tokens, size_t num_heads, size_t head_dim, uint64_t first_pos,
-          const std::vector<float>& inv_freq) {
-  const size_t half = head_dim / 2;
-  for (size_t t = 0; t < num_tokens; ++t) {
-    const float pos = static_cast<float>(first_pos + t);
-    for (size_t i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[i];
-      const float cos = std::cos(angle), sin = std::sin(angle);
-      for (size_t head = 0; head < num_heads; ++head) {
-        float* x = rows + (t * num_heads + head) * head_dim;
-        const float a = x[i], b = x[i + half];
-        x[i] = a * cos - b * sin;
-        x[i + half] = a * sin + b * cos;
-      }
-    }
-  }
-}
-
-float Gelu(float x) {
-  return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
-}
+// One sequence on a kvring cache
 
 // Returns KL(p || q) of the softmax distributions of two logit rows of `n`, in nats.
 double KLDivergence(const float* p_logits, const float* q_logits, size_t n) {
@@ -346,20 +197,11 @@ double KLDivergence(const float* p_logits, const float* q_logits, size_t n) {
   return kl;
 }
 
-int32_t ArgMax(const float* logits, size_t vocab) {
-  return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
-}
-
 // Counts and times the tokens an engine run processes.
 struct Meter {
   uint64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_seconds = 0.0, decode_seconds = 0.0;
 };
-
-using Clock = std::chrono::steady_clock;
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Prints a progress line to stderr every two seconds of a long run (nothing for short runs).
 class Progress {
@@ -383,23 +225,18 @@ class Progress {
 template <class Layout>
 class Engine {
  public:
-  // Runs attention on `pool`, which every engine of the process shares (one call at a time).
-  Engine(const char* name, const Model& model, kvring::KVCache<Layout> cache,
-         kvring::ThreadPool* pool, Meter* meter, Progress* progress)
+  // Runs attention with `options` on `pool`, which every engine of the process shares (one
+  // call at a time).
+  Engine(const char* name, const Model& model, const kvring::AttentionOptions& options,
+         kvring::KVCache<Layout> cache, kvring::ThreadPool* pool, Meter* meter, Progress* progress)
       : name_(name),
         model_(model),
         cache_(std::move(cache)),
         pool_(pool),
         runner_(pool->Runner()),
+        options_(options),
         meter_(meter),
-        progress_(progress) {
-    // Calls of up to this many queries split long KV ranges (at multiples of
-    // options_.split_positions) and merge the parts; larger calls do not. A query's bits depend
-    // on that choice, so a speculative round of 1 + draft tokens must split exactly as a
-    // one-token decode step does for its logits to equal the plain decode's bit for bit.
-    options_.max_split_queries = static_cast<uint32_t>(model.config.draft + 1);
-    options_.split_positions = model.config.split_positions;
-  }
+        progress_(progress) {}
 
   kvring::KVCache<Layout>& Cache() { return cache_; }
   uint64_t Pos() const { return pos_; }
@@ -461,59 +298,29 @@ class Engine {
   }
 
   // Runs num_tokens tokens at Pos(): appends their K/V to every owning layer and writes their
-  // logits, [num_tokens][vocab]. Allocates its activations per call (an engine would keep
-  // them).
+  // logits, [num_tokens][vocab].
   Status Forward(const int32_t* tokens, uint64_t num_tokens, std::vector<float>* logits) {
-    const Config& c = model_.config;
-    const size_t n = num_tokens, hidden = c.hidden, q_dim = model_.QDim(), kv_dim = model_.KVDim();
-    std::vector<float> x(n * hidden), h(n * hidden), q(n * q_dim), k(n * kv_dim), v(n * kv_dim),
-        attn(n * q_dim), proj(n * hidden), up(n * c.mlp);
-    for (size_t t = 0; t < n; ++t) {
-      std::copy_n(model_.embed.data() + static_cast<size_t>(tokens[t]) * hidden, hidden,
-                  x.data() + t * hidden);
-    }
-    for (size_t layer = 0; layer < kNumLayers; ++layer) {
-      const LayerWeights& w = model_.layers[layer];
-      const std::vector<float>& inv_freq =
-          kGlobal[layer] ? model_.inv_freq_global : model_.inv_freq_local;
-      RMSNorm(x.data(), w.attn_norm.data(), n, hidden, h.data());
-      MatMul(h.data(), n, hidden, w.wq.data(), q_dim, q.data());
-      Rope(q.data(), n, c.num_q_heads, c.head_dim, pos_, inv_freq);
-      if (cache_.OwnsKV(layer)) {
+    const Span span{pos_, num_tokens};
+    const auto attend = [&](size_t layer, const float* q, const float* k, const float* v,
+                            float* attn) {
+      if (k != nullptr) {
         // K/V of this layer's new positions, [n][kv_head][head_dim]: kvring rounds them to
         // BF16 and stores them in the layer's ring or flat buffer.
-        MatMul(h.data(), n, hidden, w.wk.data(), kv_dim, k.data());
-        MatMul(h.data(), n, hidden, w.wv.data(), kv_dim, v.data());
-        Rope(k.data(), n, c.num_kv_heads, c.head_dim, pos_, inv_freq);
-        const Status status = cache_.AppendF32(layer, pos_, k.data(), v.data(), n);
+        const Status status = cache_.AppendF32(layer, pos_, k, v, num_tokens);
         if (status != Status::kOk) return status;
       }
       // A consumer's View is its owner's storage under its own visibility rule.
-      kvring::AttentionBatch batch;
-      batch.queries_f32 = q.data();
-      batch.out_f32 = attn.data();
-      batch.first_q_pos = pos_;
-      batch.num_queries = static_cast<uint32_t>(n);
-      batch.num_q_heads = c.num_q_heads;
-      const kvring::Result attended =
-          kvring::Attention(cache_.View(layer), batch, options_, workspace_, runner_);
+      const kvring::Result attended = kvring::Attention(
+          cache_.View(layer), SpanQueries(model_, q, attn, 0, span), options_, workspace_, runner_);
       if (!attended.ok()) {
         std::fprintf(stderr, "%s: layer %zu: %s\n", name_, layer, attended.Message().c_str());
-        return attended.status();
       }
-      MatMul(attn.data(), n, q_dim, w.wo.data(), hidden, proj.data());
-      for (size_t i = 0; i < n * hidden; ++i) x[i] += proj[i];
-      RMSNorm(x.data(), w.mlp_norm.data(), n, hidden, h.data());
-      MatMul(h.data(), n, hidden, w.w_up.data(), c.mlp, up.data());
-      for (float& u : up) u = Gelu(u);
-      MatMul(up.data(), n, c.mlp, w.w_down.data(), hidden, proj.data());
-      for (size_t i = 0; i < n * hidden; ++i) x[i] += proj[i];
-    }
-    RMSNorm(x.data(), model_.final_norm.data(), n, hidden, h.data());
-    logits->resize(n * c.vocab);
-    MatMul(h.data(), n, hidden, model_.lm_head.data(), c.vocab, logits->data());
-    pos_ += n;
-    return Status::kOk;
+      return attended.status();
+    };
+    const Status status =
+        mini_engine::Forward(model_, tokens, &span, 1, attend, &activations_, logits);
+    if (status == Status::kOk) pos_ += num_tokens;
+    return status;
   }
 
   // Discards the newest `num_tokens` positions (rejected drafts) of every layer.
@@ -533,6 +340,7 @@ class Engine {
   // the first allocate nothing.
   kvring::AttentionWorkspace workspace_;
   kvring::AttentionOptions options_;
+  Activations activations_;
   Meter* meter_;
   Progress* progress_;
   uint64_t pos_ = 0;
@@ -540,66 +348,20 @@ class Engine {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Checks
-
-struct Checks {
-  int num_failed = 0;
-  int num_passed = 0;
-
-  bool Expect(bool ok, const std::string& what) {
-    std::printf("  [%s] %s\n", ok ? "ok" : "FAIL", what.c_str());
-    ok ? ++num_passed : ++num_failed;
-    return ok;
-  }
-  bool ExpectStatus(Status status, const std::string& what) {
-    if (status == Status::kOk) return true;
-    return Expect(false, what + ": " + kvring::ToString(status));
-  }
-};
-
-// Returns "" if the tokens and the logits they were chosen from are bit-identical, else where
-// they first differ.
-std::string Compare(const std::vector<int32_t>& tokens, const std::vector<float>& logits,
-                    const std::vector<int32_t>& ref_tokens, const std::vector<float>& ref_logits,
-                    size_t vocab) {
-  if (tokens.size() != ref_tokens.size() || logits.size() != ref_logits.size()) {
-    return "lengths differ (" + std::to_string(tokens.size()) + " against " +
-           std::to_string(ref_tokens.size()) + " tokens)";
-  }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] != ref_tokens[i]) {
-      return "token " + std::to_string(i) + " is " + std::to_string(tokens[i]) + ", expected " +
-             std::to_string(ref_tokens[i]);
-    }
-    if (std::memcmp(&logits[i * vocab], &ref_logits[i * vocab], vocab * sizeof(float)) != 0) {
-      return "the logits of token " + std::to_string(i) + " differ";
-    }
-  }
-  return "";
-}
-
-std::string Identical(const std::string& difference, size_t num_tokens) {
-  return difference.empty() ? std::to_string(num_tokens) + " tokens and their logits bit-identical"
-                            : difference;
-}
-
-double MiB(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
-
-// ---------------------------------------------------------------------------------------------
 // The run
 
 template <class Layout>
 int Run(const Config& config) {
-  const Model model = MakeModel(config);
+  const Model model = MakeModel(config.model);
   const uint64_t context = ContextOf(config);
-  const size_t vocab = config.vocab;
+  const size_t vocab = config.model.vocab;
   Checks checks;
   Progress progress;
 
   // 1. Describe the model and plan: the batch the engine prefills in and the rollback its
   //    speculative decoding needs (docs/design.md: sliding capacity W - 1 + max(B, R)).
   kvring::LayerPlan::Builder builder;
-  for (const kvring::LayerSpec& spec : LayerSpecs(config)) builder.AddLayer(spec);
+  for (const kvring::LayerSpec& spec : LayerSpecs(config.model)) builder.AddLayer(spec);
   builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);
   builder.SetLayout<Layout>();
   const kvring::Format format =
@@ -624,8 +386,9 @@ int Run(const Config& config) {
   std::printf(
       "mini_engine: %zu layers, hidden %u, vocab %u, %u q heads on %u kv_heads of %u, "
       "window %llu\n",
-      kNumLayers, config.hidden, config.vocab, config.num_q_heads, config.num_kv_heads,
-      config.head_dim, static_cast<unsigned long long>(config.window));
+      kNumLayers, config.model.hidden, config.model.vocab, config.model.num_q_heads,
+      config.model.num_kv_heads, config.model.head_dim,
+      static_cast<unsigned long long>(config.model.window));
   std::printf(
       "  %s backend on target %s, %u attention thread(s); context %llu, batch %llu, "
       "rollback %llu\n",
@@ -669,16 +432,17 @@ int Run(const Config& config) {
   // The attention threads every engine below runs on: started once, used by every layer's
   // call (starting threads per call would cost more than a decode step's attention).
   kvring::ThreadPool pool(config.threads);
+  const kvring::AttentionOptions options = OptionsOf(config);
   Meter ring_meter, flat_meter, other_meter;
-  Engine<Layout> ring("kvring", model, std::move(ring_cache).value(), &pool, &ring_meter,
+  Engine<Layout> ring("kvring", model, options, std::move(ring_cache).value(), &pool, &ring_meter,
                       &progress);
-  const std::vector<int32_t> prompt = RandomTokens(config.seed + 1000, config.prompt, vocab);
+  const std::vector<int32_t> prompt = RandomTokens(config.model.seed + 1000, config.prompt, vocab);
 
   // 3. The reference run on flat storage: prefill, then greedy decode.
   std::vector<int32_t> ref_tokens;
   std::vector<float> ref_logits;
   {
-    Engine<Layout> flat("flat", model, std::move(flat_cache).value(), &pool, &flat_meter,
+    Engine<Layout> flat("flat", model, options, std::move(flat_cache).value(), &pool, &flat_meter,
                         &progress);
     checks.ExpectStatus(flat.Prefill(prompt, config.batch), "flat prefill");
     checks.ExpectStatus(flat.Decode(config.decode, &ref_tokens, &ref_logits), "flat decode");
@@ -713,8 +477,8 @@ int Run(const Config& config) {
   {
     kvring::Expected<kvring::KVCache<Layout>> restored = snapshot->Copy();
     if (!restored.ok()) return 2;
-    Engine<Layout> spec("speculative", model, std::move(restored).value(), &pool, &other_meter,
-                        &progress);
+    Engine<Layout> spec("speculative", model, options, std::move(restored).value(), &pool,
+                        &other_meter, &progress);
     spec.Resume(snapshot_pos, snapshot_logits);
     std::vector<int32_t> spec_tokens;
     std::vector<float> spec_logits, batch_logits;
@@ -776,7 +540,7 @@ int Run(const Config& config) {
   // 6. The snapshot again, for a second user turn: prefix reuse after the rings have wrapped
   //    (the prompt is longer than a ring, and the run above wrapped its copy many times more).
   //    Reference: a fresh flat cache computing prompt + turn from scratch.
-  const std::vector<int32_t> turn = RandomTokens(config.seed + 2000, config.suffix, vocab);
+  const std::vector<int32_t> turn = RandomTokens(config.model.seed + 2000, config.suffix, vocab);
   {
     checks.Expect(snapshot->EndPos(0) == snapshot_pos && snapshot->FirstPos(0) > 0,
                   "the snapshot still ends at the prompt (" + std::to_string(snapshot_pos) +
@@ -793,8 +557,8 @@ int Run(const Config& config) {
 
     kvring::Expected<kvring::KVCache<Layout>> fresh = kvring::KVCache<Layout>::Create(*flat_plan);
     if (!fresh.ok()) return 2;
-    Engine<Layout> flat("flat reference", model, std::move(fresh).value(), &pool, &other_meter,
-                        &progress);
+    Engine<Layout> flat("flat reference", model, options, std::move(fresh).value(), &pool,
+                        &other_meter, &progress);
     std::vector<int32_t> want_tokens;
     std::vector<float> want_logits;
     checks.ExpectStatus(flat.Prefill(prompt, config.batch), "fresh flat prefill");
@@ -818,7 +582,8 @@ int Run(const Config& config) {
     checks.Expect(ring.Cache().EndPos(0) == 0 && ring.Cache().FirstPos(0) == 0 &&
                       ring.Cache().AllocatedBytes() == bytes_before,
                   "Clear() forgets every position and keeps the buffers");
-    const std::vector<int32_t> prompt2 = RandomTokens(config.seed + 3000, config.prompt2, vocab);
+    const std::vector<int32_t> prompt2 =
+        RandomTokens(config.model.seed + 3000, config.prompt2, vocab);
     std::vector<int32_t> conv_tokens;
     std::vector<float> conv_logits;
     checks.ExpectStatus(ring.Prefill(prompt2, big_batch), "conversation 2 prefill");
@@ -842,8 +607,8 @@ int Run(const Config& config) {
 
     kvring::Expected<kvring::KVCache<Layout>> fresh = kvring::KVCache<Layout>::Create(*flat_plan);
     if (!fresh.ok()) return 2;
-    Engine<Layout> flat("flat reference", model, std::move(fresh).value(), &pool, &other_meter,
-                        &progress);
+    Engine<Layout> flat("flat reference", model, options, std::move(fresh).value(), &pool,
+                        &other_meter, &progress);
     std::vector<int32_t> want_tokens;
     std::vector<float> want_logits;
     checks.ExpectStatus(flat.Prefill(prompt2, big_batch), "fresh flat prefill 2");
@@ -864,7 +629,7 @@ int Run(const Config& config) {
   Meter bf16_meter, int8_meter;
   if (format == kvring::Format::kInt8) {
     kvring::LayerPlan::Builder bf16_builder;
-    for (const kvring::LayerSpec& spec : LayerSpecs(config)) bf16_builder.AddLayer(spec);
+    for (const kvring::LayerSpec& spec : LayerSpecs(config.model)) bf16_builder.AddLayer(spec);
     bf16_builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);
     bf16_builder.SetLayout<Layout>();
     const kvring::Expected<kvring::LayerPlan> bf16_plan = bf16_builder.Build();
@@ -873,9 +638,9 @@ int Run(const Config& config) {
     kvring::Expected<kvring::KVCache<Layout>> int8_cache = kvring::KVCache<Layout>::Create(*plan);
     if (!bf16_cache.ok() || !int8_cache.ok()) return 2;
     bf16_bytes = bf16_cache->AllocatedBytes();
-    Engine<Layout> bf16("bf16", model, std::move(bf16_cache).value(), &pool, &bf16_meter,
+    Engine<Layout> bf16("bf16", model, options, std::move(bf16_cache).value(), &pool, &bf16_meter,
                         &progress);
-    Engine<Layout> int8("int8", model, std::move(int8_cache).value(), &pool, &int8_meter,
+    Engine<Layout> int8("int8", model, options, std::move(int8_cache).value(), &pool, &int8_meter,
                         &progress);
     std::vector<int32_t> bf16_tokens;
     std::vector<float> bf16_logits;
