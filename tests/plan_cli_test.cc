@@ -3,12 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/plan_cli_run.h"
+#include "kvring/layouts/tiled_layout.h"
+#include "kvring/model_presets.h"
+#include "kvring/storage/kv_pool.h"
 
 namespace kvring {
 namespace tools {
@@ -260,6 +266,245 @@ TEST(PlanCli, BadPerKindDtypeNamesTheOptionAndTheValue) {
     EXPECT_EQ(run.status, 2) << c.value;
     EXPECT_EQ(run.err, c.err);
   }
+}
+
+// The pool report, recomputed from the rules of docs/planning.md: a flash ring or cache of
+// `capacity` positions takes whole 32-slot tiles, an odd number of them.
+uint64_t FlashSlots(uint64_t capacity) {
+  uint64_t tiles = (capacity + 31) / 32;
+  if (tiles % 2 == 0) ++tiles;
+  return tiles * 32;
+}
+
+uint64_t Admitted(uint64_t budget, double expected_bytes) {
+  return static_cast<uint64_t>(std::floor(static_cast<double>(budget) / expected_bytes));
+}
+
+TEST(PlanCli, PoolReportCountsGemma3_27BSequences) {
+  const CliRun run =
+      RunCli({"--json", "--memory", "20GiB", "--pool", "--lengths", "512:0.5,4096:0.3,32768:0.2"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json pool = nlohmann::json::parse(run.out)["pool"];
+  // Gemma 3 27B: 52 sliding layers (window 1024) and 10 global, 16 x 128 BF16: 8 KiB a slot.
+  const uint64_t slot = 16 * 128 * 2 * 2, context = 131072, batch = 512;
+  const uint64_t budget = 20ull << 30;
+  const uint64_t decode_rings = 52 * FlashSlots(1024 - 1 + 1) * slot;
+  const uint64_t prefill_rings = 52 * FlashSlots(1024 - 1 + batch) * slot;
+  const uint64_t block = 10 * 96 * slot;  // flash blocks: three 32-slot tiles
+  const uint64_t kvcache = prefill_rings + 10 * FlashSlots(context) * slot;
+  EXPECT_EQ(pool["usable_bytes"], budget);
+  EXPECT_EQ(pool["layout"], "FlashLayout");
+  EXPECT_EQ(pool["block_slots"], 96);
+  EXPECT_EQ(pool["block_bytes"], block);
+  EXPECT_EQ(pool["num_ring_layers"], 52);
+  EXPECT_EQ(pool["num_paged_layers"], 10);
+  EXPECT_EQ(pool["decode_ring_bytes"], decode_rings);
+  EXPECT_EQ(pool["prefill_ring_bytes"], prefill_rings);
+
+  const uint64_t lengths[] = {512, 4096, 32768};
+  const double fractions[] = {0.5, 0.3, 0.2};
+  double decode = 0, prefill = 0, sized = 0;
+  ASSERT_EQ(pool["lengths"].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const uint64_t length = lengths[i];
+    const uint64_t blocks = (length + 95) / 96;
+    // A KVCache planned at the length: sliding layers keep min(T, W - 1 + min(B, T)).
+    const uint64_t sized_bytes =
+        52 * FlashSlots(std::min(length, 1023 + std::min(batch, length))) * slot +
+        10 * FlashSlots(length) * slot;
+    const nlohmann::json& entry = pool["lengths"][i];
+    EXPECT_EQ(entry["length"], length);
+    EXPECT_EQ(entry["blocks"], blocks);
+    EXPECT_EQ(entry["pool_decode_bytes"], decode_rings + blocks * block);
+    EXPECT_EQ(entry["pool_prefill_bytes"], prefill_rings + blocks * block);
+    EXPECT_EQ(entry["kvcache_bytes"], kvcache);
+    EXPECT_EQ(entry["kvcache_at_length_bytes"], sized_bytes);
+    decode += fractions[i] * static_cast<double>(decode_rings + blocks * block);
+    prefill += fractions[i] * static_cast<double>(prefill_rings + blocks * block);
+    sized += fractions[i] * static_cast<double>(sized_bytes);
+  }
+  EXPECT_EQ(pool["expected_bytes"]["pool_decode"], std::llround(decode));
+  EXPECT_EQ(pool["expected_bytes"]["kvcache"], kvcache);
+  EXPECT_EQ(pool["sequences"]["pool_decode"], Admitted(budget, decode));
+  EXPECT_EQ(pool["sequences"]["pool_prefill"], Admitted(budget, prefill));
+  EXPECT_EQ(pool["sequences"]["kvcache"], budget / kvcache);
+  EXPECT_EQ(pool["sequences"]["kvcache_at_length"], Admitted(budget, sized));
+  EXPECT_DOUBLE_EQ(
+      pool["ratio"]["pool_decode"].get<double>(),
+      static_cast<double>(Admitted(budget, decode)) / static_cast<double>(budget / kvcache));
+  EXPECT_GT(pool["sequences"]["pool_decode"], pool["sequences"]["kvcache"]);
+
+  // One sequence's sliding layers: the pool's decode ring keeps W - 1 + max(1, R) = 1024
+  // positions, the KVCache 1535 for its batch of 512; vLLM RoundUp(1024, 16), one 16-token
+  // block more while the window starts inside a block.
+  ASSERT_EQ(pool["rings"].size(), 1u);
+  const nlohmann::json& ring = pool["rings"][0];
+  EXPECT_EQ(ring["kind"], "sliding");
+  EXPECT_EQ(ring["span"], 1024);
+  EXPECT_EQ(ring["num_layers"], 52);
+  EXPECT_EQ(ring["pool_decode_capacity"], 1024);
+  EXPECT_EQ(ring["pool_decode_num_slots"], FlashSlots(1024));
+  EXPECT_EQ(ring["kvcache_capacity"], 1535);
+  EXPECT_EQ(ring["kvcache_num_slots"], FlashSlots(1535));
+  EXPECT_EQ(ring["vllm_slots"], 1024);
+  EXPECT_EQ(ring["vllm_slots_at_most"], 1040);
+  EXPECT_EQ(pool["ring_bytes"]["pool_decode"], decode_rings);
+  EXPECT_EQ(pool["ring_bytes"]["kvcache"], prefill_rings);
+  EXPECT_EQ(pool["ring_bytes"]["vllm"], 52 * 1024 * slot);
+  EXPECT_EQ(pool["ring_bytes"]["vllm_at_most"], 52 * 1040 * slot);
+
+  // The text report says the same.
+  const CliRun text =
+      RunCli({"--memory", "20GiB", "--pool", "--lengths", "512:0.5,4096:0.3,32768:0.2"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  const size_t line = text.out.find("\n  sequences ");
+  ASSERT_NE(line, std::string::npos) << text.out;
+  std::istringstream cells(text.out.substr(line + 1, text.out.find('\n', line + 1) - line - 1));
+  std::vector<std::string> words{std::istream_iterator<std::string>(cells), {}};
+  const std::vector<std::string> counts = {"sequences", std::to_string(Admitted(budget, decode)),
+                                           std::to_string(Admitted(budget, prefill)),
+                                           std::to_string(budget / kvcache),
+                                           std::to_string(Admitted(budget, sized))};
+  EXPECT_EQ(words, counts) << text.out;
+  EXPECT_NE(text.out.find("KVPool<FlashLayout>"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("1024 in 1056 slots   1535 in 1568 slots"), std::string::npos)
+      << text.out;
+}
+
+TEST(PlanCli, PoolReportOfATiledPoolMatchesTheLibrarysPool) {
+  // gpt-oss-20b: 12 sliding layers (window 128) and 12 global, 8 x 64 BF16: 2 KiB a slot.
+  const CliRun run =
+      RunCli({"--preset", "gpt-oss-20b", "--json", "--backend", "tiled", "--tile-rows", "16",
+              "--rollback", "40", "--memory", "10GiB", "--weights", "2GiB", "--pool",
+              "--mean-length", "5000", "--block-slots", "64"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json pool = nlohmann::json::parse(run.out)["pool"];
+  const uint64_t slot = 8 * 64 * 2 * 2, budget = 8ull << 30;
+  const auto round16 = [](uint64_t n) { return (n + 15) / 16 * 16; };
+  const uint64_t decode_rings = 12 * round16(127 + 40) * slot;  // max(1, rollback 40)
+  const uint64_t prefill_rings = 12 * round16(127 + 512) * slot;
+  const uint64_t block = 12 * 64 * slot, blocks = (5000 + 63) / 64;
+  const uint64_t kvcache = prefill_rings + 12 * round16(131072) * slot;
+  const uint64_t sized = prefill_rings + 12 * round16(5000) * slot;
+  EXPECT_EQ(pool["layout"], "TiledLayout<16>");
+  EXPECT_EQ(pool["block_slots"], 64);
+  EXPECT_EQ(pool["mean_length"], 5000.0);
+  EXPECT_EQ(pool["decode_ring_bytes"], decode_rings);
+  EXPECT_EQ(pool["lengths"][0]["pool_decode_bytes"], decode_rings + blocks * block);
+  EXPECT_EQ(pool["lengths"][0]["kvcache_at_length_bytes"], sized);
+  EXPECT_EQ(pool["sequences"]["pool_decode"], budget / (decode_rings + blocks * block));
+  EXPECT_EQ(pool["sequences"]["pool_prefill"], budget / (prefill_rings + blocks * block));
+  EXPECT_EQ(pool["sequences"]["kvcache"], budget / kvcache);
+  EXPECT_EQ(pool["sequences"]["kvcache_at_length"], budget / sized);
+  EXPECT_EQ(pool["rings"][0]["pool_decode_capacity"], 167);
+  EXPECT_EQ(pool["rings"][0]["vllm_slots"], 128);
+  EXPECT_EQ(pool["rings"][0]["vllm_slots_at_most"], 144);
+
+  // The library's own pool of the same plan, probed with a small budget, agrees.
+  Expected<ModelPreset> preset = FindModelPreset("gpt-oss-20b");
+  ASSERT_TRUE(preset.ok());
+  RuntimeSpec runtime;
+  runtime.context = 131072;
+  runtime.batch = 512;
+  runtime.rollback = 40;
+  runtime.backend = Backend::kTiled;
+  runtime.tile_rows = 16;
+  Expected<LayerPlan> plan = BuilderFor(*preset).SetRuntime(runtime).Build();
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  PoolSpec spec;
+  spec.budget_bytes = 8ull << 20;
+  spec.max_sequences = 1;
+  spec.block_slots = 64;
+  Expected<KVPool<TiledLayout<16>>> probe = KVPool<TiledLayout<16>>::Create(*plan, spec);
+  ASSERT_TRUE(probe.ok()) << probe.error().message;
+  EXPECT_EQ(pool["decode_ring_bytes"], probe->RingBytesFor(1));
+  EXPECT_EQ(pool["prefill_ring_bytes"], probe->RingBytesFor(512));
+  EXPECT_EQ(pool["block_bytes"], probe->BlockBytesFor(1));
+  EXPECT_EQ(pool["lengths"][0]["pool_decode_bytes"],
+            probe->RingBytesFor(1) + probe->BlockBytesFor(5000));
+}
+
+TEST(PlanCli, PoolReportWithoutRingsOrWithoutBlocks) {
+  // llama-3.1-8b: every layer paged, no rings; 32 layers x 8 x 128 BF16: 4 KiB a slot.
+  const CliRun paged = RunCli(
+      {"--preset", "llama-3.1-8b", "--json", "--memory", "59GiB", "--pool", "--mean-length", "8k"});
+  ASSERT_EQ(paged.status, 0) << paged.err;
+  const nlohmann::json pool = nlohmann::json::parse(paged.out)["pool"];
+  const uint64_t per_sequence = (8192 + 95) / 96 * 32 * 96 * 4096ull;
+  EXPECT_EQ(pool["num_ring_layers"], 0);
+  EXPECT_EQ(pool["decode_ring_bytes"], 0);
+  EXPECT_EQ(pool["rings"].size(), 0u);
+  EXPECT_EQ(pool["lengths"][0]["pool_decode_bytes"], per_sequence);
+  EXPECT_EQ(pool["sequences"]["pool_decode"], (59ull << 30) / per_sequence);
+  EXPECT_EQ(pool["sequences"]["kvcache"], 3);  // the capacity report's maximum concurrency
+
+  // mistral-7b-v0.1 at 32768: every layer a ring (window 4096), no blocks.
+  const CliRun rings = RunCli({"--preset", "mistral-7b-v0.1", "--json", "--memory", "20GiB",
+                               "--pool", "--lengths", "2000:0.5,30000:0.5"});
+  ASSERT_EQ(rings.status, 0) << rings.err;
+  const nlohmann::json ring_pool = nlohmann::json::parse(rings.out)["pool"];
+  EXPECT_EQ(ring_pool["num_paged_layers"], 0);
+  EXPECT_EQ(ring_pool["block_bytes"], 0);
+  EXPECT_EQ(ring_pool["lengths"][1]["blocks"], 0);
+  EXPECT_EQ(ring_pool["lengths"][1]["pool_decode_bytes"], 32 * FlashSlots(4096) * 4096ull);
+}
+
+TEST(PlanCli, BadPoolOptionsNameTheOptionAndTheValue) {
+  const std::vector<std::string> kPool = {"--memory", "20GiB", "--pool"};
+  const struct {
+    std::vector<std::string> args;
+    const char* err;
+  } kCases[] = {
+      {{"--lengths", "512:0.5,4096:0.4"},
+       "kvring-plan: option --lengths: '512:0.5,4096:0.4': the fractions sum to 0.9, not 1\n"},
+      {{"--lengths", "512"},
+       "kvring-plan: option --lengths: '512': '512' is not length:fraction (as "
+       "512:0.5,4096:0.3,32k:0.2)\n"},
+      {{"--lengths", "512:half"},
+       "kvring-plan: option --lengths: '512:half': 'half' is not a fraction in (0, 1]\n"},
+      {{"--lengths", "512:1.5"},
+       "kvring-plan: option --lengths: '512:1.5': '1.5' is not a fraction in (0, 1]\n"},
+      {{"--lengths", "12x:1"},
+       "kvring-plan: option --lengths: '12x:1': '12x' is not a length (examples: 512, 32k)\n"},
+      {{"--lengths", "0:1"},
+       "kvring-plan: option --lengths: '0:1': a length of 0 is invalid: one token at least\n"},
+      {{"--lengths", "512:0.5,200000:0.5"},
+       "kvring-plan: option --lengths: '512:0.5,200000:0.5': 200000 is past the context of "
+       "131072\n"},
+      {{"--mean-length", "0"},
+       "kvring-plan: option --mean-length: 0 is invalid: one token at least\n"},
+      {{"--mean-length", "1m"},
+       "kvring-plan: option --mean-length: '1m': 1048576 is past the context of 131072\n"},
+      {{"--mean-length", "8k", "--block-slots", "100"},
+       "kvring-plan: option --block-slots: 100 is invalid: a block holds a positive multiple of "
+       "the layout's tile of 32 positions, at most a tile past the context\n"},
+      {{"--mean-length", "8k", "--block-slots", "0"},
+       "kvring-plan: option --block-slots: 0 is invalid: a block holds one tile at least\n"},
+      {{"--mean-length", "8k", "--dtype", "f32"},
+       "kvring-plan: option --pool: runtime.element_type: f32 is not stored: kvring pools hold "
+       "BF16 or int8\n"},
+      {{"--mean-length", "8k", "--lengths", "512:1"},
+       "kvring-plan: options --lengths and --mean-length both give the lengths; give one\n"},
+      {{},
+       "kvring-plan: option --pool needs the lengths: --lengths LEN:FRACTION,... or "
+       "--mean-length N\n"},
+  };
+  for (const auto& c : kCases) {
+    std::vector<std::string> args = kPool;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CliRun run = RunCli(args);
+    EXPECT_EQ(run.status, 2) << c.err;
+    EXPECT_EQ(run.out, "") << c.err;
+    EXPECT_EQ(run.err, c.err);
+  }
+  // The pool options need one another.
+  EXPECT_EQ(RunCli({"--pool", "--mean-length", "8k"}).err,
+            "kvring-plan: option --pool needs --memory: the budget the pool and the KVCaches "
+            "share\n");
+  EXPECT_EQ(RunCli({"--memory", "20GiB", "--lengths", "512:1"}).err,
+            "kvring-plan: option --lengths is for the pool report; add --pool\n");
+  EXPECT_EQ(RunCli({"--memory", "20GiB", "--block-slots", "96"}).err,
+            "kvring-plan: option --block-slots is for the pool report; add --pool\n");
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cinttypes>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -13,7 +15,10 @@
 
 #include "hf_config.h"
 #include "kvring/layer_plan.h"
+#include "kvring/layouts/flash_layout.h"
+#include "kvring/layouts/tiled_layout.h"
 #include "kvring/model_presets.h"
+#include "kvring/storage/kv_pool.h"
 
 namespace kvring {
 namespace tools {
@@ -53,6 +58,14 @@ Capacity report (given --memory):
   --weights BYTES      model weights (default 0)
   --workspace BYTES    activations and scratch (default 0)
   --margin BYTES       memory kept free (default 0)
+Pool report (given --memory): how many sequences a KVPool admits in the usable memory,
+against one KVCache per sequence, and a sequence's ring memory against vLLM's rule
+  --pool               add the pool report
+  --lengths LIST       the sequence lengths, as length:fraction pairs whose fractions sum to
+                       1: 512:0.5,4096:0.3,32k:0.2
+  --mean-length N      every sequence N tokens long (the list N:1)
+  --block-slots N      positions per block of the pool's paged (global) layers: a multiple of
+                       the tile (default: the layout's, 96 for flash, 128 for tiled)
 Output:
   --sweep              bytes of the kvring plan and of a flat cache (in the same formats) at
                        contexts 1024, 2048, ... up to the context, one CSV line each
@@ -64,6 +77,12 @@ Output:
 Numbers take suffixes: k, m, g, t are powers of 1024 (128k = 131072); KiB, MiB, GiB, TiB too;
 KB, MB, GB, TB are powers of 1000.
 )";
+
+// A share of the sequences that are `length` tokens long.
+struct LengthShare {
+  uint64_t length = 0;
+  double fraction = 0;
+};
 
 struct Options {
   std::string preset = kDefaultPreset;
@@ -79,10 +98,26 @@ struct Options {
   std::string dtype = "bf16";  // --dtype as the reports print it
   bool has_memory = false;
   MemoryBudget budget;
+  // --pool: the pool report, for the lengths of --lengths or --mean-length.
+  bool pool = false;
+  std::vector<LengthShare> lengths;
+  std::string lengths_option;  // "--lengths" or "--mean-length" (which gave them), or ""
+  std::string lengths_text;    // the value as given
+  uint64_t block_slots = 0;    // --block-slots; 0: the layout's DefaultBlockSlots()
   bool json = false;
   bool list_presets = false;
   bool help = false;
 };
+
+std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string Format(const char* format, ...) {
+  char buffer[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  return buffer;
+}
 
 constexpr AttentionKind kKinds[] = {AttentionKind::kGlobal, AttentionKind::kSliding,
                                     AttentionKind::kChunked};
@@ -126,6 +161,45 @@ std::string ParseKindFormats(const std::string& list, Options* options) {
     if (!format) continue;
     options->dtype +=
         std::string(options->dtype.empty() ? "" : ",") + ToString(k) + "=" + ToString(*format);
+  }
+  return "";
+}
+
+// Sets *lengths from a --lengths list "512:0.5,4096:0.3,32k:0.2" (each length a count as
+// ParseSize reads it, each fraction a decimal in (0, 1], the fractions summing to 1), or returns
+// an error line.
+std::string ParseLengths(const std::string& list, std::vector<LengthShare>* lengths) {
+  const std::string option = "option --lengths: '" + list + "'";
+  lengths->clear();
+  double sum = 0;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string part = list.substr(start, comma - start);
+    const size_t colon = part.find(':');
+    if (colon == std::string::npos) {
+      return option + ": '" + part + "' is not length:fraction (as 512:0.5,4096:0.3,32k:0.2)";
+    }
+    const std::string length_text = part.substr(0, colon);
+    const std::string fraction_text = part.substr(colon + 1);
+    LengthShare share;
+    if (!ParseSize(length_text, &share.length)) {
+      return option + ": '" + length_text + "' is not a length (examples: 512, 32k)";
+    }
+    if (share.length == 0) return option + ": a length of 0 is invalid: one token at least";
+    char* end = nullptr;
+    share.fraction = fraction_text.empty() ? 0 : std::strtod(fraction_text.c_str(), &end);
+    if (fraction_text.empty() || *end != '\0' || !std::isfinite(share.fraction) ||
+        share.fraction <= 0 || share.fraction > 1) {
+      return option + ": '" + fraction_text + "' is not a fraction in (0, 1]";
+    }
+    sum += share.fraction;
+    lengths->push_back(share);
+    if (comma == list.size()) break;
+    start = comma + 1;
+  }
+  if (std::fabs(sum - 1) > 1e-6) {
+    return option + Format(": the fractions sum to %g, not 1", sum);
   }
   return "";
 }
@@ -247,6 +321,30 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
       error = size(&options->budget.workspace_bytes);
     } else if (name == "--margin") {
       error = size(&options->budget.margin_bytes);
+    } else if (name == "--pool") {
+      error = flag(&options->pool);
+    } else if (name == "--lengths" || name == "--mean-length") {
+      if (!options->lengths_option.empty() && options->lengths_option != name) {
+        return "options --lengths and --mean-length both give the lengths; give one";
+      }
+      options->lengths_option = name;
+      if (name == "--lengths") {
+        error = text(&options->lengths_text);
+        if (error.empty()) error = ParseLengths(options->lengths_text, &options->lengths);
+      } else {
+        uint64_t length = 0;
+        error = size(&length);
+        options->lengths_text = value;
+        if (error.empty() && length == 0) {
+          error = "option --mean-length: 0 is invalid: one token at least";
+        }
+        options->lengths = {LengthShare{length, 1.0}};
+      }
+    } else if (name == "--block-slots") {
+      error = size(&options->block_slots);
+      if (error.empty() && options->block_slots == 0) {
+        error = "option --block-slots: 0 is invalid: a block holds one tile at least";
+      }
     } else {
       error = "unknown option '" + args[i] + "' (see --help)";
     }
@@ -258,17 +356,20 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
   if (options->sweep && options->has_memory) {
     return "option --memory makes a capacity report, which --sweep does not print; drop one";
   }
+  if (!options->pool) {
+    if (!options->lengths_option.empty()) {
+      return "option " + options->lengths_option + " is for the pool report; add --pool";
+    }
+    if (options->block_slots != 0) return "option --block-slots is for the pool report; add --pool";
+  } else {
+    if (!options->has_memory) {
+      return "option --pool needs --memory: the budget the pool and the KVCaches share";
+    }
+    if (options->lengths.empty()) {
+      return "option --pool needs the lengths: --lengths LEN:FRACTION,... or --mean-length N";
+    }
+  }
   return "";
-}
-
-std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string Format(const char* format, ...) {
-  char buffer[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buffer, sizeof(buffer), format, args);
-  va_end(args);
-  return buffer;
 }
 
 std::string WithSeparators(uint64_t value) {
@@ -348,8 +449,401 @@ std::string SourceLines(const Model& model, const Options& options) {
   return out;
 }
 
+// Returns the rows as aligned columns, two spaces apart, each line indented by `indent`: the
+// columns `right` says align right (numbers), the others left; trailing blanks trimmed.
+std::string TableText(const std::vector<std::vector<std::string>>& rows,
+                      const std::vector<bool>& right, const std::string& indent) {
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = indent;
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(widths[c] - row[c].size(), ' ');
+      line += (c ? "  " : "") + (right[c] ? pad + row[c] : row[c] + pad);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+// What one sequence of a KVPool of the plan takes, from the pool's own functions: a pool is
+// created and asked (RingBytesFor, BlockBytesFor, IsPaged).
+struct PoolFigures {
+  std::string layout;                        // "FlashLayout", "TiledLayout<16>"
+  uint64_t block_slots = 0;                  // positions per block
+  uint64_t block_bytes = 0;                  // one block of every paged layer: BlockBytesFor(1)
+  uint64_t decode_ring_bytes = 0;            // a sequence's rings for batch 1: RingBytesFor(1)
+  uint64_t prefill_ring_bytes = 0;           // for the plan's batch: RingBytesFor(batch)
+  std::vector<uint64_t> length_block_bytes;  // per length: BlockBytesFor(length)
+  std::vector<size_t> ring_layers;           // owners with a ring per sequence
+  std::vector<size_t> paged_layers;          // owners paged in blocks
+};
+
+// KVPool::Create reserves the block stores of the budget it is given (calloc: committed only
+// as blocks are written) and refuses a budget that holds no sequence. The probe starts small
+// and doubles until the pool holds one sequence's decode rings and one block, so that it
+// reserves at most twice that.
+constexpr uint64_t kProbeBudget = 4ull << 20;
+constexpr uint64_t kMaxProbeBudget = 1ull << 50;
+
+template <typename Layout>
+Expected<PoolFigures> PoolFiguresOf(const LayerPlan& plan, uint64_t block_slots,
+                                    const std::vector<LengthShare>& lengths, const char* layout) {
+  PoolSpec spec;
+  spec.budget_bytes = kProbeBudget;
+  spec.max_sequences = 1;
+  spec.block_slots = block_slots;
+  Expected<KVPool<Layout>> pool = KVPool<Layout>::Create(plan, spec);
+  while (!pool.ok() && pool.error().field == "budget_bytes" &&
+         spec.budget_bytes < kMaxProbeBudget) {
+    spec.budget_bytes *= 2;
+    pool = KVPool<Layout>::Create(plan, spec);
+  }
+  if (!pool.ok()) return pool.error();
+  PoolFigures figures;
+  figures.layout = layout;
+  figures.block_slots = pool->BlockSlots();
+  figures.block_bytes = pool->BlockBytesFor(1);
+  figures.decode_ring_bytes = pool->RingBytesFor(1);
+  figures.prefill_ring_bytes = pool->RingBytesFor(plan.Runtime().batch);
+  for (const LengthShare& share : lengths) {
+    figures.length_block_bytes.push_back(pool->BlockBytesFor(share.length));
+  }
+  for (size_t layer = 0; layer < pool->NumLayers(); ++layer) {
+    if (!pool->OwnsKV(layer)) continue;
+    (pool->IsPaged(layer) ? figures.paged_layers : figures.ring_layers).push_back(layer);
+  }
+  return figures;
+}
+
+// PoolFiguresOf for the layout of the plan's backend and tile.
+Expected<PoolFigures> PoolFiguresFor(const LayerPlan& plan, uint64_t block_slots,
+                                     const std::vector<LengthShare>& lengths) {
+  if (plan.Runtime().backend == Backend::kFlash) {
+    return PoolFiguresOf<FlashLayout>(plan, block_slots, lengths, "FlashLayout");
+  }
+  switch (plan.Runtime().tile_rows) {
+    case 8:
+      return PoolFiguresOf<TiledLayout<8>>(plan, block_slots, lengths, "TiledLayout<8>");
+    case 16:
+      return PoolFiguresOf<TiledLayout<16>>(plan, block_slots, lengths, "TiledLayout<16>");
+    case 32:
+      return PoolFiguresOf<TiledLayout<32>>(plan, block_slots, lengths, "TiledLayout<32>");
+    default:  // Build() admits 8, 16, 32 and 64 only
+      return PoolFiguresOf<TiledLayout<64>>(plan, block_slots, lengths, "TiledLayout<64>");
+  }
+}
+
+// One way to hold the sequences: the bytes of a sequence of each length, their expectation
+// over the shares, and how many sequences the usable memory admits at that expectation.
+struct Holding {
+  const char* key;              // in --json
+  const char* heading;          // in the table
+  std::vector<uint64_t> bytes;  // per length
+  double expected = 0;
+  uint64_t admitted = 0;
+};
+
+// The ring layers of one kind, span and slot size, and what each of them keeps for one
+// sequence.
+struct RingRow {
+  AttentionKind kind = AttentionKind::kSliding;
+  uint64_t span = 0;
+  uint64_t slot_bytes = 0;
+  size_t num_layers = 0;
+  uint64_t decode_capacity = 0, decode_slots = 0;    // the pool's ring for batch 1
+  uint64_t kvcache_capacity = 0, kvcache_slots = 0;  // the plan's, for its batch
+  // vLLM's rule, sliding layers only (0 for chunked): it frees a 16-token block once the
+  // window has wholly passed it, so it holds RoundUp(window, 16) slots, or one block more
+  // on the steps where the window starts inside a block.
+  uint64_t vllm_slots = 0, vllm_slots_at_most = 0;
+};
+
+constexpr uint64_t kVllmBlockTokens = 16;  // vLLM's default --block-size
+
+struct PoolReport {
+  uint64_t usable_bytes = 0;
+  PoolFigures figures;
+  double mean_length = 0;
+  // pool_decode, pool_prefill, kvcache (the plan's context), kvcache_at_length.
+  std::vector<Holding> holdings;
+  std::vector<RingRow> rings;
+  uint64_t kvcache_ring_bytes = 0;                            // the plan's ring layers
+  uint64_t vllm_ring_bytes = 0, vllm_ring_bytes_at_most = 0;  // the sliding ring layers
+};
+
+// Returns the pool report of `plan` for options.lengths in `usable_bytes`, or an error line.
+std::string MakePoolReport(const LayerPlan& plan, const Options& options, uint64_t usable_bytes,
+                           PoolReport* report) {
+  const RuntimeSpec& runtime = plan.Runtime();
+  for (const LengthShare& share : options.lengths) {
+    if (share.length > runtime.context) {
+      // The list stays out of Format's fixed-size buffer.
+      return "option " + options.lengths_option + ": '" + options.lengths_text +
+             Format("': %" PRIu64 " is past the context of %" PRIu64, share.length,
+                    runtime.context);
+    }
+  }
+  Expected<PoolFigures> figures = PoolFiguresFor(plan, options.block_slots, options.lengths);
+  if (!figures.ok()) {
+    const Error& error = figures.error();
+    const std::string prefix = error.field + ": ";
+    if (error.field == "block_slots" && error.message.rfind(prefix, 0) == 0) {
+      return "option --block-slots: " + error.message.substr(prefix.size());
+    }
+    return "option --pool: " + error.message;
+  }
+  report->usable_bytes = usable_bytes;
+  report->figures = figures.value();
+  const PoolFigures& pool = report->figures;
+
+  Holding decode{"pool_decode", "pool, decode", {}};
+  Holding prefill{"pool_prefill", "pool, prefill", {}};
+  Holding kvcache{"kvcache", "KVCache, full", {}};
+  Holding sized{"kvcache_at_length", "KVCache, sized", {}};
+  for (size_t i = 0; i < options.lengths.size(); ++i) {
+    const uint64_t length = options.lengths[i].length;
+    decode.bytes.push_back(
+        detail::SaturatingAdd(pool.decode_ring_bytes, pool.length_block_bytes[i]));
+    prefill.bytes.push_back(
+        detail::SaturatingAdd(pool.prefill_ring_bytes, pool.length_block_bytes[i]));
+    kvcache.bytes.push_back(plan.TotalBytes());
+    RuntimeSpec at = runtime;
+    at.context = length;
+    at.batch = std::min(runtime.batch, length);
+    at.rollback = std::min(runtime.rollback, length);
+    Expected<LayerPlan> sized_plan = plan.WithRuntime(at);
+    if (!sized_plan.ok()) return sized_plan.error().message;
+    sized.bytes.push_back(sized_plan->TotalBytes());
+    report->mean_length += options.lengths[i].fraction * static_cast<double>(length);
+  }
+  report->holdings = {decode, prefill, kvcache, sized};
+  for (Holding& holding : report->holdings) {
+    for (size_t i = 0; i < options.lengths.size(); ++i) {
+      holding.expected += options.lengths[i].fraction * static_cast<double>(holding.bytes[i]);
+    }
+    holding.admitted = holding.expected > 0
+                           ? static_cast<uint64_t>(
+                                 std::floor(static_cast<double>(usable_bytes) / holding.expected))
+                           : 0;
+  }
+
+  // The rings of one sequence: the pool's for batch 1 (a plan at batch 1 gives each layer's
+  // slots; their bytes sum to RingBytesFor(1)), the plan's, and vLLM's rule.
+  RuntimeSpec one = runtime;
+  one.batch = 1;
+  Expected<LayerPlan> decode_plan = plan.WithRuntime(one);
+  if (!decode_plan.ok()) return decode_plan.error().message;
+  for (size_t layer : pool.ring_layers) {
+    const LayerInfo& info = plan.Layer(layer);
+    const LayerInfo& decoding = decode_plan->Layer(layer);
+    RingRow row;
+    row.kind = info.spec.kind;
+    row.span = info.span;
+    row.slot_bytes = info.slot_bytes;
+    row.decode_capacity = decoding.capacity;
+    row.decode_slots = decoding.num_slots;
+    row.kvcache_capacity = info.capacity;
+    row.kvcache_slots = info.num_slots;
+    if (info.spec.kind == AttentionKind::kSliding) {
+      const uint64_t window = std::min(info.span, runtime.context);
+      const uint64_t blocks = (window + kVllmBlockTokens - 1) / kVllmBlockTokens;
+      const uint64_t blocks_at_most =
+          std::min((window - 1 + kVllmBlockTokens - 1) / kVllmBlockTokens + 1,
+                   (runtime.context + kVllmBlockTokens - 1) / kVllmBlockTokens);
+      row.vllm_slots = blocks * kVllmBlockTokens;
+      row.vllm_slots_at_most = blocks_at_most * kVllmBlockTokens;
+    }
+    report->kvcache_ring_bytes += info.bytes;
+    report->vllm_ring_bytes += row.vllm_slots * row.slot_bytes;
+    report->vllm_ring_bytes_at_most += row.vllm_slots_at_most * row.slot_bytes;
+    bool folded = false;
+    for (RingRow& seen : report->rings) {
+      if (seen.kind == row.kind && seen.span == row.span && seen.slot_bytes == row.slot_bytes &&
+          seen.decode_slots == row.decode_slots && seen.kvcache_slots == row.kvcache_slots) {
+        ++seen.num_layers;
+        folded = true;
+        break;
+      }
+    }
+    if (!folded) {
+      row.num_layers = 1;
+      report->rings.push_back(row);
+    }
+  }
+  return "";
+}
+
+// Returns `expected` bytes as a whole number of bytes.
+uint64_t RoundedBytes(double expected) { return static_cast<uint64_t>(std::llround(expected)); }
+
+// Returns how many times `admitted` is `against`, as "19.00x", or "-" when `against` is 0.
+std::string RatioText(uint64_t admitted, uint64_t against) {
+  if (against == 0) return "-";
+  return Format("%.2fx", static_cast<double>(admitted) / static_cast<double>(against));
+}
+
+std::string PoolText(const LayerPlan& plan, const PoolReport& report, const Options& options) {
+  const RuntimeSpec& runtime = plan.Runtime();
+  const PoolFigures& pool = report.figures;
+  std::string out =
+      Format("\npool of %s usable KV memory: KVPool<%s>, against one KVCache per sequence\n",
+             FormatBytes(report.usable_bytes).c_str(), pool.layout.c_str());
+  if (pool.ring_layers.empty()) {
+    out += "  no ring layers\n";
+  } else {
+    out += Format(
+        "  %zu ring layers: %s a sequence decoding (batch 1), %s prefilling (batch %" PRIu64 ")\n",
+        pool.ring_layers.size(), FormatBytes(pool.decode_ring_bytes).c_str(),
+        FormatBytes(pool.prefill_ring_bytes).c_str(), runtime.batch);
+  }
+  if (pool.paged_layers.empty()) {
+    out += "  no paged layers: no blocks\n";
+  } else {
+    out +=
+        Format("  %zu paged layers: blocks of %" PRIu64 " positions, %s a block\n",
+               pool.paged_layers.size(), pool.block_slots, FormatBytes(pool.block_bytes).c_str());
+  }
+  out += "  lengths: " + options.lengths_text;
+  out += Format(" (%s; mean %.1f tokens)\n\n",
+                options.lengths_option == "--mean-length" ? "every sequence" : "length:fraction",
+                report.mean_length);
+
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"length", "fraction", "blocks"});
+  for (const Holding& holding : report.holdings) rows[0].push_back(holding.heading);
+  for (size_t i = 0; i < options.lengths.size(); ++i) {
+    const LengthShare& share = options.lengths[i];
+    std::vector<std::string> row = {
+        std::to_string(share.length), Format("%g", share.fraction),
+        pool.block_bytes == 0 ? "-"
+                              : std::to_string(pool.length_block_bytes[i] / pool.block_bytes)};
+    for (const Holding& holding : report.holdings) row.push_back(FormatBytes(holding.bytes[i]));
+    rows.push_back(row);
+  }
+  std::vector<std::string> expected = {"expected bytes", "", ""};
+  std::vector<std::string> admitted = {"sequences", "", ""};
+  std::vector<std::string> ratio = {"vs KVCache, full", "", ""};
+  const uint64_t full = report.holdings[2].admitted;
+  for (const Holding& holding : report.holdings) {
+    expected.push_back(FormatBytes(RoundedBytes(holding.expected)));
+    admitted.push_back(std::to_string(holding.admitted));
+    ratio.push_back(RatioText(holding.admitted, full));
+  }
+  rows.push_back(expected);
+  rows.push_back(admitted);
+  rows.push_back(ratio);
+  out += TableText(rows, {false, true, true, true, true, true, true}, "  ");
+  out += Format("  pool, decode: rings for batch 1 and ceil(length / %" PRIu64
+                ") blocks; pool, prefill: rings for\n"
+                "  batch %" PRIu64 " and the blocks; KVCache, full: one KVCache at context %" PRIu64
+                ", batch %" PRIu64
+                ";\n"
+                "  KVCache, sized: one planned at the sequence's length; a KVCache keeps its batch "
+                "for its life\n",
+                pool.block_slots, runtime.batch, runtime.context, runtime.batch);
+
+  if (report.rings.empty()) return out;
+  out += "\n  ring layers of one sequence, held positions in slots:\n";
+  rows.clear();
+  rows.push_back({"layers", "kind", "window", "slot bytes", "pool (batch 1)",
+                  Format("KVCache (batch %" PRIu64 ")", runtime.batch),
+                  Format("vLLM (%" PRIu64 "-token blocks)", kVllmBlockTokens)});
+  for (const RingRow& ring : report.rings) {
+    const bool sliding = ring.kind == AttentionKind::kSliding;
+    rows.push_back(
+        {std::to_string(ring.num_layers), ToString(ring.kind),
+         (sliding ? "" : "chunk ") + std::to_string(ring.span), FormatBytes(ring.slot_bytes),
+         Format("%" PRIu64 " in %" PRIu64 " slots", ring.decode_capacity, ring.decode_slots),
+         Format("%" PRIu64 " in %" PRIu64 " slots", ring.kvcache_capacity, ring.kvcache_slots),
+         !sliding ? "-"
+         : ring.vllm_slots_at_most == ring.vllm_slots
+             ? std::to_string(ring.vllm_slots)
+             : Format("%" PRIu64 " - %" PRIu64, ring.vllm_slots, ring.vllm_slots_at_most)});
+  }
+  const bool any_sliding =
+      std::any_of(report.rings.begin(), report.rings.end(),
+                  [](const RingRow& ring) { return ring.kind == AttentionKind::kSliding; });
+  std::string vllm_bytes = "-";
+  if (any_sliding) {
+    vllm_bytes = FormatBytes(report.vllm_ring_bytes);
+    if (report.vllm_ring_bytes_at_most != report.vllm_ring_bytes) {
+      vllm_bytes += " - " + FormatBytes(report.vllm_ring_bytes_at_most);
+    }
+  }
+  rows.push_back({"bytes", "", "", "", FormatBytes(pool.decode_ring_bytes),
+                  FormatBytes(report.kvcache_ring_bytes), vllm_bytes});
+  out += TableText(rows, {false, false, false, true, true, true, true}, "  ");
+  out +=
+      "  vLLM frees a sliding layer's block once the window has passed all of it: one block more\n"
+      "  on the steps where the window starts inside a block; its chunked layers are not counted\n";
+  return out;
+}
+
+nlohmann::ordered_json PoolJson(const PoolReport& report, const Options& options) {
+  const PoolFigures& pool = report.figures;
+  nlohmann::ordered_json json;
+  json["usable_bytes"] = report.usable_bytes;
+  json["layout"] = pool.layout;
+  json["block_slots"] = pool.block_slots;
+  json["block_bytes"] = pool.block_bytes;
+  json["num_ring_layers"] = pool.ring_layers.size();
+  json["num_paged_layers"] = pool.paged_layers.size();
+  json["decode_ring_bytes"] = pool.decode_ring_bytes;
+  json["prefill_ring_bytes"] = pool.prefill_ring_bytes;
+  json["mean_length"] = report.mean_length;
+  nlohmann::ordered_json lengths = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < options.lengths.size(); ++i) {
+    nlohmann::ordered_json entry;
+    entry["length"] = options.lengths[i].length;
+    entry["fraction"] = options.lengths[i].fraction;
+    entry["blocks"] = pool.block_bytes == 0 ? 0 : pool.length_block_bytes[i] / pool.block_bytes;
+    for (const Holding& holding : report.holdings) {
+      entry[std::string(holding.key) + "_bytes"] = holding.bytes[i];
+    }
+    lengths.push_back(entry);
+  }
+  json["lengths"] = lengths;
+  nlohmann::ordered_json expected, sequences, ratio;
+  const uint64_t full = report.holdings[2].admitted;
+  for (const Holding& holding : report.holdings) {
+    expected[holding.key] = RoundedBytes(holding.expected);
+    sequences[holding.key] = holding.admitted;
+    ratio[holding.key] = full == 0 ? nlohmann::ordered_json()
+                                   : nlohmann::ordered_json(static_cast<double>(holding.admitted) /
+                                                            static_cast<double>(full));
+  }
+  json["expected_bytes"] = expected;
+  json["sequences"] = sequences;
+  json["ratio"] = ratio;
+  nlohmann::ordered_json rings = nlohmann::ordered_json::array();
+  for (const RingRow& ring : report.rings) {
+    rings.push_back({{"kind", ToString(ring.kind)},
+                     {"span", ring.span},
+                     {"num_layers", ring.num_layers},
+                     {"slot_bytes", ring.slot_bytes},
+                     {"pool_decode_capacity", ring.decode_capacity},
+                     {"pool_decode_num_slots", ring.decode_slots},
+                     {"kvcache_capacity", ring.kvcache_capacity},
+                     {"kvcache_num_slots", ring.kvcache_slots},
+                     {"vllm_slots", ring.vllm_slots},
+                     {"vllm_slots_at_most", ring.vllm_slots_at_most}});
+  }
+  json["rings"] = rings;
+  json["ring_bytes"] = {{"pool_decode", pool.decode_ring_bytes},
+                        {"pool_prefill", pool.prefill_ring_bytes},
+                        {"kvcache", report.kvcache_ring_bytes},
+                        {"vllm", report.vllm_ring_bytes},
+                        {"vllm_at_most", report.vllm_ring_bytes_at_most}};
+  return json;
+}
+
 std::string TextReport(const Model& model, const LayerPlan& plan, const Options& options,
-                       uint64_t max_context) {
+                       uint64_t max_context, const PoolReport* pool) {
   const RuntimeSpec& runtime = plan.Runtime();
   // The name (a path, for --config) stays out of Format's fixed-size buffer.
   std::string out = "kvring plan: " + model.name;
@@ -377,21 +871,8 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
     rows.push_back(row);
     first = last + 1;
   }
-  std::vector<size_t> widths(rows[0].size(), 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < row.size(); ++c) {
-      // Numbers align right, words left.
-      const bool right = c >= 5 && c <= 7;
-      const std::string pad(widths[c] - row[c].size(), ' ');
-      line += (c ? "  " : "") + (right ? pad + row[c] : row[c] + pad);
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line + "\n";
-  }
+  // Numbers (capacity, num_slots, bytes) align right, words left.
+  out += TableText(rows, {false, false, false, false, false, true, true, true, false}, "");
 
   const uint64_t total = plan.TotalBytes();
   const uint64_t flat = plan.FlatBytes();
@@ -433,6 +914,7 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
                   runtime.num_sequences, runtime.num_sequences == 1 ? "" : "s", max_context,
                   report.max_context);
   }
+  if (pool != nullptr) out += PoolText(plan, *pool, options);
   return out;
 }
 
@@ -465,7 +947,7 @@ nlohmann::ordered_json JsonHead(const Model& model, const RuntimeSpec& runtime,
 }
 
 std::string JsonReport(const Model& model, const LayerPlan& plan, const Options& options,
-                       uint64_t max_context) {
+                       uint64_t max_context, const PoolReport* pool) {
   nlohmann::ordered_json json = JsonHead(model, plan.Runtime(), options, /*with_context=*/true);
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const LayerInfo& layer : plan.Layers()) {
@@ -510,6 +992,7 @@ std::string JsonReport(const Model& model, const LayerPlan& plan, const Options&
                         {"context_limit", max_context},
                         {"max_context", report.max_context}};
   }
+  if (pool != nullptr) json["pool"] = PoolJson(*pool, options);
   return json.dump(2) + "\n";
 }
 
@@ -737,8 +1220,15 @@ int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::stri
   }
   // The capacity report searches contexts up to the larger of the model's and the plan's.
   const uint64_t max_context = std::max(model.max_context, runtime.context);
-  *out = options.json ? JsonReport(model, *plan, options, max_context)
-                      : TextReport(model, *plan, options, max_context);
+  PoolReport pool;
+  if (options.pool) {
+    const uint64_t usable = plan->Capacity(options.budget, max_context).usable_bytes;
+    const std::string pool_error = MakePoolReport(*plan, options, usable, &pool);
+    if (!pool_error.empty()) return fail(pool_error);
+  }
+  const PoolReport* pool_report = options.pool ? &pool : nullptr;
+  *out = options.json ? JsonReport(model, *plan, options, max_context, pool_report)
+                      : TextReport(model, *plan, options, max_context, pool_report);
   return 0;
 }
 
