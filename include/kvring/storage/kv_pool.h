@@ -52,14 +52,17 @@ struct PoolSpec {
   uint64_t block_slots = 0;
 };
 
-// Returns the block size a pool of `Layout` uses unless told otherwise (docs/design.md says
-// how it was measured): flash 96 slots (three 32-slot tiles: an odd number, so that the K
-// rows of one block's dims, 192 bytes apart, spread over the cache sets), tiled 128.
+// Returns the block size a pool of `Layout` uses unless told otherwise, as measured (paged
+// decode at 32768 positions against flat storage, docs/benchmarks.md): flash 96 slots (three
+// 32-slot tiles, 1.01 of flat: an odd number of tiles, so that a block's K rows of
+// consecutive dims, 192 bytes apart, spread over the cache sets; 64 to 256 measure alike, 32
+// and 512 are slower), tiled 256 (0.99 of flat; a tiled tile's K is contiguous, and shorter
+// runs of tiles cut the hardware prefetcher's streams: 128 measured 1.08, 64 1.18, 16 1.72).
 template <typename Layout>
 constexpr uint64_t DefaultBlockSlots() {
   return Layout::kBackend == Backend::kFlash
              ? 3 * Layout::kTileSlots
-             : (128 + Layout::kTileSlots - 1) / Layout::kTileSlots * Layout::kTileSlots;
+             : (256 + Layout::kTileSlots - 1) / Layout::kTileSlots * Layout::kTileSlots;
 }
 
 // A pool's accounting at one moment (KVPool::Usage). bytes_in_use == ring_bytes +
