@@ -46,9 +46,20 @@ class KVPoolTest : public ::testing::Test {};
 using PoolLayouts = ::testing::Types<FlashLayout, TiledLayout<16>>;
 TYPED_TEST_SUITE(KVPoolTest, PoolLayouts);
 
-// 100,000 random operations per layout (KVRING_POOL_TEST_STEPS; sanitizer builds run fewer).
+// KVRING_RANDOM_TEST_DIVISOR=n runs 1/n of the steps (the sanitizer presets set it: every
+// step is many times slower there); unset, all of them.
+uint64_t RandomSteps(uint64_t steps) {
+  const char* divisor = std::getenv("KVRING_RANDOM_TEST_DIVISOR");
+  if (divisor == nullptr) return steps;
+  const uint64_t n = std::strtoull(divisor, nullptr, 10);
+  EXPECT_GT(n, 0u) << "KVRING_RANDOM_TEST_DIVISOR='" << divisor << "' is not a positive number";
+  return n == 0 ? steps : std::max<uint64_t>(1000, steps / n);
+}
+
+// 100,000 random operations per layout (KVRING_POOL_TEST_STEPS), fewer under sanitizers.
 template <typename Layout>
-void RandomOperations(Format global_format, uint64_t steps, uint64_t seed) {
+void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed) {
+  const uint64_t steps = RandomSteps(all_steps);
   RandomChoices choices(seed);
   PoolDriver<Layout> driver(&choices, global_format, seed);
   ASSERT_EQ(driver.Run(steps), "");
