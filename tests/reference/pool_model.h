@@ -335,10 +335,10 @@ class PoolDriver {
     spec.max_sequences = 48;
     spec.block_slots = Layout::kTileSlots;  // small blocks: appends cross them often
     {
-      // The budget: rings for 40 sequences and a third of their full contexts.
+      // The budget: rings for 40 sequences and a fifth of their full contexts.
       Expected<KVPool<Layout>> probe = KVPool<Layout>::Create(plan, PoolSpec{4ull << 20, 1, 0});
       if (!probe.ok()) return probe.error().message;
-      spec.budget_bytes = 40 * probe->RingBytesFor(8) + 40 * probe->BlockBytesFor(320) / 3;
+      spec.budget_bytes = 40 * probe->RingBytesFor(8) + 40 * probe->BlockBytesFor(320) / 5;
     }
     PoolModel<Layout> model(plan, spec, seed_);
     for (int i = 0; i < 32; ++i) {
