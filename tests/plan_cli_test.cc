@@ -481,8 +481,8 @@ TEST(PlanCli, BadPoolOptionsNameTheOptionAndTheValue) {
       {{"--mean-length", "8k", "--block-slots", "0"},
        "kvring-plan: option --block-slots: 0 is invalid: a block holds one tile at least\n"},
       {{"--mean-length", "8k", "--dtype", "f32"},
-       "kvring-plan: option --pool: runtime.element_type: f32 is not stored: kvring pools hold "
-       "BF16 or int8\n"},
+       "kvring-plan: option --pool: runtime.element_type: f32 is not stored: a kvring pool holds "
+       "BF16 or int8 (other element types are for what-if accounting only)\n"},
       {{"--mean-length", "8k", "--lengths", "512:1"},
        "kvring-plan: options --lengths and --mean-length both give the lengths; give one\n"},
       {{},

@@ -12,25 +12,7 @@
 
 namespace {
 
-class FuzzChoices : public kvring::testing::ChoiceSource {
- public:
-  FuzzChoices(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  uint64_t Below(uint64_t bound) override {
-    // As many bytes as the bound needs, little-endian; zeros once the input runs out.
-    uint64_t value = 0;
-    for (uint64_t range = 1; range < bound && range != 0; range <<= 8) {
-      value = (value << 8) | (offset_ < size_ ? data_[offset_] : 0);
-      ++offset_;
-    }
-    return value % bound;
-  }
-  bool Done() const override { return offset_ >= size_; }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t offset_ = 0;
-};
+using FuzzChoices = kvring::testing::ByteChoices;
 
 template <typename Layout>
 void RunOne(const uint8_t* data, size_t size) {

@@ -13,26 +13,7 @@
 
 namespace {
 
-// Choices from the fuzz input: as many bytes as a bound needs; once the input runs out, the
-// driver stops.
-class FuzzChoices : public kvring::testing::ChoiceSource {
- public:
-  FuzzChoices(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  uint64_t Below(uint64_t bound) override {
-    uint64_t value = 0;
-    for (uint64_t range = 1; range < bound && range != 0; range <<= 8) {
-      value = (value << 8) | (offset_ < size_ ? data_[offset_] : 0);
-      ++offset_;
-    }
-    return value % bound;
-  }
-  bool Done() const override { return offset_ >= size_; }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t offset_ = 0;
-};
+using FuzzChoices = kvring::testing::ByteChoices;
 
 template <typename Layout>
 void RunOne(const uint8_t* data, size_t size, kvring::Format format) {

@@ -67,6 +67,27 @@ class ChoiceSource {
   uint64_t Between(uint64_t lo, uint64_t hi) { return lo + Below(hi - lo + 1); }
 };
 
+// Choices from fuzz bytes: as many bytes as a bound needs, little-endian; zeros once the
+// input runs out, when Done() turns true (the fuzz targets' source).
+class ByteChoices : public ChoiceSource {
+ public:
+  ByteChoices(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint64_t Below(uint64_t bound) override {
+    uint64_t value = 0;
+    for (uint64_t range = 1; range < bound && range != 0; range <<= 8) {
+      value = (value << 8) | (offset_ < size_ ? data_[offset_] : 0);
+      ++offset_;
+    }
+    return value % bound;
+  }
+  bool Done() const override { return offset_ >= size_; }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t offset_ = 0;
+};
+
 // Drives random operations on a KVCache<Layout> and its model; Run() returns the first
 // disagreement, or an empty string.
 template <typename Layout>

@@ -37,24 +37,8 @@ class KVCache {
   // an allocation failure. Allocates exactly plan.TotalBytes() (zeroed, 64-byte aligned).
   static Expected<KVCache> Create(const LayerPlan& plan) {
     const RuntimeSpec& runtime = plan.Runtime();
-    if (plan.NumLayers() == 0) {
-      return Error{"plan", "plan: is empty; build it with LayerPlan::Builder"};
-    }
-    if (runtime.backend != Layout::kBackend) {
-      return detail::FieldError("runtime.backend", ToString(runtime.backend),
-                                std::string("does not match the cache's layout, which serves ") +
-                                    ToString(Layout::kBackend));
-    }
-    if (IsAccountingOnly(runtime.element_type)) {
-      return detail::FieldError("runtime.element_type", ToString(runtime.element_type),
-                                "is not stored: kvring caches hold BF16 (other element types are "
-                                "for what-if accounting only)");
-    }
-    if (SlotAlignment(runtime) != Layout::kSlotAlignment) {
-      return detail::FieldError("runtime.tile_rows", std::to_string(runtime.tile_rows),
-                                "does not match the layout's tile of " +
-                                    std::to_string(Layout::kSlotAlignment) + " rows");
-    }
+    const Error unfit = detail::ValidatePlanFor<Layout>(plan, "cache");
+    if (!unfit.field.empty()) return unfit;
     KVCache cache;
     cache.plan_ = plan;
     cache.entries_.resize(plan.NumLayers());

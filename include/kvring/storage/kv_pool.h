@@ -95,23 +95,8 @@ class KVPool {
   // are first written); rings are allocated as sequences are added.
   static Expected<KVPool> Create(const LayerPlan& plan, const PoolSpec& spec) {
     const RuntimeSpec& runtime = plan.Runtime();
-    if (plan.NumLayers() == 0) {
-      return Error{"plan", "plan: is empty; build it with LayerPlan::Builder"};
-    }
-    if (runtime.backend != Layout::kBackend) {
-      return detail::FieldError("runtime.backend", ToString(runtime.backend),
-                                std::string("does not match the pool's layout, which serves ") +
-                                    ToString(Layout::kBackend));
-    }
-    if (IsAccountingOnly(runtime.element_type)) {
-      return detail::FieldError("runtime.element_type", ToString(runtime.element_type),
-                                "is not stored: kvring pools hold BF16 or int8");
-    }
-    if (SlotAlignment(runtime) != Layout::kSlotAlignment) {
-      return detail::FieldError("runtime.tile_rows", std::to_string(runtime.tile_rows),
-                                "does not match the layout's tile of " +
-                                    std::to_string(Layout::kSlotAlignment) + " rows");
-    }
+    const Error unfit = detail::ValidatePlanFor<Layout>(plan, "pool");
+    if (!unfit.field.empty()) return unfit;
     if (spec.max_sequences == 0 || spec.max_sequences == std::numeric_limits<uint32_t>::max()) {
       return detail::FieldError("max_sequences", std::to_string(spec.max_sequences),
                                 "is invalid: a pool holds from 1 to 2^32 - 2 sequences");

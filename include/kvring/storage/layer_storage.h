@@ -70,6 +70,34 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
   return Error{};
 }
 
+// Returns an Error unless `plan` can be stored in `Layout` by a KVCache or KVPool (`what`:
+// "cache" or "pool", for the message): a plan with layers, for this layout's backend and tile,
+// whose element type is stored (not accounting-only); else an empty field.
+template <typename Layout>
+Error ValidatePlanFor(const LayerPlan& plan, const char* what) {
+  const RuntimeSpec& runtime = plan.Runtime();
+  if (plan.NumLayers() == 0) {
+    return Error{"plan", "plan: is empty; build it with LayerPlan::Builder"};
+  }
+  if (runtime.backend != Layout::kBackend) {
+    return FieldError("runtime.backend", ToString(runtime.backend),
+                      std::string("does not match the ") + what + "'s layout, which serves " +
+                          ToString(Layout::kBackend));
+  }
+  if (IsAccountingOnly(runtime.element_type)) {
+    return FieldError("runtime.element_type", ToString(runtime.element_type),
+                      std::string("is not stored: a kvring ") + what +
+                          " holds BF16 or int8 (other element types are for what-if accounting "
+                          "only)");
+  }
+  if (SlotAlignment(runtime) != Layout::kSlotAlignment) {
+    return FieldError(
+        "runtime.tile_rows", std::to_string(runtime.tile_rows),
+        "does not match the layout's tile of " + std::to_string(Layout::kSlotAlignment) + " rows");
+  }
+  return Error{};
+}
+
 template <typename Layout>
 class LayerStorage {
  public:
