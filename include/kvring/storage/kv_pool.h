@@ -48,7 +48,7 @@ struct PoolSpec {
   // Live sequences at most.
   uint32_t max_sequences = 0;
   // Positions per block of a global (paged) layer: a multiple of the layout's tile. 0: the
-  // layout's DefaultBlockSlots().
+  // layout's DefaultBlockSlots(), or the context rounded up to a tile when that is less.
   uint64_t block_slots = 0;
 };
 
@@ -101,8 +101,12 @@ class KVPool {
       return detail::FieldError("max_sequences", std::to_string(spec.max_sequences),
                                 "is invalid: a pool holds from 1 to 2^32 - 2 sequences");
     }
-    const uint64_t block_slots =
-        spec.block_slots != 0 ? spec.block_slots : DefaultBlockSlots<Layout>();
+    // The default, for a context shorter than it: the context rounded up to a tile.
+    const uint64_t context_tiles =
+        (runtime.context + Layout::kTileSlots - 1) / Layout::kTileSlots * Layout::kTileSlots;
+    const uint64_t block_slots = spec.block_slots != 0
+                                     ? spec.block_slots
+                                     : std::min(DefaultBlockSlots<Layout>(), context_tiles);
     if (block_slots % Layout::kTileSlots != 0 ||
         block_slots > runtime.context + Layout::kTileSlots) {
       return detail::FieldError(
