@@ -4,15 +4,18 @@
 # in kvring's own build and, through the installed package config, in a find_package user's.
 #   KVRING_KERNELS_TILE_ROWS  tile heights of TiledLayout besides 16 to compile (8;32;64)
 #   KVRING_KERNELS_INT8       compile the int8 format's kernels too (on; off halves the time)
-#   KVRING_KERNELS_AVX3_DL    also compile Highway's AVX3_DL target (AVX-512 BF16/VNNI); off:
-#                             such CPUs run the AVX3 target, the same code today
+#   KVRING_KERNELS_AVX3_DL    also compile Highway's AVX3_DL target (on): its vdpbf16ps path
+#                             runs Products::kBF16 on AVX512-BF16 CPUs; off: they run the
+#                             AVX3 target, whose BF16-product mode widens
 function(kvring_define_kernels)
   if(TARGET kvring_kernels)
     return()
   endif()
   set(KVRING_KERNELS_TILE_ROWS "" CACHE STRING
       "Tile heights of TiledLayout that kvring::kernels compiles besides 16 (any of 8;32;64)")
-  option(KVRING_KERNELS_AVX3_DL "Compile Highway's AVX3_DL target into kvring::kernels" OFF)
+  option(KVRING_KERNELS_AVX3_DL
+         "Compile Highway's AVX3_DL target into kvring::kernels (vdpbf16ps for Products::kBF16)"
+         ON)
   option(KVRING_KERNELS_INT8 "Compile the int8 format's kernels into kvring::kernels" ON)
   set(defines "")
   foreach(rows IN LISTS KVRING_KERNELS_TILE_ROWS)

@@ -383,6 +383,9 @@ TEST(AttentionChecks, AViewHoldingMoreThanItsSlotsOrBadOptionsAreRefused) {
   call.ExpectRefused(view, kvring::Status::kBadArgument, {"100", "320", "96"});
   call.options.soft_cap = -1.0f;
   call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"soft_cap"});
+  call.options.soft_cap = 0.0f;
+  call.options.products = static_cast<kvring::Products>(7);
+  call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"options.products", "7"});
 }
 
 TEST(AttentionChecks, Int8ViewsWithoutTheirElementsOrScalesAreRefused) {

@@ -81,6 +81,11 @@ using Tiled = kvring::TiledLayout<16>;
 using kvring::reference::History;
 
 constexpr double kTolerance = 1e-3;
+// The BF16-product mode (Products::kBF16) against the float64 reference over the same BF16
+// K/V and the BF16-rounded pre-scaled queries (the probabilities it rounds too), and against
+// the exact mode (docs/attention.md).
+constexpr double kProductsTolerance = 4e-3;
+constexpr double kProductsAgainstExact = 6e-3;
 
 // Runs `body` once per compiled target this CPU supports, with dispatch pinned to it.
 template <typename Body>
@@ -250,13 +255,14 @@ std::vector<float> RunKernel(const Case& c, const Inputs& in, const KV& kv,
 
 // Expects every row of `out` within kTolerance (normwise relative) of `ref`.
 void ExpectNearReference(const Case& c, const std::vector<float>& out,
-                         const std::vector<double>& ref, const char* what) {
+                         const std::vector<double>& ref, const char* what,
+                         double tolerance = kTolerance) {
   const size_t row = c.VHeadDim();
   size_t failures = 0;
   double worst = 0.0;
   for (size_t i = 0; i < out.size() / row; ++i) {
     const double err = kvring::reference::NormwiseRelativeError(&out[i * row], &ref[i * row], row);
-    if (!(err <= kTolerance)) {
+    if (!(err <= tolerance)) {
       if (failures++ < 3) {
         ADD_FAILURE() << what << " row " << i << " (query " << i / c.NumQHeads() << ", q head "
                       << i % c.NumQHeads() << ") error " << err << " in " << c.Name();
@@ -269,6 +275,54 @@ void ExpectNearReference(const Case& c, const std::vector<float>& out,
 
 bool BitIdentical(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Returns the float64 reference of `c` in the BF16-product mode: over the history's BF16
+// values and the pre-scaled queries rounded to BF16 (scale 1 after that), as the mode reads
+// them; the reference does not round the probabilities.
+std::vector<double> ProductsReference(const Case& c, const Inputs& in,
+                                      const AttentionOptions& options) {
+  Inputs rounded = in;
+  const float scale = kvring::AttentionScale(options, c.head_dim);
+  for (float& q : rounded.queries) q = kvring::BF16ToF32(kvring::BF16FromF32(q * scale));
+  AttentionOptions unscaled = options;
+  unscaled.scale = 1.0f;
+  return Reference(c, rounded, unscaled);
+}
+
+// Returns `options` in the BF16-product mode.
+AttentionOptions WithBF16Products(AttentionOptions options) {
+  options.products = kvring::Products::kBF16;
+  return options;
+}
+
+// The BF16-product check of one case: flash and tiled, ring and flat, against the mode's
+// reference and against the exact outputs (`exact_flash`, `exact_tiled`) within
+// kProductsTolerance; ring and flat bit-identical within the mode.
+template <typename FlashFlat, typename FlashRing, typename TiledFlat, typename TiledRing>
+void CheckProductsCase(const Case& c, const Inputs& in, const AttentionOptions& exact_options,
+                       const FlashFlat& flash_flat, const FlashRing& flash_ring,
+                       const TiledFlat& tiled_flat, const TiledRing& tiled_ring,
+                       const std::vector<float>& exact_flash,
+                       const std::vector<float>& exact_tiled) {
+  const AttentionOptions options = WithBF16Products(exact_options);
+  const std::vector<double> ref = ProductsReference(c, in, options);
+  const std::vector<float> a = RunKernel(c, in, flash_flat, options);
+  const std::vector<float> b = RunKernel(c, in, flash_ring, options);
+  const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
+  const std::vector<float> u = RunKernel(c, in, tiled_ring, options);
+  ExpectNearReference(c, a, ref, "bf16products flash/flat", kProductsTolerance);
+  ExpectNearReference(c, t, ref, "bf16products tiled/flat", kProductsTolerance);
+  EXPECT_TRUE(BitIdentical(a, b)) << "bf16products flash ring != flat: " << c.Name();
+  EXPECT_TRUE(BitIdentical(t, u)) << "bf16products tiled ring != flat: " << c.Name();
+  // Rounding q moves a score s by up to |s| * 2^-9: against the exact outputs the mode stays
+  // within kProductsAgainstExact for scores of unit scale, not for the huge scores of
+  // query_scale (there the reference over the rounded queries is the check).
+  if (c.query_scale != 1.0f) return;
+  const std::vector<double> flash_exact(exact_flash.begin(), exact_flash.end());
+  const std::vector<double> tiled_exact(exact_tiled.begin(), exact_tiled.end());
+  ExpectNearReference(c, a, flash_exact, "bf16products flash against exact", kProductsAgainstExact);
+  ExpectNearReference(c, t, tiled_exact, "bf16products tiled against exact", kProductsAgainstExact);
 }
 
 // The int8 check of one case (Format::kInt8, the same shapes as BF16): flash and tiled, ring
@@ -325,6 +379,7 @@ void CheckCase(const Case& c) {
       break;
     }
   }
+  CheckProductsCase(c, in, options, flash_flat, flash_ring, tiled_flat, tiled_ring, a, t);
   CheckInt8Case(c, in, options, flat_slots, ring_slots);
 }
 
@@ -368,6 +423,13 @@ void CheckTileHeight(const Case& c) {
   const std::string what = "tiled" + std::to_string(kRows);
   ExpectNearReference(c, a, ref, what.c_str());
   EXPECT_TRUE(BitIdentical(a, b)) << what << " ring != flat: " << c.Name();
+  // The BF16-product mode (tiles of 8 take the widening path, of 32 vdpbf16ps where it runs).
+  const AttentionOptions products = WithBF16Products(options);
+  RunTiled(flat.View(c.visibility), BatchOf(c, in, a.data()), products);
+  RunTiled(ring.View(c.visibility), BatchOf(c, in, b.data()), products);
+  ExpectNearReference(c, a, ProductsReference(c, in, products), (what + " bf16products").c_str(),
+                      kProductsTolerance);
+  EXPECT_TRUE(BitIdentical(a, b)) << what << " bf16products ring != flat: " << c.Name();
 }
 
 TEST(Attention, TileHeights8And32MatchReferenceOnEveryTarget) {
@@ -609,11 +671,13 @@ TEST(Attention, NaNAndInfInVisibleKVReachOnlyTheOutputsThatSeeThem) {
       } else {
         in.history.V(bad_pos, 1, 7) = kvring::BF16FromF32(std::numeric_limits<float>::infinity());
       }
-      const AttentionOptions options = OptionsOf(c, in);
+      const AttentionOptions exact = OptionsOf(c, in);
       const auto flash = Ring<FlashLayout>(c, in.history, c.RingSlots());
       const auto tiled = Ring<Tiled>(c, in.history, c.RingSlots());
+      const AttentionOptions products = WithBF16Products(exact);
       for (const std::vector<float>& out :
-           {RunKernel(c, in, flash, options), RunKernel(c, in, tiled, options)}) {
+           {RunKernel(c, in, flash, exact), RunKernel(c, in, tiled, exact),
+            RunKernel(c, in, flash, products), RunKernel(c, in, tiled, products)}) {
         for (uint32_t query = 0; query < c.num_queries; ++query) {
           const bool sees = c.visibility.Visible(c.first_q_pos + query, bad_pos);
           for (uint32_t q_head = 0; q_head < c.NumQHeads(); ++q_head) {
@@ -897,9 +961,10 @@ TEST(Attention, RingAndFlatAreBitIdenticalAtEveryWrapPoint) {
 // source) gives the bits of ring and flat storage of the same history, for decode and prefill
 // batches whose visible positions cross block boundaries, both layouts, blocks of one and of
 // three tiles, BF16 and int8.
-void CheckPagedCase(const Case& c, uint64_t block_tiles) {
+void CheckPagedCase(const Case& c, uint64_t block_tiles, bool products) {
   const Inputs in = MakeInputs(c);
-  const AttentionOptions options = OptionsOf(c, in);
+  const AttentionOptions exact = OptionsOf(c, in);
+  const AttentionOptions options = products ? WithBF16Products(exact) : exact;
   const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
   const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
   using kvring::reference::PagedHistory;
@@ -950,8 +1015,8 @@ TEST(Attention, PagedRingAndFlatAreBitIdenticalAcrossBlockBoundaries) {
           c.num_queries = num_queries;
           c.first_q_pos = end - num_queries;
           c.seed = static_cast<uint32_t>(end + num_queries);
-          CheckPagedCase(c, 1);
-          CheckPagedCase(c, 3);
+          CheckPagedCase(c, 1, false);
+          CheckPagedCase(c, 3, num_queries != 3);  // the BF16-product mode too
         }
       }
     }
@@ -962,13 +1027,15 @@ TEST(Attention, PagedRingAndFlatAreBitIdenticalAcrossBlockBoundaries) {
     latent.group = 4;
     latent.visibility = Global();
     latent.first_q_pos = 200;
-    CheckPagedCase(latent, 2);
+    CheckPagedCase(latent, 2, false);
+    CheckPagedCase(latent, 2, true);
     if (!slow) {
       Case split;
       split.head_dim = 64;
       split.visibility = Global();
       split.first_q_pos = 5000;
-      CheckPagedCase(split, 3);
+      CheckPagedCase(split, 3, false);
+      CheckPagedCase(split, 3, true);
     }
   });
 }
@@ -1143,17 +1210,27 @@ TEST(AttentionThreads, ThreadCountsAndRepeatedRunsGiveIdenticalBits) {
       c.num_queries = num_queries;
       c.sinks = true;
       const Inputs in = MakeInputs(c);
-      AttentionOptions options = OptionsOf(c, in);
-      options.split_positions = 512;
+      AttentionOptions exact = OptionsOf(c, in);
+      exact.split_positions = 512;
       const auto flash = Ring<FlashLayout>(c, in.history, c.RingSlots());
       const auto tiled = Ring<Tiled>(c, in.history, c.RingSlots());
-      const std::vector<float> one = RunKernel(c, in, flash, options, 1);
-      const std::vector<float> tiled_one = RunKernel(c, in, tiled, options, 1);
-      for (uint32_t threads : {1u, 2u, 3u, 8u}) {
-        EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash, options, threads), one)) << threads;
-        EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled, options, threads), tiled_one)) << threads;
+      for (const AttentionOptions& options : {exact, WithBF16Products(exact)}) {
+        const bool products = options.products == kvring::Products::kBF16;
+        const std::vector<float> one = RunKernel(c, in, flash, options, 1);
+        const std::vector<float> tiled_one = RunKernel(c, in, tiled, options, 1);
+        for (uint32_t threads : {1u, 2u, 3u, 8u}) {
+          EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash, options, threads), one))
+              << threads << " products " << products;
+          EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled, options, threads), tiled_one))
+              << threads << " products " << products;
+        }
+        if (products) {
+          ExpectNearReference(c, one, ProductsReference(c, in, options), "threads bf16products",
+                              kProductsTolerance);
+        } else {
+          ExpectNearReference(c, one, Reference(c, in, options), "threads");
+        }
       }
-      ExpectNearReference(c, one, Reference(c, in, options), "threads");
     }
   });
 }

@@ -27,6 +27,19 @@
 namespace kvring {
 
 // Numeric options of one attention call (docs/attention.md).
+// The products of an attention call (AttentionOptions::products).
+// - kF32: q . k and p . v multiply f32 queries and probabilities by the stored values widened
+//   to f32 (the default; exact products, f32 sums).
+// - kBF16: BF16 x BF16 products with f32 sums, as GPU flash attention and ggml's CPU kernels
+//   compute: each pre-scaled query (q * scale) is rounded to BF16 once per call, and each
+//   probability to BF16 before the V pass (the softmax denominator sums the f32 ones). About
+//   2e-3 normwise from the exact mode (docs/attention.md); on CPUs with AVX512-BF16 it runs on
+//   vdpbf16ps at up to twice the exact mode's arithmetic rate, elsewhere on the widening
+//   path with the same roundings (its last bits may differ from vdpbf16ps's). Ring == flat
+//   and thread counts stay bit-identical within the mode. Int8 layers compute kF32 in
+//   either mode (their products are int8 x f32; docs/attention.md).
+enum class Products : uint8_t { kF32 = 0, kBF16 = 1 };
+
 struct AttentionOptions {
   // Multiplies q . k; 0 means 1 / sqrt(head_dim).
   float scale = 0.0f;
@@ -49,6 +62,8 @@ struct AttentionOptions {
   // latent_v_dims elements per q head. A multiple of 16, at most head_dim. Must be 0 for a
   // view with V.
   uint32_t latent_v_dims = 0;
+  // Products::kF32 (exact, the default) or Products::kBF16 (see Products).
+  Products products = Products::kF32;
 };
 
 // The queries of one call and where their output goes. Queries sit at the consecutive
@@ -146,6 +161,11 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
       !std::isfinite(options.scale)) {
     return Result::Refused(Status::kBadArgument,
                            "options: soft_cap and scale must be finite and soft_cap >= 0");
+  }
+  if (options.products != Products::kF32 && options.products != Products::kBF16) {
+    return Result::Refused(Status::kBadArgument,
+                           "options.products: %llu is neither Products::kF32 (0) nor kBF16 (1)",
+                           static_cast<uint64_t>(options.products));
   }
   if (batch.num_q_heads == 0 || batch.num_q_heads % shape.num_kv_heads != 0) {
     return Result::Refused(Status::kBadArgument,

@@ -23,6 +23,24 @@ namespace kvring {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+#if HWY_TARGET != HWY_SCALAR
+// Returns the f32 bit patterns `bits` rounded to BF16 (BF16FromF32) in the upper half of each
+// lane, the lower half zero: as f32, the BF16 value itself. Round to nearest even, NaN
+// quieted with its sign and top payload kept.
+template <class DU>
+HWY_INLINE hn::Vec<DU> RoundedToBF16Bits(DU du, hn::Vec<DU> bits) {
+  const hn::RebindToSigned<DU> di;
+  const auto upper = hn::ShiftRight<16>(bits);
+  const auto rounded =
+      hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), hn::And(upper, hn::Set(du, 1u))));
+  const auto is_nan = hn::Gt(hn::BitCast(di, hn::And(bits, hn::Set(du, 0x7FFFFFFFu))),
+                             hn::BitCast(di, hn::Set(du, 0x7F800000u)));
+  return hn::And(
+      hn::IfThenElse(hn::RebindMask(du, is_nan), hn::Or(bits, hn::Set(du, 0x00400000u)), rounded),
+      hn::Set(du, 0xFFFF0000u));
+}
+#endif
+
 // Writes `out[i] = BF16FromF32(in[i])` for i < count: round to nearest even, NaN quieted
 // with its sign and top payload kept. In and out may be unaligned and must not overlap.
 // Does not allocate; one pass over the data.
@@ -35,27 +53,30 @@ static HWY_INLINE HWY_MAYBE_UNUSED void F32ToBF16(const float* HWY_RESTRICT in,
   const hn::Rebind<uint16_t, decltype(du32)> du16;
   const hn::RebindToSigned<decltype(du32)> di32;
   const size_t num_lanes = hn::Lanes(du32);
-  const auto abs_mask = hn::Set(du32, 0x7FFFFFFFu);
-  const auto inf_bits = hn::Set(du32, 0x7F800000u);
-  const auto quiet_bit = hn::Set(du32, 0x0040u);
-  const auto rounding_base = hn::Set(du32, 0x7FFFu);
-  const auto one = hn::Set(du32, 1u);
   size_t i = 0;
   for (; i + num_lanes <= count; i += num_lanes) {
     const auto bits = hn::LoadU(du32, reinterpret_cast<const uint32_t*>(in + i));
-    const auto upper = hn::ShiftRight<16>(bits);
-    const auto rounded =
-        hn::ShiftRight<16>(hn::Add(bits, hn::Add(rounding_base, hn::And(upper, one))));
-    const auto is_nan =
-        hn::Gt(hn::BitCast(di32, hn::And(bits, abs_mask)), hn::BitCast(di32, inf_bits));
-    const auto result =
-        hn::IfThenElse(hn::RebindMask(du32, is_nan), hn::Or(upper, quiet_bit), rounded);
+    const auto result = hn::ShiftRight<16>(RoundedToBF16Bits(du32, bits));
     // Every lane is below 0x10000, so the saturating demotion keeps it exactly.
     hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, result)), du16,
                reinterpret_cast<uint16_t*>(out + i));
   }
   for (; i < count; ++i) out[i] = BF16FromF32(in[i]);
 #endif
+}
+
+// Rounds `x[i]` to its BF16 value in place (BF16ToF32(BF16FromF32(x[i]))) for i < count.
+static HWY_INLINE HWY_MAYBE_UNUSED void RoundToBF16InPlace(float* HWY_RESTRICT x, size_t count) {
+  size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<uint32_t> du32;
+  const size_t num_lanes = hn::Lanes(du32);
+  uint32_t* bits = reinterpret_cast<uint32_t*>(x);
+  for (; i + num_lanes <= count; i += num_lanes) {
+    hn::StoreU(RoundedToBF16Bits(du32, hn::LoadU(du32, bits + i)), du32, bits + i);
+  }
+#endif
+  for (; i < count; ++i) x[i] = BF16ToF32(BF16FromF32(x[i]));
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)

@@ -28,6 +28,8 @@
 #include "kvring/views.h"
 
 // After highway.h: the parts of the kernels this file puts together.
+#include "kvring/ops/append-inl.h"
+#include "kvring/ops/attention_products-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
 #include "kvring/ops/attention_softmax-inl.h"
 
@@ -42,9 +44,10 @@ namespace attention_internal {
 // query and write to a scratch accumulator nobody reads). `scored`: `scores` already holds
 // the tile's raw scores (TwoTileScoresPaired). T: the stored element, BF16 or int8; for int8,
 // k_scale_lanes holds the tile's K scales in the scores' lane order and v_scales its V scales
-// by offset (both unused for BF16).
+// by offset (both unused for BF16). `path`: the item's products (PathOf); kBF16Native only
+// for BF16 tiles with a vdpbf16ps path, rows' queries then in pairs (WriteQueryRow).
 template <size_t kRows, uint64_t kTile, typename T>
-HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
+HWY_INLINE void BlockTile(ProductPath path, Row* rows, size_t num_real, uint64_t tile_pos,
                           const T* HWY_RESTRICT k_tile, size_t dim_stride, const T* k_next,
                           const PrefetchShape& ps, const T* HWY_RESTRICT v_tile, size_t v_stride,
                           const float* HWY_RESTRICT k_scale_lanes,
@@ -75,7 +78,22 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
     }
   }
   if (!any_active) return;
-  if (!scored) TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+  // (Only a BF16 tile of a native shape takes the native path: PathOf.)
+  constexpr bool kNative = kNativeTile<kTile> && std::is_same<T, BF16>::value;
+  if (!scored) {
+    bool native_scored = false;
+#if HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kNative) {
+      if (path == ProductPath::kBF16Native) {
+        TileScoresNative<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+        native_scored = true;
+      }
+    }
+#endif
+    if (!native_scored) {
+      TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+    }
+  }
   if constexpr (std::is_same<T, int8_t>::value) {
     // The score of a position is its K scale times q . q_int8 (exact folding of the format).
     for (size_t r = 0; r < num_real; ++r) {
@@ -90,7 +108,32 @@ HWY_INLINE void BlockTile(Row* rows, size_t num_real, uint64_t tile_pos,
     if (!active[r]) continue;
     correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
                                       soft_cap, rows[r]);
+    // The BF16-product mode's V pass weighs positions by BF16 probabilities (the sum above
+    // took the f32 ones).
+    if (path == ProductPath::kBF16Widened) RoundToBF16InPlace(scores + r * kTile, kTile);
+#if HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kNative) {
+      if (path == ProductPath::kBF16Native) PackProbabilityPairs<kTile>(scores + r * kTile);
+    }
+#endif
   }
+#if HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kNative) {
+    if (path == ProductPath::kBF16Native) {
+      if (all_full) {
+        AccumulateTileNative<kRows, false, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, p, acc,
+                                                  correction, 0, 0);
+        return;
+      }
+      for (size_t r = 0; r < num_real; ++r) {
+        if (!active[r]) continue;
+        AccumulateTileNative<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r],
+                                             &acc[r], &correction[r], lo_off[r], hi_off[r]);
+      }
+      return;
+    }
+  }
+#endif
   if (all_full) {
     AccumulateTile<kRows, false, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p,
                                         index_of_offset, acc, correction, 0, 0);
@@ -223,6 +266,8 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
   const size_t num_rows = size_t{item.num_queries} * group;
   const float scale = AttentionScale(options, work.HeadDim());
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  const ProductPath path =
+      PathOf<T, kTile>(options.products, static_cast<size_t>(kv.layout.K().DimStride()));
 
   // Scratch: lane tables, scores of one register block, a dummy accumulator, then per row
   // its scaled query and its accumulators.
@@ -280,11 +325,13 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       float* q = q_rows + row * q_stride;
       const size_t src = static_cast<size_t>(query * work.QRowStride()) + q_head * head_dim;
       if (batch.queries_f32 != nullptr) {
-        for (size_t dim = 0; dim < head_dim; ++dim) q[dim] = batch.queries_f32[src + dim] * scale;
+        const float* in = batch.queries_f32 + src;
+        WriteQueryRow(
+            path, [in](size_t dim) { return in[dim]; }, scale, head_dim, q);
       } else {
-        for (size_t dim = 0; dim < head_dim; ++dim) {
-          q[dim] = BF16ToF32(batch.queries_bf16[src + dim]) * scale;
-        }
+        const BF16* in = batch.queries_bf16 + src;
+        WriteQueryRow(
+            path, [in](size_t dim) { return BF16ToF32(in[dim]); }, scale, head_dim, q);
       }
       state.q = q;
       state.acc = acc_rows + row * acc_stride;
@@ -359,16 +406,16 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       const auto one_tile = [&](const TileRefs<T>& tile, float* tile_scores, bool scored) {
         return [&, tile_scores, scored](auto k_rows, Row* block, size_t num_real) {
           BlockTile<decltype(k_rows)::value, kTile>(
-              block, num_real, tile.pos, tile.k, dim_stride, tile.k_next, prefetch_shape, tile.v,
-              v_stride, k_scale_lanes, tile.v_scales, head_dim, v_head_dim, options.soft_cap,
-              lane_offsets, index_of_offset, tile_scores, scored);
+              path, block, num_real, tile.pos, tile.k, dim_stride, tile.k_next, prefetch_shape,
+              tile.v, v_stride, k_scale_lanes, tile.v_scales, head_dim, v_head_dim,
+              options.soft_cap, lane_offsets, index_of_offset, tile_scores, scored);
         };
       };
       // Tiles whose scores pair dims (TileScoresPaired) go two at a time, the second
       // buffered here; each row still takes tile after tile, as alone.
       // (Int8 tiles go one at a time: the paired scoring widens BF16 pairs only.)
-      const bool two_tiles =
-          kPairDims<kTile> && std::is_same<T, BF16>::value && dim_stride == kTile;
+      const bool two_tiles = kPairDims<kTile> && std::is_same<T, BF16>::value &&
+                             dim_stride == kTile && path != ProductPath::kBF16Native;
       TileRefs<T> held;
       bool holding = false;
       ForEachTile<kTile>(view, [&](uint64_t tile_pos) {
