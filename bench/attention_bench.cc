@@ -2,6 +2,10 @@
 // its headroom twins in this binary: a plain vector read of the same K/V bytes (read_ratio)
 // and an f32 FMA loop of the same multiply-adds (fma_ratio). Ratios are the twin's time over
 // the benchmark's: 1.0 is as fast as the twin. Dynamic dispatch: the best target of this CPU.
+// Benchmarks ending in /bf16products run the BF16-product mode (Products::kBF16) beside a
+// vdpbf16ps loop of the same multiply-adds (bf16_peak_ratio: the machine's BF16 peak) and the
+// exact mode's call of the same arguments, timed in turn (exact_ratio: its time over the
+// mode's).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -37,6 +41,10 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "bench/evict.h"
 #include "benchmark/benchmark.h"
 #include "kvring/storage/global_kv.h"
@@ -47,6 +55,32 @@ HWY_AFTER_NAMESPACE();
 namespace kvring_bench {
 HWY_EXPORT(ReadTwin);
 HWY_EXPORT(FmaTwin);
+
+#if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 10))
+// Whether this CPU runs vdpbf16ps (AVX512-BF16).
+bool HasBF16Twin() { return __builtin_cpu_supports("avx512bf16"); }
+
+// The BF16 twin: `count` BF16 multiply-adds on vdpbf16ps (32 a call, two per f32 lane), with
+// enough independent accumulators to cover its latency: the machine's BF16 peak.
+__attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) float BF16Twin(uint64_t count,
+                                                                                float x) {
+  constexpr size_t kAcc = 16;
+  __m512 acc[kAcc];
+  for (size_t i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(x), _mm512_set1_ps(x));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-7f), _mm512_set1_ps(1e-7f));
+  const uint64_t iterations = count / (32 * kAcc);
+  for (uint64_t it = 0; it < iterations; ++it) {
+    for (size_t i = 0; i < kAcc; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 sum = acc[0];
+  for (size_t i = 1; i < kAcc; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+#else
+bool HasBF16Twin() { return false; }
+float BF16Twin(uint64_t, float) { return 0.0f; }
+#endif
 
 using kvring::AttentionKind;
 using kvring::reference::History;
@@ -83,7 +117,8 @@ KV Store(const History& history, const kvring::StorageSpec& spec, uint64_t end) 
 }
 
 template <typename Layout>
-void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
+void BM_Attention(benchmark::State& state, Shape shape, bool ring,
+                  kvring::Products products = kvring::Products::kF32) {
   // Queries far enough in that the ring has wrapped several times.
   const uint64_t first_q_pos = 3 * (shape.window + shape.num_queries) + 17;
   const uint64_t end = first_q_pos + shape.num_queries;
@@ -131,6 +166,10 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
   std::vector<float> out_flat(out.size());
   kvring::AttentionOptions options;
   options.latent_v_dims = shape.latent_v_dims;
+  options.products = products;
+  const bool bf16_products = products == kvring::Products::kBF16;
+  kvring::AttentionOptions exact_options = options;
+  exact_options.products = kvring::Products::kF32;
   kvring::AttentionBatch batch;
   batch.queries_f32 = queries.data();
   batch.out_f32 = out.data();
@@ -238,9 +277,35 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
     best_one_read = std::min(best_one_read, Seconds([&] { read_twin_on(1); }));
     best_one_fma = std::min(best_one_fma, Seconds([&] { fma_twin_on(1); }));
   };
+  // The BF16-product mode also times the exact mode's call (same threads, its own output and
+  // workspace) and the BF16 twin of the same multiply-adds in each iteration.
+  std::vector<float> out_exact(bf16_products ? out.size() : 0);
+  kvring::AttentionBatch exact_batch = batch;
+  exact_batch.out_f32 = out_exact.data();
+  kvring::AttentionWorkspace exact_workspace;
+  double best_exact = 1e30, best_bf16 = 1e30;
+  std::vector<float> bf16_sums(threads);
+  const bool bf16_twin = bf16_products && HasBF16Twin();
+  const auto exact_call = [&] {
+    evict_kv(kv);
+    best_exact =
+        std::min(best_exact, Seconds([&] {
+                   kvring_testing::DispatchAttention(kv, exact_batch, exact_options, threads,
+                                                     pool_or_null, &exact_workspace);
+                 }));
+    benchmark::DoNotOptimize(out_exact.data());
+    if (bf16_twin) {
+      best_bf16 = std::min(best_bf16, Seconds([&] {
+                             pool.Run(threads, [&](uint64_t part, uint32_t) {
+                               bf16_sums[part] = BF16Twin(fmas / threads, 0.999f);
+                             });
+                           }));
+    }
+  };
   uint64_t iteration = 0;
   for (auto _ : state) {
     const bool odd = iteration++ % 2 == 1;  // neither side of a comparison always goes first
+    if (bf16_products && odd) exact_call();
     const bool one_first = threads > 1 && odd;
     if (one_first) one_thread();
     const bool flat_first = ring && odd;
@@ -261,6 +326,8 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
       best_warm_read = std::min(best_warm_read, Seconds(read_twin));
     }
     if (threads > 1 && !one_first) one_thread();
+    if (bf16_products && !odd) exact_call();
+    benchmark::DoNotOptimize(bf16_sums.data());
     benchmark::DoNotOptimize(read_sums.data());
     benchmark::DoNotOptimize(fma_sums.data());
   }
@@ -294,6 +361,11 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring) {
     state.counters["speedup"] = best_one / best;
     state.counters["fma_twin_speedup"] = best_one_fma / best_fma;
     state.counters["read_twin_speedup"] = best_one_read / best_read;
+  }
+  if (bf16_products) {
+    state.counters["exact_us"] = best_exact * 1e6;
+    state.counters["exact_ratio"] = best_exact / best;
+    if (bf16_twin) state.counters["bf16_peak_ratio"] = best_bf16 / best;
   }
   if (ring) {
     // Property 1 (docs/design.md), on the benchmark's own data: the ring's output is the flat
@@ -446,6 +518,13 @@ void RegisterAll() {
       // values its first 512 elements.
       {"Decode", 576, 16, 1, 1, 4096, 1, 512},
   };
+  // The BF16-product mode: the compute-bound shapes (prefill 512 over 1024 at D256,
+  // decode GQA 16/2, MLA decode) and memory-bound decode GQA 8/4, which must not slow down.
+  const Shape products_shapes[] = {
+      {"Prefill", 256, 8, 4, 512, 1024, 1}, {"Prefill", 256, 8, 4, 512, 1024, 2},
+      {"Decode", 128, 16, 2, 1, 4096, 1},   {"Decode", 576, 16, 1, 1, 4096, 1, 512},
+      {"Decode", 128, 8, 4, 1, 4096, 1},
+  };
   // Int8 against BF16: decode at 512, 8192 and 32768 positions, prefill over a 1024 window.
   const Shape int8_shapes[] = {
       {"Decode", 128, 8, 4, 1, 512, 1},
@@ -476,7 +555,8 @@ void RegisterAll() {
       }
     }
   }
-  for (const Shape& s : shapes) {
+  const auto register_shape = [](const Shape& s, kvring::Products products) {
+    const bool bf16 = products == kvring::Products::kBF16;
     for (int backend = 0; backend < 2; ++backend) {
       for (bool ring : {true, false}) {
         const std::string name =
@@ -485,12 +565,14 @@ void RegisterAll() {
             std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
             std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads" +
             std::to_string(s.num_threads) +
-            (s.latent_v_dims != 0 ? "/latent" + std::to_string(s.latent_v_dims) : "");
+            (s.latent_v_dims != 0 ? "/latent" + std::to_string(s.latent_v_dims) : "") +
+            (bf16 ? "/bf16products" : "");
         benchmark::internal::Benchmark* b =
-            backend == 0 ? benchmark::RegisterBenchmark(name.c_str(),
-                                                        BM_Attention<kvring::FlashLayout>, s, ring)
-                         : benchmark::RegisterBenchmark(
-                               name.c_str(), BM_Attention<kvring::TiledLayout<16>>, s, ring);
+            backend == 0
+                ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::FlashLayout>, s,
+                                               ring, products)
+                : benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<16>>,
+                                               s, ring, products);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
           // Evicting before every cold call costs more than the call (clflush of every line):
@@ -502,7 +584,9 @@ void RegisterAll() {
         }
       }
     }
-  }
+  };
+  for (const Shape& s : shapes) register_shape(s, kvring::Products::kF32);
+  for (const Shape& s : products_shapes) register_shape(s, kvring::Products::kBF16);
 }
 
 }  // namespace kvring_bench

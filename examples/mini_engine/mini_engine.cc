@@ -35,16 +35,17 @@ struct Config {
   ModelConfig model;  // --window, --seed and --k-outliers set its fields
   // Runtime.
   std::string backend = "flash";
-  std::string format = "bf16";  // of every layer's K/V: bf16 or int8
-  uint64_t prompt = 300;        // tokens of the first prompt
-  uint64_t decode = 2048;       // tokens generated after it
-  uint64_t batch = 32;          // planned prefill batch
-  uint64_t draft = 4;           // draft tokens per speculative round (the planned rollback)
-  uint64_t suffix = 48;         // tokens of the second user turn after the snapshot
-  uint64_t continuation = 256;  // tokens generated after that turn, and in conversation 2
-  uint64_t prompt2 = 384;       // tokens of conversation 2's prompt
-  uint64_t grow_factor = 4;     // conversation 2 prefills in batches of batch * grow_factor
-  uint32_t threads = 1;         // attention threads
+  std::string format = "bf16";   // of every layer's K/V: bf16 or int8
+  std::string products = "f32";  // attention products: f32 (exact) or bf16 (Products::kBF16)
+  uint64_t prompt = 300;         // tokens of the first prompt
+  uint64_t decode = 2048;        // tokens generated after it
+  uint64_t batch = 32;           // planned prefill batch
+  uint64_t draft = 4;            // draft tokens per speculative round (the planned rollback)
+  uint64_t suffix = 48;          // tokens of the second user turn after the snapshot
+  uint64_t continuation = 256;   // tokens generated after that turn, and in conversation 2
+  uint64_t prompt2 = 384;        // tokens of conversation 2's prompt
+  uint64_t grow_factor = 4;      // conversation 2 prefills in batches of batch * grow_factor
+  uint32_t threads = 1;          // attention threads
   uint64_t split_positions = kvring::AttentionOptions().split_positions;  // decode KV splits
 };
 
@@ -62,6 +63,9 @@ void PrintUsage() {
       "  --backend=flash|tiled  kvring layout and kernels (default flash)\n"
       "  --format=bf16|int8     every layer's K/V format (default bf16); int8 also compares\n"
       "                         its decode with a BF16 cache's (KL, token agreement)\n"
+      "  --products=f32|bf16    attention products (default f32, exact); bf16 runs every\n"
+      "                         check in kvring's BF16-product mode and compares its decode\n"
+      "                         with the exact mode's (KL, token agreement)\n"
       "  --prompt=N             first prompt's tokens (300)\n"
       "  --decode=N             tokens generated greedily after it (2048)\n"
       "  --batch=N              planned prefill batch (32)\n"
@@ -97,6 +101,14 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
         return false;
       }
       config->format = text;
+      continue;
+    }
+    if (name == "products") {
+      if (text != "f32" && text != "bf16") {
+        std::fprintf(stderr, "mini_engine: --products must be f32 or bf16\n");
+        return false;
+      }
+      config->products = text;
       continue;
     }
     if (name == "backend") {
@@ -170,6 +182,7 @@ kvring::AttentionOptions OptionsOf(const Config& c) {
   kvring::AttentionOptions options;
   options.max_split_queries = static_cast<uint32_t>(c.draft + 1);
   options.split_positions = c.split_positions;
+  options.products = c.products == "bf16" ? kvring::Products::kBF16 : kvring::Products::kF32;
   return options;
 }
 
@@ -621,13 +634,20 @@ int Run(const Config& config) {
                       Identical(difference, conv_tokens.size()));
   }
 
-  // 8. An int8 cache against a BF16 one: the BF16 cache's greedy decode, then the int8 cache
-  //    fed the same tokens; at every step the KL divergence of the int8 cache's next-token
-  //    distribution from the BF16 one's, and whether both pick the same token.
+  // 8. Against the exact BF16 run (an int8 cache, or the BF16-product mode, or both): a BF16
+  //    cache with exact products decodes greedily, then the run's cache and options are fed
+  //    the same tokens; at every step the KL divergence of the run's next-token distribution
+  //    from the exact one's, and whether both pick the same token.
+  const bool bf16_products = options.products == kvring::Products::kBF16;
+  const bool compare = format == kvring::Format::kInt8 || bf16_products;
+  const std::string what = format == kvring::Format::kInt8 && bf16_products
+                               ? "int8 with BF16 products"
+                           : bf16_products ? "BF16 products"
+                                           : "int8";
   double mean_kl = 0.0, max_kl = 0.0, agreement = 0.0;
   uint64_t bf16_bytes = 0;
-  Meter bf16_meter, int8_meter;
-  if (format == kvring::Format::kInt8) {
+  Meter bf16_meter, run_meter;
+  if (compare) {
     kvring::LayerPlan::Builder bf16_builder;
     for (const kvring::LayerSpec& spec : LayerSpecs(config.model)) bf16_builder.AddLayer(spec);
     bf16_builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);
@@ -635,35 +655,38 @@ int Run(const Config& config) {
     const kvring::Expected<kvring::LayerPlan> bf16_plan = bf16_builder.Build();
     kvring::Expected<kvring::KVCache<Layout>> bf16_cache =
         kvring::KVCache<Layout>::Create(bf16_plan.value());
-    kvring::Expected<kvring::KVCache<Layout>> int8_cache = kvring::KVCache<Layout>::Create(*plan);
-    if (!bf16_cache.ok() || !int8_cache.ok()) return 2;
+    kvring::Expected<kvring::KVCache<Layout>> run_cache = kvring::KVCache<Layout>::Create(*plan);
+    if (!bf16_cache.ok() || !run_cache.ok()) return 2;
     bf16_bytes = bf16_cache->AllocatedBytes();
-    Engine<Layout> bf16("bf16", model, options, std::move(bf16_cache).value(), &pool, &bf16_meter,
-                        &progress);
-    Engine<Layout> int8("int8", model, options, std::move(int8_cache).value(), &pool, &int8_meter,
-                        &progress);
+    kvring::AttentionOptions exact = options;
+    exact.products = kvring::Products::kF32;
+    Engine<Layout> bf16("bf16 exact", model, exact, std::move(bf16_cache).value(), &pool,
+                        &bf16_meter, &progress);
+    Engine<Layout> run(what.c_str(), model, options, std::move(run_cache).value(), &pool,
+                       &run_meter, &progress);
     std::vector<int32_t> bf16_tokens;
     std::vector<float> bf16_logits;
     checks.ExpectStatus(bf16.Prefill(prompt, config.batch), "bf16 prefill");
     checks.ExpectStatus(bf16.Decode(config.decode, &bf16_tokens, &bf16_logits), "bf16 decode");
-    checks.ExpectStatus(int8.Prefill(prompt, config.batch), "int8 prefill");
-    std::vector<float> int8_logits = int8.Logits(), next;
+    checks.ExpectStatus(run.Prefill(prompt, config.batch), what + " prefill");
+    std::vector<float> run_logits = run.Logits(), next;
     uint64_t agree = 0;
     const Clock::time_point start = Clock::now();
     for (size_t i = 0; i < bf16_tokens.size(); ++i) {
-      const double kl = KLDivergence(&bf16_logits[i * vocab], int8_logits.data(), vocab);
+      const double kl = KLDivergence(&bf16_logits[i * vocab], run_logits.data(), vocab);
       mean_kl += kl / static_cast<double>(bf16_tokens.size());
       max_kl = std::max(max_kl, kl);
-      agree += ArgMax(int8_logits.data(), vocab) == bf16_tokens[i];
-      checks.ExpectStatus(int8.Forward(&bf16_tokens[i], 1, &next), "int8 decode");
-      int8_logits.swap(next);
+      agree += ArgMax(run_logits.data(), vocab) == bf16_tokens[i];
+      checks.ExpectStatus(run.Forward(&bf16_tokens[i], 1, &next), what + " decode");
+      run_logits.swap(next);
     }
-    int8_meter.decode_tokens += bf16_tokens.size();
-    int8_meter.decode_seconds += SecondsSince(start);
+    run_meter.decode_tokens += bf16_tokens.size();
+    run_meter.decode_seconds += SecondsSince(start);
     agreement = bf16_tokens.empty()
                     ? 1.0
                     : static_cast<double>(agree) / static_cast<double>(bf16_tokens.size());
-    checks.Expect(mean_kl <= 1e-3, "int8 against BF16 over " + std::to_string(bf16_tokens.size()) +
+    checks.Expect(mean_kl <= 1e-3, what + " against exact BF16 over " +
+                                       std::to_string(bf16_tokens.size()) +
                                        " decode steps: mean KL " + std::to_string(mean_kl) +
                                        " (at most 1e-3), max " + std::to_string(max_kl) +
                                        ", same token " + std::to_string(agreement * 100.0) + "%");
@@ -689,13 +712,13 @@ int Run(const Config& config) {
   std::printf("  flat    prefill %8.0f tokens/s  decode %7.0f tokens/s\n",
               rate(flat_meter.prefill_tokens, flat_meter.prefill_seconds),
               rate(flat_meter.decode_tokens, flat_meter.decode_seconds));
-  if (format == kvring::Format::kInt8) {
-    std::printf("\nint8 against BF16 (%llu decode steps, the BF16 cache's tokens)\n",
-                static_cast<unsigned long long>(config.decode));
-    std::printf("  KV memory  int8 %9.3f MiB, bf16 %9.3f MiB (%.2fx)\n", MiB(ring_bytes),
+  if (compare) {
+    std::printf("\n%s against exact BF16 (%llu decode steps, the exact cache's tokens)\n",
+                what.c_str(), static_cast<unsigned long long>(config.decode));
+    std::printf("  KV memory  %9.3f MiB, exact bf16 %9.3f MiB (%.2fx)\n", MiB(ring_bytes),
                 MiB(bf16_bytes), static_cast<double>(bf16_bytes) / static_cast<double>(ring_bytes));
-    std::printf("  decode     int8 %7.0f tokens/s, bf16 %7.0f tokens/s\n",
-                rate(int8_meter.decode_tokens, int8_meter.decode_seconds),
+    std::printf("  decode     %7.0f tokens/s, exact bf16 %7.0f tokens/s\n",
+                rate(run_meter.decode_tokens, run_meter.decode_seconds),
                 rate(bf16_meter.decode_tokens, bf16_meter.decode_seconds));
     std::printf("  next-token KL divergence mean %.3g, max %.3g; same token %.2f%%\n", mean_kl,
                 max_kl, agreement * 100.0);
