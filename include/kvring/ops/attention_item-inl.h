@@ -44,10 +44,11 @@ namespace attention_internal {
 // query and write to a scratch accumulator nobody reads). `scored`: `scores` already holds
 // the tile's raw scores (TwoTileScoresPaired). T: the stored element, BF16 or int8; for int8,
 // k_scale_lanes holds the tile's K scales in the scores' lane order and v_scales its V scales
-// by offset (both unused for BF16). `path`: the item's products (PathOf); kBF16Native only
-// for BF16 tiles with a vdpbf16ps path, rows' queries then in pairs (WriteQueryRow).
-template <size_t kRows, uint64_t kTile, typename T>
-HWY_INLINE void BlockTile(ProductPath path, Row* rows, size_t num_real, uint64_t tile_pos,
+// by offset (both unused for BF16). kNative: the item runs vdpbf16ps (ProductPath::kBF16Native,
+// the rows' queries in pairs: WriteQueryRow); else round_p: the BF16-product mode on the
+// widening path (kBF16Widened). The exact mode is neither, and has no branch of the others.
+template <size_t kRows, uint64_t kTile, bool kNative, typename T>
+HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t tile_pos,
                           const T* HWY_RESTRICT k_tile, size_t dim_stride, const T* k_next,
                           const PrefetchShape& ps, const T* HWY_RESTRICT v_tile, size_t v_stride,
                           const float* HWY_RESTRICT k_scale_lanes,
@@ -78,21 +79,17 @@ HWY_INLINE void BlockTile(ProductPath path, Row* rows, size_t num_real, uint64_t
     }
   }
   if (!any_active) return;
-  // (Only a BF16 tile of a native shape takes the native path: PathOf.)
-  constexpr bool kNative = kNativeTile<kTile> && std::is_same<T, BF16>::value;
   if (!scored) {
-    bool native_scored = false;
 #if HWY_TARGET == HWY_AVX3_DL
     if constexpr (kNative) {
-      if (path == ProductPath::kBF16Native) {
-        TileScoresNative<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
-        native_scored = true;
-      }
-    }
-#endif
-    if (!native_scored) {
+      TileScoresNative<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+    } else {
       TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
     }
+#else
+    static_assert(!kNative, "vdpbf16ps runs in the AVX3_DL target only");
+    TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+#endif
   }
   if constexpr (std::is_same<T, int8_t>::value) {
     // The score of a position is its K scale times q . q_int8 (exact folding of the format).
@@ -110,28 +107,29 @@ HWY_INLINE void BlockTile(ProductPath path, Row* rows, size_t num_real, uint64_t
                                       soft_cap, rows[r]);
     // The BF16-product mode's V pass weighs positions by BF16 probabilities (the sum above
     // took the f32 ones).
-    if (path == ProductPath::kBF16Widened) RoundToBF16InPlace(scores + r * kTile, kTile);
 #if HWY_TARGET == HWY_AVX3_DL
     if constexpr (kNative) {
-      if (path == ProductPath::kBF16Native) PackProbabilityPairs<kTile>(scores + r * kTile);
+      PackProbabilityPairs<kTile>(scores + r * kTile);
+    } else if (round_p) {
+      RoundToBF16InPlace(scores + r * kTile, kTile);
     }
+#else
+    if (round_p) RoundToBF16InPlace(scores + r * kTile, kTile);
 #endif
   }
 #if HWY_TARGET == HWY_AVX3_DL
   if constexpr (kNative) {
-    if (path == ProductPath::kBF16Native) {
-      if (all_full) {
-        AccumulateTileNative<kRows, false, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, p, acc,
-                                                  correction, 0, 0);
-        return;
-      }
-      for (size_t r = 0; r < num_real; ++r) {
-        if (!active[r]) continue;
-        AccumulateTileNative<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r],
-                                             &acc[r], &correction[r], lo_off[r], hi_off[r]);
-      }
+    if (all_full) {
+      AccumulateTileNative<kRows, false, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, p, acc,
+                                                correction, 0, 0);
       return;
     }
+    for (size_t r = 0; r < num_real; ++r) {
+      if (!active[r]) continue;
+      AccumulateTileNative<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r],
+                                           &acc[r], &correction[r], lo_off[r], hi_off[r]);
+    }
+    return;
   }
 #endif
   if (all_full) {
@@ -251,8 +249,9 @@ using ViewOf = typename std::conditional<Layout::kBackend == Backend::kFlash, Fl
                                          TiledView<Layout>>::type;
 
 // The body of RunAttentionItem for stored elements of type T (BF16, or int8 with scales),
-// reading K and V from k_base and v_base (v_base null for a latent view).
-template <class Layout, typename T>
+// reading K and V from k_base and v_base (v_base null for a latent view). kNative: the
+// BF16-product mode on vdpbf16ps (PathOf gave ProductPath::kBF16Native).
+template <bool kNative, class Layout, typename T>
 HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
                         const AttentionOptions& options, const AttentionWork& work,
                         uint64_t item_index, float* HWY_RESTRICT scratch,
@@ -266,8 +265,11 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
   const size_t num_rows = size_t{item.num_queries} * group;
   const float scale = AttentionScale(options, work.HeadDim());
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  const ProductPath path =
-      PathOf<T, kTile>(options.products, static_cast<size_t>(kv.layout.K().DimStride()));
+  const ProductPath path = kNative ? ProductPath::kBF16Native
+                           : options.products == Products::kBF16 && std::is_same<T, BF16>::value
+                               ? ProductPath::kBF16Widened
+                               : ProductPath::kF32;
+  const bool round_p = path == ProductPath::kBF16Widened;
 
   // Scratch: lane tables, scores of one register block, a dummy accumulator, then per row
   // its scaled query and its accumulators.
@@ -405,8 +407,8 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       };
       const auto one_tile = [&](const TileRefs<T>& tile, float* tile_scores, bool scored) {
         return [&, tile_scores, scored](auto k_rows, Row* block, size_t num_real) {
-          BlockTile<decltype(k_rows)::value, kTile>(
-              path, block, num_real, tile.pos, tile.k, dim_stride, tile.k_next, prefetch_shape,
+          BlockTile<decltype(k_rows)::value, kTile, kNative>(
+              round_p, block, num_real, tile.pos, tile.k, dim_stride, tile.k_next, prefetch_shape,
               tile.v, v_stride, k_scale_lanes, tile.v_scales, head_dim, v_head_dim,
               options.soft_cap, lane_offsets, index_of_offset, tile_scores, scored);
         };
@@ -414,8 +416,8 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       // Tiles whose scores pair dims (TileScoresPaired) go two at a time, the second
       // buffered here; each row still takes tile after tile, as alone.
       // (Int8 tiles go one at a time: the paired scoring widens BF16 pairs only.)
-      const bool two_tiles = kPairDims<kTile> && std::is_same<T, BF16>::value &&
-                             dim_stride == kTile && path != ProductPath::kBF16Native;
+      const bool two_tiles =
+          kPairDims<kTile> && std::is_same<T, BF16>::value && dim_stride == kTile && !kNative;
       TileRefs<T> held;
       bool holding = false;
       ForEachTile<kTile>(view, [&](uint64_t tile_pos) {
@@ -473,6 +475,18 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// RunItem of the BF16-product mode on vdpbf16ps, out of line, so that the exact mode's item
+// is inlined alone into RunAttentionItem as before.
+template <class Layout>
+HWY_NOINLINE void RunNativeItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                const AttentionOptions& options, const AttentionWork& work,
+                                uint64_t item_index, float* HWY_RESTRICT scratch,
+                                float* HWY_RESTRICT partial) {
+  RunItem<true>(kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
+}
+#endif
+
 }  // namespace attention_internal
 
 // Runs item `item_index` of `work` (AttentionWork::Plan of the same kv, batch and options):
@@ -492,13 +506,26 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
   // int8 views.)
 #if !defined(KVRING_ATTENTION_NO_INT8)
   if (kv.format == Format::kInt8) {
-    attention_internal::RunItem(kv, batch, options, work, item_index, scratch, partial, kv.k_int8,
-                                kv.v_int8);
+    attention_internal::RunItem<false>(kv, batch, options, work, item_index, scratch, partial,
+                                       kv.k_int8, kv.v_int8);
     return;
   }
 #endif
   KVRING_DASSERT(kv.format == Format::kBF16);
-  attention_internal::RunItem(kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
+#if HWY_TARGET == HWY_AVX3_DL
+  // The BF16-product mode on vdpbf16ps: its own instantiation, so that the exact mode's code
+  // has no branch of it.
+  if constexpr (attention_internal::kNativeTile<Layout::kTileSlots>) {
+    if (attention_internal::PathOf<BF16, Layout::kTileSlots>(
+            options.products, static_cast<size_t>(kv.layout.K().DimStride())) ==
+        attention_internal::ProductPath::kBF16Native) {
+      attention_internal::RunNativeItem(kv, batch, options, work, item_index, scratch, partial);
+      return;
+    }
+  }
+#endif
+  attention_internal::RunItem<false>(kv, batch, options, work, item_index, scratch, partial, kv.k,
+                                     kv.v);
 }
 
 // Combines the partial states of merge `merge_index` (< work.NumMerges()) in chronological
