@@ -27,8 +27,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "hwy/highway.h"
+#include "kvring/attention.h"
 #include "kvring/bf16.h"
 
 // After highway.h: per-target helpers this file uses.
