@@ -685,11 +685,12 @@ int Run(const Config& config) {
     agreement = bf16_tokens.empty()
                     ? 1.0
                     : static_cast<double>(agree) / static_cast<double>(bf16_tokens.size());
+    char summary[160];
+    std::snprintf(summary, sizeof(summary),
+                  " decode steps: mean KL %.3g (at most 1e-3), max %.3g, same token %.2f%%",
+                  mean_kl, max_kl, agreement * 100.0);
     checks.Expect(mean_kl <= 1e-3, what + " against exact BF16 over " +
-                                       std::to_string(bf16_tokens.size()) +
-                                       " decode steps: mean KL " + std::to_string(mean_kl) +
-                                       " (at most 1e-3), max " + std::to_string(max_kl) +
-                                       ", same token " + std::to_string(agreement * 100.0) + "%");
+                                       std::to_string(bf16_tokens.size()) + summary);
   }
 
   // 9. Report.

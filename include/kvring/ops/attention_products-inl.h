@@ -131,13 +131,11 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_NOINLINE void TileScoresNative(
   if constexpr (kTile == 16) {
     // Dims d and d + 1 of a 16-slot tile fill one vector: slot s of dim d at s, of d + 1 at
     // 16 + s. Lane j < 8 takes even slot 2j, lane 8 + j odd slot 2j + 1 (TileShape<16>).
-    alignas(64) uint16_t index[32];
-    for (int lane = 0; lane < 16; ++lane) {
-      const int slot = lane < 8 ? 2 * lane : 2 * (lane - 8) + 1;
-      index[2 * lane] = static_cast<uint16_t>(slot);
-      index[2 * lane + 1] = static_cast<uint16_t>(16 + slot);
-    }
-    const __m512i perm = _mm512_load_si512(index);
+    // (Element 2L of the permutation takes slot s of dim d, element 2L + 1 slot s of d + 1.)
+    alignas(64) static constexpr uint16_t kIndex[32] = {0,  16, 2,  18, 4,  20, 6,  22, 8,  24, 10,
+                                                        26, 12, 28, 14, 30, 1,  17, 3,  19, 5,  21,
+                                                        7,  23, 9,  25, 11, 27, 13, 29, 15, 31};
+    const __m512i perm = _mm512_load_si512(kIndex);
     constexpr size_t kAtOnce = AtOnce(kRows);
     for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
       __m512 acc[kAtOnce][kRows];
