@@ -126,8 +126,8 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
     }
     for (size_t r = 0; r < num_real; ++r) {
       if (!active[r]) continue;
-      AccumulateTileNative<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r],
-                                           &acc[r], &correction[r], lo_off[r], hi_off[r]);
+      AccumulateTileNative<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r], &acc[r],
+                                           &correction[r], lo_off[r], hi_off[r]);
     }
     return;
   }

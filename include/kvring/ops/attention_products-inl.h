@@ -96,7 +96,8 @@ HWY_INLINE void PackProbabilityPairs(float* HWY_RESTRICT p) {
 // AVX3_DL does not include it) and are called, not inlined, from the target's code.
 #define KVRING_BF16_PRODUCTS_TARGET __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
 
-// Whether this CPU executes vdpbf16ps (AVX3_DL CPUs before Cooper Lake and Zen 4 do not).
+// Whether this CPU executes vdpbf16ps (AVX3_DL CPUs before Sapphire Rapids and Zen 4, such as
+// Ice Lake, do not).
 static HWY_INLINE HWY_MAYBE_UNUSED bool HasBF16Products() {
   static const bool has = __builtin_cpu_supports("avx512bf16");
   return has;
@@ -220,30 +221,24 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void AccumulatePairsNative(
   using VF = typename std::conditional<kTail, __m256, __m512>::type;
   using VI = typename std::conditional<kTail, __m256i, __m512i>::type;
   constexpr size_t kLanes = kTail ? 8 : 16;
-  const auto load_f = [](const float* p) {
-    if constexpr (kTail) {
-      return _mm256_loadu_ps(p);
-    } else {
-      return _mm512_loadu_ps(p);
-    }
-  };
   VF even_acc[kChunks][kRows], odd_acc[kChunks][kRows];
   for (size_t r = 0; r < kRows; ++r) {
     for (size_t ch = 0; ch < kChunks; ++ch) {
       const float* a = acc[r] + dim0 + ch * 2 * kLanes;
       if constexpr (kTail) {
         const __m256 c = _mm256_set1_ps(correction[r]);
-        even_acc[ch][r] = _mm256_mul_ps(load_f(a), c);
-        odd_acc[ch][r] = _mm256_mul_ps(load_f(a + kLanes), c);
+        even_acc[ch][r] = _mm256_mul_ps(_mm256_loadu_ps(a), c);
+        odd_acc[ch][r] = _mm256_mul_ps(_mm256_loadu_ps(a + kLanes), c);
       } else {
         const __m512 c = _mm512_set1_ps(correction[r]);
-        even_acc[ch][r] = _mm512_mul_ps(load_f(a), c);
-        odd_acc[ch][r] = _mm512_mul_ps(load_f(a + kLanes), c);
+        even_acc[ch][r] = _mm512_mul_ps(_mm512_loadu_ps(a), c);
+        odd_acc[ch][r] = _mm512_mul_ps(_mm512_loadu_ps(a + kLanes), c);
       }
     }
   }
   for (int32_t off = first & ~1; off <= last; off += 2) {
-    const bool has_a = off >= first, has_b = off + 1 <= last;
+    // (A whole tile reads every row: the tests are for a masked row's edges only.)
+    const bool has_a = !kMasked || off >= first, has_b = !kMasked || off + 1 <= last;
     const uint16_t* row_a = v + static_cast<size_t>(off) * v_stride + dim0;
     const uint16_t* row_b = row_a + v_stride;
     for (size_t ch = 0; ch < kChunks; ++ch) {
