@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, what building and testing kvring needs and is missing.
 set -euo pipefail
-packages=(cmake make g++ clang libclang-rt-14-dev libhwy-dev libgtest-dev libgmock-dev
+packages=(cmake make ccache g++ clang libclang-rt-14-dev libhwy-dev libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev)
 missing=()
 for package in "${packages[@]}"; do

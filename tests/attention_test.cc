@@ -1,7 +1,7 @@
 // Tests of kvring/ops/attention-inl.h (and views.h, attention.h, ops/append-inl.h) on every
 // compiled Highway target, against the float64 reference of tests/reference/, over K/V
-// appended into RingKV and GlobalKV. This is the one test translation unit that instantiates
-// the kernels for all targets (foreach_target).
+// appended into RingKV and GlobalKV. With attention_tile_heights.cc (tile heights 8 and 32),
+// the test translation units that instantiate the kernels for all targets (foreach_target).
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -33,17 +33,6 @@ void ConvertF32ToBF16(const float* in, kvring::BF16* out, size_t count) {
   kvring::HWY_NAMESPACE::F32ToBF16(in, out, count);
 }
 
-// Tile heights other than the benchmarks' 16: 8 (half a 256-bit K vector) and 32.
-void Tiled8Attention(const kvring::KVView<kvring::TiledLayout<8>>& kv,
-                     const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options) {
-  kvring_testing::ExpectAttended(kvring::HWY_NAMESPACE::Attention(kv, batch, options));
-}
-void Tiled32Attention(const kvring::KVView<kvring::TiledLayout<32>>& kv,
-                      const kvring::AttentionBatch& batch,
-                      const kvring::AttentionOptions& options) {
-  kvring_testing::ExpectAttended(kvring::HWY_NAMESPACE::Attention(kv, batch, options));
-}
-
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
 }  // namespace kvring_test
@@ -51,6 +40,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include "attention_tile_heights.h"
 #include "gtest/gtest.h"
 #include "kvring/attention.h"
 #include "kvring/views.h"
@@ -60,17 +50,6 @@ HWY_AFTER_NAMESPACE();
 
 namespace kvring_test {
 HWY_EXPORT(ConvertF32ToBF16);
-HWY_EXPORT(Tiled8Attention);
-HWY_EXPORT(Tiled32Attention);
-
-void RunTiled(const kvring::KVView<kvring::TiledLayout<8>>& kv, const kvring::AttentionBatch& batch,
-              const kvring::AttentionOptions& options) {
-  HWY_DYNAMIC_DISPATCH(Tiled8Attention)(kv, batch, options);
-}
-void RunTiled(const kvring::KVView<kvring::TiledLayout<32>>& kv,
-              const kvring::AttentionBatch& batch, const kvring::AttentionOptions& options) {
-  HWY_DYNAMIC_DISPATCH(Tiled32Attention)(kv, batch, options);
-}
 
 using kvring::AttentionKind;
 using kvring::AttentionOptions;

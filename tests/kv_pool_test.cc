@@ -19,6 +19,7 @@
 #include "kvring/formats/int8.h"
 #include "kvring/kvring.h"
 #include "reference/pool_model.h"
+#include "reference/random_test_scale.h"
 
 namespace kvring {
 namespace {
@@ -46,20 +47,11 @@ class KVPoolTest : public ::testing::Test {};
 using PoolLayouts = ::testing::Types<FlashLayout, TiledLayout<16>>;
 TYPED_TEST_SUITE(KVPoolTest, PoolLayouts);
 
-// KVRING_RANDOM_TEST_DIVISOR=n runs 1/n of the steps (the sanitizer presets set it: every
-// step is many times slower there); unset, all of them.
-uint64_t RandomSteps(uint64_t steps) {
-  const char* divisor = std::getenv("KVRING_RANDOM_TEST_DIVISOR");
-  if (divisor == nullptr) return steps;
-  const uint64_t n = std::strtoull(divisor, nullptr, 10);
-  EXPECT_GT(n, 0u) << "KVRING_RANDOM_TEST_DIVISOR='" << divisor << "' is not a positive number";
-  return n == 0 ? steps : std::max<uint64_t>(5000, steps / n);
-}
-
 // 100,000 random operations per layout (KVRING_POOL_TEST_STEPS), fewer under sanitizers.
 template <typename Layout>
 void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed) {
-  const uint64_t steps = RandomSteps(all_steps);
+  // At least 5,000 steps under the sanitizers (tests/reference/random_test_scale.h).
+  const uint64_t steps = testing::RandomTestSteps(all_steps, 5000);
   RandomChoices choices(seed);
   PoolDriver<Layout> driver(&choices, global_format, seed);
   ASSERT_EQ(driver.Run(steps), "");
