@@ -27,6 +27,8 @@ if command -v ccache > /dev/null; then
   export CCACHE_BASEDIR="$root"
   export CCACHE_NOHASHDIR=true  # debug info's directory: not a reason to compile again
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+  # ccache's own default, also where the environment has no HOME.
+  export CCACHE_DIR="${CCACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/ccache}"
   ccache --zero-stats > /dev/null
 fi
 
