@@ -459,7 +459,7 @@ uint64_t BytesInFormats(const LayerPlan& plan) {
   uint64_t bytes = 0;
   for (const LayerInfo& layer : plan.Layers()) {
     if (!layer.OwnsKV()) continue;
-    const KVShape shape = KVShape::Of(layer);
+    const KVShape shape = KVShape::Of(layer.spec, layer.num_slots);
     const Format format = layer.spec.format;
     bytes += layer.num_slots * shape.num_kv_heads *
              (RowBytes(format, shape.head_dim) +

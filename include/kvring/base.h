@@ -61,6 +61,16 @@ struct Error {
   std::string message;
 };
 
+namespace detail {
+
+// Returns the Error of `field` whose value `value` breaks a rule: "<field>: <value> <why>".
+inline Error FieldError(std::string field, const std::string& value, const std::string& why) {
+  std::string message = field + ": " + value + " " + why;
+  return Error{std::move(field), std::move(message)};
+}
+
+}  // namespace detail
+
 // The value of a call that can fail at configuration time, or the Error that says why not.
 // Reading value() of a failed result prints the error's message and aborts; check ok() first.
 template <typename T>

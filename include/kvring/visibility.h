@@ -6,7 +6,8 @@
 
 #include <cstdint>
 
-#include "kvring/layer_plan.h"
+#include "kvring/kinds.h"
+#include "kvring/plan/specs.h"
 
 namespace kvring {
 

@@ -6,8 +6,9 @@
 
 #include <cstdint>
 
-#include "kvring/layer_plan.h"
+#include "kvring/kinds.h"
 #include "kvring/layouts/kv_shape.h"
+#include "kvring/layouts/padding.h"
 
 namespace kvring {
 

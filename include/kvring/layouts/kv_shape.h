@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "kvring/layer_plan.h"
+#include "kvring/plan/specs.h"
 
 namespace kvring {
 
@@ -19,17 +19,18 @@ struct KVShape {
   uint32_t head_dim = 0;      // K elements per kv_head (the latent for MLA)
   uint32_t v_head_dim = 0;    // V elements per kv_head; 0: no V stream (MLA)
 
-  // Returns the shape of the owning layer `layer` of a plan (with its planned num_slots).
-  static KVShape Of(const LayerInfo& layer) {
+  // Returns the shape of a layer of `spec` stored in `num_slots` slots (for an owning layer of
+  // a plan: KVShape::Of(info.spec, info.num_slots)).
+  static KVShape Of(const LayerSpec& spec, uint64_t num_slots) {
     KVShape shape;
-    shape.num_slots = layer.num_slots;
-    if (layer.spec.IsLatent()) {
+    shape.num_slots = num_slots;
+    if (spec.IsLatent()) {
       shape.num_kv_heads = 1;
-      shape.head_dim = layer.spec.latent_dim;
+      shape.head_dim = spec.latent_dim;
     } else {
-      shape.num_kv_heads = layer.spec.num_kv_heads;
-      shape.head_dim = layer.spec.head_dim;
-      shape.v_head_dim = layer.spec.VHeadDim();
+      shape.num_kv_heads = spec.num_kv_heads;
+      shape.head_dim = spec.head_dim;
+      shape.v_head_dim = spec.VHeadDim();
     }
     return shape;
   }

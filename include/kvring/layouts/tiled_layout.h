@@ -7,17 +7,15 @@
 
 #include <cstdint>
 
-#include "kvring/detail/checked_math.h"
-#include "kvring/layer_plan.h"
+#include "kvring/kinds.h"
 #include "kvring/layouts/kv_shape.h"
+#include "kvring/layouts/padding.h"
 
 namespace kvring {
 
 template <uint32_t kTileRows>
 class TiledLayout {
-  static_assert(kTileRows >= kMinTileRows && kTileRows <= kMaxTileRows &&
-                    (kTileRows & (kTileRows - 1)) == 0,
-                "TiledLayout: kTileRows must be a power of two from 8 to 64");
+  static_assert(IsTileRows(kTileRows), "TiledLayout: kTileRows must be a power of two from 8 to 64");
 
  public:
   static constexpr Backend kBackend = Backend::kTiled;
@@ -48,7 +46,7 @@ class TiledLayout {
   // Sets *num_slots to the slots that hold `capacity` positions (whole tiles); false on
   // overflow.
   static bool NumSlotsFor(uint64_t capacity, uint64_t* num_slots) {
-    return detail::CheckedRoundUp(capacity, kTileRows, num_slots);
+    return detail::TiledNumSlots(capacity, kTileRows, num_slots);
   }
 
   TiledLayout() = default;

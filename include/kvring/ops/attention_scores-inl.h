@@ -19,7 +19,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
-#include "kvring/layer_plan.h"
+#include "kvring/kernel_limits.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring {

@@ -21,7 +21,7 @@
 #include "kvring/formats/format.h"
 #include "kvring/formats/int8.h"
 #include "kvring/kv_view.h"
-#include "kvring/layer_plan.h"
+#include "kvring/kernel_limits.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/status.h"
 #include "kvring/storage/storage_spec.h"

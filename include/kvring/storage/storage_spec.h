@@ -34,7 +34,7 @@ struct StorageSpec {
   static StorageSpec Of(const LayerPlan& plan, size_t layer) {
     const LayerInfo& info = plan.Layer(layer);
     StorageSpec spec;
-    spec.shape = KVShape::Of(info);
+    spec.shape = KVShape::Of(info.spec, info.num_slots);
     spec.context = plan.Runtime().context;
     spec.keep = info.span == 0 ? spec.context : info.span - 1;
     spec.max_rollback = plan.Runtime().rollback;

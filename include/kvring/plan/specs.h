@@ -1,0 +1,111 @@
+// kvring/plan/specs.h: what a plan is built from: one layer's attention as the model defines
+// it (LayerSpec) and what the engine will do with the cache (RuntimeSpec). Plain data with the
+// arithmetic of one spec; the plan itself is plan/layer_plan.h.
+#ifndef KVRING_PLAN_SPECS_H_
+#define KVRING_PLAN_SPECS_H_
+
+#include <cstdint>
+
+#include "kvring/formats/format.h"
+#include "kvring/kinds.h"
+
+namespace kvring {
+
+// Marks a layer that owns its K/V (LayerSpec::kv_source).
+inline constexpr int32_t kOwnsKV = -1;
+
+// One layer's attention as the model defines it.
+struct LayerSpec {
+  AttentionKind kind = AttentionKind::kGlobal;
+  uint64_t window = 0;  // kSliding only: keys a query sees, itself included (>= 1)
+  uint64_t chunk = 0;   // kChunked only: block length (>= 1)
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;    // K elements per kv_head
+  uint32_t v_head_dim = 0;  // V elements per kv_head; 0 means head_dim
+  // MLA (DeepSeek): one stream of latent_dim elements per position and no separate V.
+  // Then num_kv_heads, head_dim and v_head_dim stay 0.
+  uint32_t latent_dim = 0;
+  // kOwnsKV, or the index of an earlier owning layer whose K/V this layer reads.
+  int32_t kv_source = kOwnsKV;
+  // How the layer's K and V elements are stored (kvring/formats/format.h). A consumer reads
+  // its owner's, whatever it says here: a built plan's consumers carry their owner's format.
+  // LayerPlan::Builder::SetFormat and RuntimeSpec::element_type kInt8 replace it.
+  Format format = Format::kBF16;
+
+  // Returns a full-attention layer.
+  static LayerSpec Global(uint32_t num_kv_heads, uint32_t head_dim) {
+    LayerSpec spec;
+    spec.num_kv_heads = num_kv_heads;
+    spec.head_dim = head_dim;
+    return spec;
+  }
+  // Returns a sliding-window layer whose queries see `window` keys, their own included.
+  static LayerSpec Sliding(uint64_t window, uint32_t num_kv_heads, uint32_t head_dim) {
+    LayerSpec spec = Global(num_kv_heads, head_dim);
+    spec.kind = AttentionKind::kSliding;
+    spec.window = window;
+    return spec;
+  }
+  // Returns a chunked layer (Llama 4): queries see their own block of `chunk` positions.
+  static LayerSpec Chunked(uint64_t chunk, uint32_t num_kv_heads, uint32_t head_dim) {
+    LayerSpec spec = Global(num_kv_heads, head_dim);
+    spec.kind = AttentionKind::kChunked;
+    spec.chunk = chunk;
+    return spec;
+  }
+  // Returns a global MLA layer storing `latent_dim` elements per position.
+  static LayerSpec Latent(uint32_t latent_dim) {
+    LayerSpec spec;
+    spec.latent_dim = latent_dim;
+    return spec;
+  }
+  // Returns this layer reading the K/V of layer `source` instead of owning its own.
+  LayerSpec SharedFrom(int32_t source) const {
+    LayerSpec spec = *this;
+    spec.kv_source = source;
+    return spec;
+  }
+
+  bool IsLatent() const { return latent_dim != 0; }
+  bool OwnsKV() const { return kv_source == kOwnsKV; }
+  // Keys a query may see at most: window, chunk, or 0 for unbounded (global).
+  uint64_t Span() const {
+    switch (kind) {
+      case AttentionKind::kSliding:
+        return window;
+      case AttentionKind::kChunked:
+        return chunk;
+      case AttentionKind::kGlobal:
+        break;
+    }
+    return 0;
+  }
+  // V elements per kv_head.
+  uint32_t VHeadDim() const { return v_head_dim != 0 ? v_head_dim : head_dim; }
+  // K elements stored per position.
+  uint64_t KElementsPerSlot() const {
+    return IsLatent() ? latent_dim : uint64_t{num_kv_heads} * head_dim;
+  }
+  // V elements stored per position (0 for MLA).
+  uint64_t VElementsPerSlot() const {
+    if (IsLatent()) return 0;
+    return uint64_t{num_kv_heads} * VHeadDim();
+  }
+};
+
+// What the engine will do with the cache.
+struct RuntimeSpec {
+  uint64_t context = 0;   // T: the logical limit of positions in one sequence
+  uint64_t batch = 1;     // B: most positions appended before attention reads them
+  uint64_t rollback = 0;  // R: most newest positions one rollback discards
+  Backend backend = Backend::kFlash;
+  uint32_t tile_rows = 16;  // kTiled only: TiledLayout<kTileRows>
+  uint64_t num_sequences = 1;
+  // kBF16: the layers' formats; kInt8: every layer int8; kF16, kF32, kFP8: accounting only.
+  ElementType element_type = ElementType::kBF16;
+};
+
+
+}  // namespace kvring
+
+#endif  // KVRING_PLAN_SPECS_H_
