@@ -18,7 +18,9 @@
 #include "kvring/layer_plan.h"
 #include "kvring/status.h"
 #include "kvring/storage/global_kv.h"
+#include "kvring/storage/layer_table.h"
 #include "kvring/storage/ring_kv.h"
+#include "kvring/storage/step_rule.h"
 #include "kvring/storage/storage_spec.h"
 #include "kvring/visibility.h"
 
@@ -36,22 +38,17 @@ class KVCache {
   // Returns the cache of `plan`, or an Error: a plan for another backend or tile height, or
   // an allocation failure. Allocates exactly plan.TotalBytes() (zeroed, 64-byte aligned).
   static Expected<KVCache> Create(const LayerPlan& plan) {
-    const RuntimeSpec& runtime = plan.Runtime();
     const Error unfit = detail::ValidatePlanFor<Layout>(plan, "cache");
     if (!unfit.field.empty()) return unfit;
     KVCache cache;
     cache.plan_ = plan;
-    cache.entries_.resize(plan.NumLayers());
-    for (const LayerInfo& layer : plan.Layers()) {
-      Entry& entry = cache.entries_[layer.index];
-      entry.owner = layer.owner;
-      entry.visibility = Visibility::Of(layer.spec);
-      if (!layer.OwnsKV()) continue;
-      entry.flat = layer.capacity >= runtime.context;
-      Error error = entry.flat ? cache.AddStorage(&cache.globals_, plan, layer.index, &entry)
-                               : cache.AddStorage(&cache.rings_, plan, layer.index, &entry);
+    cache.table_ = detail::LayerTable::Of(plan, detail::Residence::kFlat);
+    cache.step_ = detail::StepRule(cache.table_.Owners().size(), 0);
+    for (size_t layer : cache.table_.Owners()) {
+      Error error = cache.IsFlat(layer) ? AddStorage(&cache.globals_, plan, layer)
+                                        : AddStorage(&cache.rings_, plan, layer);
       if (!error.field.empty()) {
-        error.message = "layers[" + std::to_string(layer.index) + "]: " + error.message;
+        error.message = "layers[" + std::to_string(layer) + "]: " + error.message;
         return error;
       }
     }
@@ -59,15 +56,14 @@ class KVCache {
   }
 
   const LayerPlan& Plan() const { return plan_; }
-  size_t NumLayers() const { return entries_.size(); }
+  size_t NumLayers() const { return table_.NumLayers(); }
   // Returns whether `layer` owns its buffers (else it reads Owner(layer)'s).
-  bool OwnsKV(size_t layer) const { return Owner(layer) == layer; }
-  size_t Owner(size_t layer) const {
-    KVRING_CHECK(layer < entries_.size());
-    return entries_[layer].owner;
-  }
+  bool OwnsKV(size_t layer) const { return table_.OwnsKV(layer); }
+  size_t Owner(size_t layer) const { return table_.Owner(layer); }
   // Returns whether owning layer `layer` is stored flat (GlobalKV) rather than as a ring.
-  bool IsFlat(size_t layer) const { return entries_[Owner(layer)].flat; }
+  bool IsFlat(size_t layer) const {
+    return table_.OwnerEntry(layer).residence == detail::Residence::kFlat;
+  }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
   // (v null for MLA) to owning layer `layer` at `pos`, in the layer's format: BF16 rounding to
@@ -80,7 +76,7 @@ class KVCache {
   // first grows every ring (Grow). Refusals change nothing and name the layer and the values:
   // kBadArgument (a layer past the model, null rows, a nonzero stride below the packed row),
   // kNotOwner (a consumer layer), kEmptyBatch, kWrongPosition, kContextFull, kOutOfMemory.
-  // Cost: the bytes of the rows, plus O(layers) for the step check.
+  // Cost: the bytes of the rows; the step check is O(1).
   Result AppendF32(size_t layer, uint64_t pos, const float* k, const float* v, uint64_t num_tokens,
                    RowStrides strides = RowStrides()) {
     return Append(layer, pos, k, v, num_tokens, strides);
@@ -93,8 +89,8 @@ class KVCache {
 
   // Returns the position of the sequence: the one every owning layer has reached (the lowest
   // EndPos(layer) of the owners; 0 when empty). Between the appends of one step it lags the
-  // layers already appended. O(layers).
-  uint64_t EndPos() const { return StepOf().low_end; }
+  // layers already appended. O(1) between steps, O(layers) inside one.
+  uint64_t EndPos() const { return step_.InStep() ? StepOf().low_end : step_.HighEnd(); }
 
   // Live range of `layer` (its owner's for a consumer): [FirstPos, EndPos).
   uint64_t FirstPos(size_t layer) const { return StorageOf(Owner(layer)).Index().FirstPos(); }
@@ -106,7 +102,8 @@ class KVCache {
   // the model, a null k_out, or an int8 layer (use ReadRowInt8 or ReadRowF32). Does not
   // allocate. Cost: one row.
   Result ReadRow(size_t layer, uint64_t pos, BF16* k_out, BF16* v_out) const {
-    if (layer >= entries_.size()) return LayerPastTheModel(layer);
+    const Result known = table_.CheckLayer(layer);
+    if (!known.ok()) return known;
     return StorageOf(Owner(layer)).ReadRow(pos, k_out, v_out, layer);
   }
 
@@ -115,7 +112,8 @@ class KVCache {
   // [kv_head], exactly as stored. kBadArgument also for a BF16 layer. Cost: one row.
   Result ReadRowInt8(size_t layer, uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
                      float* v_scales_out) const {
-    if (layer >= entries_.size()) return LayerPastTheModel(layer);
+    const Result known = table_.CheckLayer(layer);
+    if (!known.ok()) return known;
     return StorageOf(Owner(layer))
         .ReadRowInt8(pos, k_out, k_scales_out, v_out, v_scales_out, layer);
   }
@@ -123,7 +121,8 @@ class KVCache {
   // As ReadRow, as f32 values in either format: BF16 widened exactly, int8 decoded as
   // DecodeInt8(scale, q). Cost: one row.
   Result ReadRowF32(size_t layer, uint64_t pos, float* k_out, float* v_out) const {
-    if (layer >= entries_.size()) return LayerPastTheModel(layer);
+    const Result known = table_.CheckLayer(layer);
+    if (!known.ok()) return known;
     return StorageOf(Owner(layer)).ReadRowF32(pos, k_out, v_out, layer);
   }
 
@@ -133,7 +132,7 @@ class KVCache {
   // Returns the view `layer` attends over: its owner's storage under its own visibility.
   KVView<Layout> View(size_t layer) const {
     const size_t owner = Owner(layer);  // checks `layer`
-    const Visibility visibility = entries_[layer].visibility;
+    const Visibility visibility = table_.Entry(layer).visibility;
     return Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
   }
 
@@ -143,16 +142,16 @@ class KVCache {
   // layer bounds it) past the planned headroom or what a layer holds, and with kWrongPosition
   // in the middle of a step (the owning layers not all at one end). O(layers).
   RollbackResult Rollback(uint64_t num_tokens) {
-    const StepState step = StepOf();
-    if (step.low_end != step.high_end) {
+    if (step_.InStep()) {
+      const detail::StepEnds step = StepOf();
       return RollbackResult(
-          Result::Refused(Status::kWrongPosition,
-                          "rollback while layers[%llu] is at %llu and layers[%llu] at %llu; "
-                          "append every owning layer to the same position first",
-                          step.lowest, step.low_end, step.highest, step.high_end),
+          detail::StepRule::MidStep(step,
+                                    "rollback while layers[%llu] is at %llu and layers[%llu] at "
+                                    "%llu; append every owning layer to the same position first"),
           step.low_end);
     }
-    if (entries_.empty()) {  // a default-made cache holds nothing
+    const uint64_t end = step_.HighEnd();
+    if (table_.Owners().empty()) {  // a default-made cache holds nothing
       if (num_tokens == 0) return RollbackResult(Status::kOk, 0);
       return RollbackResult(
           Result::Refused(Status::kRollbackTooFar, "rollback of %llu positions of an empty cache",
@@ -160,24 +159,22 @@ class KVCache {
           0);
     }
     // The layer that allows the shortest rollback decides, and names itself if it refuses.
-    size_t bound = step.lowest;
-    for (size_t layer = 0; layer < entries_.size(); ++layer) {
-      if (OwnsKV(layer) &&
-          StorageOf(layer).Index().RollbackLimit() < StorageOf(bound).Index().RollbackLimit()) {
+    size_t bound = table_.Owners().front();
+    for (size_t layer : table_.Owners()) {
+      if (StorageOf(layer).Index().RollbackLimit() < StorageOf(bound).Index().RollbackLimit()) {
         bound = layer;
       }
     }
     if (num_tokens > StorageOf(bound).Index().RollbackLimit()) {
-      return RollbackResult(StorageOf(bound).CheckRollback(num_tokens, bound), step.low_end);
+      return RollbackResult(StorageOf(bound).CheckRollback(num_tokens, bound), end);
     }
-    for (size_t layer = 0; layer < entries_.size(); ++layer) {
-      if (!OwnsKV(layer)) continue;
+    for (size_t layer : table_.Owners()) {
       const Result result = StorageOf(layer).Rollback(num_tokens, layer);
       KVRING_DASSERT(result.ok());
       (void)result;
     }
-    // Every owner was at step.low_end: the new end needs no second scan.
-    return RollbackResult(Status::kOk, step.low_end - num_tokens);
+    step_.Reset(end - num_tokens);
+    return RollbackResult(Status::kOk, end - num_tokens);
   }
 
   // Re-plans for appends of up to `batch` tokens and grows every ring whose capacity rises,
@@ -206,9 +203,8 @@ class KVCache {
     }
     // Grow copies first, then move them in, so that a failure leaves every ring as it was.
     std::vector<std::pair<size_t, RingKV<Layout>>> grown;
-    for (size_t layer = 0; layer < entries_.size(); ++layer) {
-      if (!OwnsKV(layer) || entries_[layer].flat) continue;
-      const RingKV<Layout>& ring = rings_[entries_[layer].storage];
+    for (size_t layer : table_.RingOwners()) {
+      const RingKV<Layout>& ring = rings_[table_.Entry(layer).storage];
       if (grown_plan->Layer(layer).num_slots <= ring.NumSlots()) continue;
       Expected<RingKV<Layout>> copy = ring.GrownCopy(grown_plan->Layer(layer).capacity);
       if (!copy.ok()) {
@@ -216,7 +212,7 @@ class KVCache {
                                "layers[%llu]: growing to %llu slots could not allocate", layer,
                                grown_plan->Layer(layer).num_slots);
       }
-      grown.emplace_back(entries_[layer].storage, std::move(copy).value());
+      grown.emplace_back(table_.Entry(layer).storage, std::move(copy).value());
     }
     for (auto& [index, ring] : grown) rings_[index] = std::move(ring);
     plan_ = std::move(grown_plan).value();
@@ -228,7 +224,8 @@ class KVCache {
   Expected<KVCache> Copy() const {
     KVCache copy;
     copy.plan_ = plan_;
-    copy.entries_ = entries_;
+    copy.table_ = table_;
+    copy.step_ = step_;
     if (!CopyAll(rings_, &copy.rings_) || !CopyAll(globals_, &copy.globals_)) {
       return Error{"plan", "plan: the snapshot could not be allocated"};
     }
@@ -240,6 +237,7 @@ class KVCache {
   void Clear() {
     for (auto& ring : rings_) ring.Clear();
     for (auto& flat : globals_) flat.Clear();
+    step_.Reset(0);
   }
 
   // Returns the bytes of every K and V buffer and int8 scale: for each owning layer num_slots x
@@ -253,19 +251,12 @@ class KVCache {
   }
 
  private:
-  struct Entry {
-    size_t owner = 0;
-    Visibility visibility;
-    bool flat = false;   // owners: GlobalKV (else RingKV)
-    size_t storage = 0;  // owners: index into globals_ or rings_
-  };
-
+  // Creates the storage of owning layer `layer` at the end of `storages` (its index in the
+  // table: owners of one residence are numbered in layer order).
   template <typename Storage>
-  Error AddStorage(std::vector<Storage>* storages, const LayerPlan& plan, size_t layer,
-                   Entry* entry) {
+  static Error AddStorage(std::vector<Storage>* storages, const LayerPlan& plan, size_t layer) {
     Expected<Storage> storage = Storage::Create(plan, layer);
     if (!storage.ok()) return storage.error();
-    entry->storage = storages->size();
     storages->push_back(std::move(storage).value());
     return Error{};
   }
@@ -283,76 +274,34 @@ class KVCache {
 
   // Calls fn with the RingKV or GlobalKV of owning layer `layer`.
   template <typename Fn>
-  auto Visit(size_t layer, Fn&& fn) const {
-    const Entry& entry = entries_[layer];
+  decltype(auto) Visit(size_t layer, Fn&& fn) const {
+    const detail::LayerEntry& entry = table_.Entry(layer);
     KVRING_DASSERT(entry.owner == layer);
-    return entry.flat ? fn(globals_[entry.storage]) : fn(rings_[entry.storage]);
-  }
-  template <typename Fn>
-  auto Visit(size_t layer, Fn&& fn) {
-    const Entry& entry = entries_[layer];
-    KVRING_DASSERT(entry.owner == layer);
-    return entry.flat ? fn(globals_[entry.storage]) : fn(rings_[entry.storage]);
+    return entry.residence == detail::Residence::kFlat ? fn(globals_[entry.storage])
+                                                       : fn(rings_[entry.storage]);
   }
 
-  // The owning layers at the lowest and at the highest end position (the first of each).
-  struct StepState {
-    size_t lowest = 0;
-    size_t highest = 0;
-    uint64_t low_end = 0;
-    uint64_t high_end = 0;
-  };
-  StepState StepOf() const {
-    StepState step;
-    bool first = true;
-    for (size_t layer = 0; layer < entries_.size(); ++layer) {
-      if (!OwnsKV(layer)) continue;
-      const uint64_t end = StorageOf(layer).Index().EndPos();
-      if (first || end < step.low_end) {
-        step.lowest = layer;
-        step.low_end = end;
-      }
-      if (first || end > step.high_end) {
-        step.highest = layer;
-        step.high_end = end;
-      }
-      first = false;
-    }
-    return step;
+  // The owning layers at the lowest and at the highest end position. O(layers).
+  detail::StepEnds StepOf() const {
+    return detail::ScanStep(table_.Owners(),
+                            [this](size_t layer) { return StorageOf(layer).Index().EndPos(); });
   }
 
   // Returns the storage of owning layer `layer`.
   const detail::LayerStorage<Layout>& StorageOf(size_t layer) const {
-    const Entry& entry = entries_[layer];
-    KVRING_DASSERT(entry.owner == layer);
-    const detail::OwnedLayerKV<Layout>& kv =
-        entry.flat ? static_cast<const detail::OwnedLayerKV<Layout>&>(globals_[entry.storage])
-                   : static_cast<const detail::OwnedLayerKV<Layout>&>(rings_[entry.storage]);
-    return kv.storage_;
+    return Visit(layer, [](const auto& kv) -> const detail::LayerStorage<Layout>& {
+      return static_cast<const detail::OwnedLayerKV<Layout>&>(kv).storage_;
+    });
   }
   detail::LayerStorage<Layout>& StorageOf(size_t layer) {
-    const Entry& entry = entries_[layer];
-    KVRING_DASSERT(entry.owner == layer);
-    detail::OwnedLayerKV<Layout>& kv =
-        entry.flat ? static_cast<detail::OwnedLayerKV<Layout>&>(globals_[entry.storage])
-                   : static_cast<detail::OwnedLayerKV<Layout>&>(rings_[entry.storage]);
-    return kv.storage_;
-  }
-
-  Result LayerPastTheModel(size_t layer) const {
-    return Result::Refused(Status::kBadArgument, "layers[%llu]: the model has %llu layers", layer,
-                           entries_.size());
+    return const_cast<detail::LayerStorage<Layout>&>(std::as_const(*this).StorageOf(layer));
   }
 
   template <typename T>
   Result Append(size_t layer, uint64_t pos, const T* k, const T* v, uint64_t num_tokens,
                 RowStrides strides) {
-    if (layer >= entries_.size()) return LayerPastTheModel(layer);
-    if (!OwnsKV(layer)) {
-      return Result::Refused(Status::kNotOwner,
-                             "layers[%llu] reads the KV of layers[%llu]; append to that owner",
-                             layer, Owner(layer));
-    }
+    const Result writable = table_.CheckWritable(layer);
+    if (!writable.ok()) return writable;
     // Check the append itself first, so that a refused call does not grow anything.
     const Result check = StorageOf(layer).CheckAppend(pos, k, v, num_tokens, strides, layer);
     if (check == Status::kEmptyBatch || check == Status::kBadArgument ||
@@ -361,32 +310,23 @@ class KVCache {
     }
     // pos is the layer's end here. Every owner sees the same positions' queries, so no layer
     // may start a step before the others finish the last one.
-    const StepState step = StepOf();
-    if (step.low_end < step.high_end) {
-      if (pos == step.high_end) {
-        return Result::Refused(Status::kWrongPosition,
-                               "layers[%llu]: already at %llu while layers[%llu] is at %llu; "
-                               "append the other owning layers up to it first",
-                               layer, pos, step.lowest, step.low_end);
-      }
-      if (num_tokens > step.high_end - pos) {
-        return Result::Refused(Status::kWrongPosition,
-                               "layers[%llu]: an append at %llu passes %llu, where layers[%llu] "
-                               "is; append up to there to finish the step first",
-                               layer, pos, step.high_end, step.highest);
-      }
-    }
+    const Result in_step = step_.CheckAppend(layer, pos, num_tokens, [this] { return StepOf(); });
+    if (!in_step.ok()) return in_step;
     if (!check.ok() && check != Status::kBatchTooLarge) return check;
     if (num_tokens > plan_.Runtime().batch) {
       const Result grown = Grow(num_tokens);
       if (!grown.ok()) return grown;
     }
     // The plan now holds this batch in every ring: no ring grows on its own.
-    return StorageOf(layer).Append(pos, k, v, num_tokens, strides, /*may_grow=*/false, layer);
+    const Result appended =
+        StorageOf(layer).Append(pos, k, v, num_tokens, strides, /*may_grow=*/false, layer);
+    if (appended.ok()) step_.RecordAppend(pos, num_tokens);
+    return appended;
   }
 
   LayerPlan plan_;
-  std::vector<Entry> entries_;
+  detail::LayerTable table_;
+  detail::StepRule step_;
   std::vector<RingKV<Layout>> rings_;
   std::vector<GlobalKV<Layout>> globals_;
 };

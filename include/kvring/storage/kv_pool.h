@@ -25,6 +25,8 @@
 #include "kvring/storage/block_allocator.h"
 #include "kvring/storage/layer_rows.h"
 #include "kvring/storage/layer_storage.h"
+#include "kvring/storage/layer_table.h"
+#include "kvring/storage/step_rule.h"
 #include "kvring/storage/storage_spec.h"
 #include "kvring/visibility.h"
 
@@ -118,29 +120,21 @@ class KVPool {
     pool.plan_ = plan;
     pool.spec_ = spec;
     pool.spec_.block_slots = block_slots;
-    pool.entries_.resize(plan.NumLayers());
-    for (const LayerInfo& layer : plan.Layers()) {
-      Entry& entry = pool.entries_[layer.index];
-      entry.owner = layer.owner;
-      entry.visibility = Visibility::Of(layer.spec);
-      if (!layer.OwnsKV()) continue;
-      entry.paged = layer.capacity >= runtime.context;
-      if (entry.paged) {
-        entry.storage = pool.paged_.size();
+    pool.table_ = detail::LayerTable::Of(plan, detail::Residence::kPaged);
+    for (size_t layer : pool.table_.Owners()) {
+      if (pool.IsPaged(layer)) {
         Paged paged;
-        paged.layer = layer.index;
-        paged.spec = StorageSpec::Of(plan, layer.index);
+        paged.layer = layer;
+        paged.spec = StorageSpec::Of(plan, layer);
         paged.spec.shape.num_slots = block_slots;
-        pool.block_bytes_ += block_slots * layer.slot_bytes;
+        pool.block_bytes_ += block_slots * plan.Layer(layer).slot_bytes;
         pool.paged_.push_back(std::move(paged));
       } else {
-        entry.storage = pool.ring_specs_.size();
-        pool.ring_specs_.push_back(StorageSpec::Of(plan, layer.index));
-        pool.ring_layers_.push_back(layer.index);
+        pool.ring_specs_.push_back(StorageSpec::Of(plan, layer));
       }
-      Error error = detail::ValidateStorageSpec<Layout>(StorageSpec::Of(plan, layer.index));
+      Error error = detail::ValidateStorageSpec<Layout>(StorageSpec::Of(plan, layer));
       if (!error.field.empty()) {
-        error.message = "layers[" + std::to_string(layer.index) + "]: " + error.message;
+        error.message = "layers[" + std::to_string(layer) + "]: " + error.message;
         return error;
       }
     }
@@ -170,24 +164,23 @@ class KVPool {
 
   const LayerPlan& Plan() const { return plan_; }
   const PoolSpec& Spec() const { return spec_; }
-  size_t NumLayers() const { return entries_.size(); }
+  size_t NumLayers() const { return table_.NumLayers(); }
   uint64_t BlockSlots() const { return spec_.block_slots; }
-  bool OwnsKV(size_t layer) const { return Owner(layer) == layer; }
-  size_t Owner(size_t layer) const {
-    KVRING_CHECK(layer < entries_.size());
-    return entries_[layer].owner;
-  }
+  bool OwnsKV(size_t layer) const { return table_.OwnsKV(layer); }
+  size_t Owner(size_t layer) const { return table_.Owner(layer); }
   // Returns whether owning layer `layer` is paged (blocks) rather than a ring per sequence.
-  bool IsPaged(size_t layer) const { return entries_[Owner(layer)].paged; }
+  bool IsPaged(size_t layer) const {
+    return table_.OwnerEntry(layer).residence == detail::Residence::kPaged;
+  }
 
   // Returns the bytes of one sequence's rings when they hold batches of `batch` tokens
   // (window - 1 + max(batch, rollback) positions per ring, padded, capped by the context).
   uint64_t RingBytesFor(uint64_t batch) const {
     uint64_t bytes = 0;
-    for (size_t i = 0; i < ring_layers_.size(); ++i) {
+    const std::vector<size_t>& rings = table_.RingOwners();
+    for (size_t i = 0; i < rings.size(); ++i) {
       bytes = detail::SaturatingAdd(
-          bytes,
-          detail::SaturatingMul(RingSlotsFor(i, batch), plan_.Layer(ring_layers_[i]).slot_bytes));
+          bytes, detail::SaturatingMul(RingSlotsFor(i, batch), plan_.Layer(rings[i]).slot_bytes));
     }
     return bytes;
   }
@@ -228,6 +221,7 @@ class KVPool {
     sequence.ring_bytes = ring_bytes;
     sequence.paged_end.assign(paged_.size(), 0);
     sequence.blocks.clear();
+    sequence.step = detail::StepRule(table_.Owners().size(), 0);
     ring_bytes_ += ring_bytes;
     ++live_;
     *id = SequenceId{index, sequence.generation};
@@ -258,6 +252,7 @@ class KVPool {
     for (auto& ring : sequence.rings) ring.Clear();
     std::fill(sequence.paged_end.begin(), sequence.paged_end.end(), 0);
     ReleaseBlocksFrom(&sequence, 0);
+    sequence.step.Reset(0);
     return Status::kOk;
   }
 
@@ -270,8 +265,7 @@ class KVPool {
     const Result known = CheckSequence(id);
     if (!known.ok()) return known;
     if (fork == nullptr) return Result::Refused(Status::kBadArgument, "Fork: fork is null");
-    const StepState step = StepOf(sequences_[id.index]);
-    if (step.low_end != step.high_end) return MidStep(step);
+    if (sequences_[id.index].step.InStep()) return MidStep(sequences_[id.index]);
     if (free_sequences_.empty()) {
       return Result::Refused(Status::kPoolExhausted,
                              "Fork: all %llu sequences are live; free one first",
@@ -300,6 +294,7 @@ class KVPool {
     sequence.ring_bytes = from.ring_bytes;
     sequence.paged_end = from.paged_end;
     sequence.blocks = from.blocks;
+    sequence.step = from.step;
     for (uint32_t block : sequence.blocks) blocks_.Share(block);
     ring_bytes_ += sequence.ring_bytes;
     ++live_;
@@ -324,8 +319,7 @@ class KVPool {
     Sequence& sequence = sequences_[id.index];
     if (batch < sequence.batch) {
       // The step's queries still read the positions before it that a shrink would drop.
-      const StepState step = StepOf(sequence);
-      if (step.low_end != step.high_end) return MidStep(step);
+      if (sequence.step.InStep()) return MidStep(sequence);
     }
     const uint64_t ring_bytes = RingBytesFor(batch);
     if (ring_bytes > sequence.ring_bytes) {
@@ -339,7 +333,7 @@ class KVPool {
       if (rings.back().Failed()) {
         return Result::Refused(Status::kOutOfMemory,
                                "Resize: the ring of layers[%llu] could not be allocated",
-                               uint64_t{ring_layers_[i]});
+                               uint64_t{table_.RingOwners()[i]});
       }
     }
     ring_bytes_ = ring_bytes_ - sequence.ring_bytes + ring_bytes;
@@ -359,13 +353,12 @@ class KVPool {
     const Result known = CheckSequence(id);
     if (!known.ok()) return known;
     Sequence& sequence = sequences_[id.index];
-    const StepState step = StepOf(sequence);
-    if (step.low_end != step.high_end) return MidStep(step);
+    if (sequence.step.InStep()) return MidStep(sequence);
     if (num_tokens == 0) {
       return Result::Refused(Status::kBadArgument, "Reserve of %llu tokens: at least one",
                              num_tokens);
     }
-    const uint64_t end = step.low_end, context = plan_.Runtime().context;
+    const uint64_t end = sequence.step.HighEnd(), context = plan_.Runtime().context;
     if (num_tokens > context - end) {
       return Result::Refused(Status::kContextFull,
                              "Reserve of %llu tokens at %llu passes the context of %llu",
@@ -392,7 +385,7 @@ class KVPool {
     if (!CheckSequence(id).ok()) return 0;
     const Sequence& sequence = sequences_[id.index];
     uint64_t ring_growth = 0, blocks = 0;
-    StepCost(sequence, StepOf(sequence).high_end, num_tokens, &ring_growth, &blocks);
+    StepCost(sequence, sequence.step.HighEnd(), num_tokens, &ring_growth, &blocks);
     return detail::SaturatingAdd(ring_growth, detail::SaturatingMul(blocks, block_bytes_));
   }
 
@@ -420,18 +413,18 @@ class KVPool {
     const Result known = CheckSequence(id);
     if (!known.ok()) return RollbackResult(known, 0);
     Sequence& sequence = sequences_[id.index];
-    const StepState step = StepOf(sequence);
-    if (step.low_end != step.high_end) return RollbackResult(MidStep(step), step.low_end);
-    const uint64_t end = step.low_end;
+    if (sequence.step.InStep()) return RollbackResult(MidStep(sequence), EndPos(id));
+    const uint64_t end = sequence.step.HighEnd();
     // Paged layers hold every position; the planned headroom bounds them as it bounds rings.
     uint64_t limit = std::min(end, plan_.Runtime().rollback);
+    const std::vector<size_t>& ring_layers = table_.RingOwners();
     size_t bound = paged_.empty() ? 0 : paged_[0].layer;
     for (size_t i = 0; i < sequence.rings.size(); ++i) {
       const uint64_t ring_limit = sequence.rings[i].Index().RollbackLimit();
-      if (paged_.empty() && i == 0) bound = ring_layers_[0];
+      if (paged_.empty() && i == 0) bound = ring_layers[0];
       if (ring_limit < limit) {
         limit = ring_limit;
-        bound = ring_layers_[i];
+        bound = ring_layers[i];
       }
     }
     if (num_tokens > limit) {
@@ -443,35 +436,35 @@ class KVPool {
           end);
     }
     for (size_t i = 0; i < sequence.rings.size(); ++i) {
-      const Result result = sequence.rings[i].Rollback(num_tokens, ring_layers_[i]);
+      const Result result = sequence.rings[i].Rollback(num_tokens, ring_layers[i]);
       KVRING_DASSERT(result.ok());
       (void)result;
     }
     for (uint64_t& paged_end : sequence.paged_end) paged_end -= num_tokens;
     ReleaseBlocksFrom(&sequence, BlocksFor(end - num_tokens));
+    sequence.step.Reset(end - num_tokens);
     return RollbackResult(Status::kOk, end - num_tokens);
   }
 
-  // Returns the position `id` has reached in every owning layer (0 for an unknown id).
+  // Returns the position `id` has reached in every owning layer (0 for an unknown id). O(1)
+  // between steps, O(layers) inside one.
   uint64_t EndPos(SequenceId id) const {
     if (!CheckSequence(id).ok()) return 0;
-    return StepOf(sequences_[id.index]).low_end;
+    const Sequence& sequence = sequences_[id.index];
+    return sequence.step.InStep() ? StepOf(sequence).low_end : sequence.step.HighEnd();
   }
   // Live range of `layer` (its owner's) in `id`: [FirstPos, EndPos). Requires a live id.
   uint64_t FirstPos(SequenceId id, size_t layer) const {
     const Sequence& sequence = Live(id);
-    const Entry& entry = entries_[Owner(layer)];
-    return entry.paged ? 0 : sequence.rings[entry.storage].Index().FirstPos();
+    const detail::LayerEntry& entry = table_.OwnerEntry(layer);
+    return IsPaged(layer) ? 0 : sequence.rings[entry.storage].Index().FirstPos();
   }
   uint64_t EndPos(SequenceId id, size_t layer) const {
-    const Sequence& sequence = Live(id);
-    const Entry& entry = entries_[Owner(layer)];
-    return entry.paged ? sequence.paged_end[entry.storage]
-                       : sequence.rings[entry.storage].Index().EndPos();
+    return OwnerEnd(Live(id), Owner(layer));
   }
   Format GetFormat(size_t layer) const {
-    const Entry& entry = entries_[Owner(layer)];
-    return entry.paged ? paged_[entry.storage].spec.format : ring_specs_[entry.storage].format;
+    const detail::LayerEntry& entry = table_.OwnerEntry(layer);
+    return IsPaged(layer) ? paged_[entry.storage].spec.format : ring_specs_[entry.storage].format;
   }
 
   // Copies the stored BF16 row of `pos` of `layer` (its owner's) in `id`, as
@@ -497,7 +490,8 @@ class KVPool {
   Result ReadRowF32(SequenceId id, size_t layer, uint64_t pos, float* k_out, float* v_out) const {
     detail::LayerRows<Layout> rows;
     uint64_t slot = 0;
-    if (layer >= entries_.size()) return LayerPastTheModel(layer);  // (before GetFormat)
+    const Result known = table_.CheckLayer(layer);  // (before GetFormat)
+    if (!known.ok()) return known;
     const Result result = Locate(id, layer, pos, GetFormat(layer), k_out, &rows, &slot);
     if (result.ok()) rows.ReadRowF32(slot, k_out, v_out);
     return result;
@@ -509,10 +503,9 @@ class KVPool {
   // Requires a live id (checked).
   KVView<Layout> View(SequenceId id, size_t layer) const {
     const Sequence& sequence = Live(id);
-    const size_t owner = Owner(layer);
-    const Entry& entry = entries_[owner];
-    const Visibility visibility = entries_[layer].visibility;
-    if (!entry.paged) return sequence.rings[entry.storage].View(visibility);
+    const detail::LayerEntry& entry = table_.OwnerEntry(layer);
+    const Visibility visibility = table_.Entry(layer).visibility;
+    if (!IsPaged(layer)) return sequence.rings[entry.storage].View(visibility);
     KVView<Layout> view;
     paged_[entry.storage].store.Rows(0).FillView(&view);
     view.first_pos = 0;
@@ -556,12 +549,6 @@ class KVPool {
   }
 
  private:
-  struct Entry {
-    size_t owner = 0;
-    Visibility visibility;
-    bool paged = false;
-    size_t storage = 0;  // owners: index into paged_, or into each sequence's rings
-  };
   struct Paged {
     size_t layer = 0;
     StorageSpec spec;  // shape.num_slots: one block's
@@ -572,21 +559,16 @@ class KVPool {
     uint32_t generation = 0;
     uint64_t batch = 0;
     uint64_t ring_bytes = 0;
-    std::vector<detail::LayerStorage<Layout>> rings;  // per ring owner (ring_layers_ order)
+    std::vector<detail::LayerStorage<Layout>> rings;  // per ring owner (RingOwners() order)
     std::vector<uint64_t> paged_end;                  // per paged owner
     std::vector<uint32_t> blocks;                     // block i holds [i, i + 1) * block_slots
-  };
-  struct StepState {
-    size_t lowest = 0;
-    size_t highest = 0;
-    uint64_t low_end = 0;
-    uint64_t high_end = 0;
+    detail::StepRule step;
   };
 
   uint64_t RingSlotsFor(size_t ring, uint64_t batch) const {
     RuntimeSpec runtime = plan_.Runtime();
     runtime.batch = batch;
-    const LayerInfo& info = plan_.Layer(ring_layers_[ring]);
+    const LayerInfo& info = plan_.Layer(table_.RingOwners()[ring]);
     uint64_t num_slots = 0;
     const uint64_t capacity = LayerPlan::CapacityOf(info.span, runtime.context, runtime);
     if (!Layout::NumSlotsFor(capacity, &num_slots)) return std::numeric_limits<uint64_t>::max();
@@ -605,7 +587,7 @@ class KVPool {
       if (!ring.Allocate(spec)) {
         return Result::Refused(Status::kOutOfMemory,
                                "layers[%llu]: a ring of %llu slots could not be allocated",
-                               uint64_t{ring_layers_[i]}, spec.shape.num_slots);
+                               uint64_t{table_.RingOwners()[i]}, spec.shape.num_slots);
       }
       rings->push_back(std::move(ring));
     }
@@ -640,32 +622,22 @@ class KVPool {
     return sequences_[id.index];
   }
 
-  StepState StepOf(const Sequence& sequence) const {
-    StepState step;
-    bool first = true;
-    for (size_t layer = 0; layer < entries_.size(); ++layer) {
-      const Entry& entry = entries_[layer];
-      if (entry.owner != layer) continue;
-      const uint64_t end = entry.paged ? sequence.paged_end[entry.storage]
-                                       : sequence.rings[entry.storage].Index().EndPos();
-      if (first || end < step.low_end) {
-        step.lowest = layer;
-        step.low_end = end;
-      }
-      if (first || end > step.high_end) {
-        step.highest = layer;
-        step.high_end = end;
-      }
-      first = false;
-    }
-    return step;
+  // Returns the end of owning layer `owner` in `sequence`.
+  uint64_t OwnerEnd(const Sequence& sequence, size_t owner) const {
+    const detail::LayerEntry& entry = table_.Entry(owner);
+    return entry.residence == detail::Residence::kPaged
+               ? sequence.paged_end[entry.storage]
+               : sequence.rings[entry.storage].Index().EndPos();
   }
-  Result MidStep(const StepState& step) const {
-    return Result::Refused(Status::kWrongPosition,
-                           "layers[%llu] is at %llu and layers[%llu] at %llu; append every owning "
-                           "layer to the same position first",
-                           uint64_t{step.lowest}, step.low_end, uint64_t{step.highest},
-                           step.high_end);
+  // The owners of `sequence` at the lowest and highest ends. O(layers).
+  detail::StepEnds StepOf(const Sequence& sequence) const {
+    return detail::ScanStep(table_.Owners(),
+                            [&](size_t owner) { return OwnerEnd(sequence, owner); });
+  }
+  Result MidStep(const Sequence& sequence) const {
+    return detail::StepRule::MidStep(StepOf(sequence),
+                                     "layers[%llu] is at %llu and layers[%llu] at %llu; append "
+                                     "every owning layer to the same position first");
   }
 
   // Drops `sequence`'s hold on its blocks from table index `first` on.
@@ -676,20 +648,16 @@ class KVPool {
     }
   }
 
-  Result LayerPastTheModel(size_t layer) const {
-    return Result::Refused(Status::kBadArgument, "layers[%llu]: the model has %llu layers", layer,
-                           entries_.size());
-  }
-
   // Checks a read of `pos` of `layer` in `id` as `read` (kBF16 or kInt8 rows; the layer's own
   // format for f32) into k_out, and sets *rows and *slot to where the row lives.
   Result Locate(SequenceId id, size_t layer, uint64_t pos, Format read, const void* k_out,
                 detail::LayerRows<Layout>* rows, uint64_t* slot) const {
     const Result known = CheckSequence(id);
     if (!known.ok()) return known;
-    if (layer >= entries_.size()) return LayerPastTheModel(layer);
+    const Result in_model = table_.CheckLayer(layer);
+    if (!in_model.ok()) return in_model;
     const Sequence& sequence = sequences_[id.index];
-    const Entry& entry = entries_[Owner(layer)];
+    const detail::LayerEntry& entry = table_.OwnerEntry(layer);
     const Result format = detail::CheckReadFormat(GetFormat(layer), read, pos, layer);
     if (!format.ok()) return format;
     const uint64_t first = FirstPos(id, layer), end = EndPos(id, layer);
@@ -702,7 +670,7 @@ class KVPool {
       return Result::Refused(Status::kBadArgument, "layers[%llu]: read of %llu: k_out is null",
                              uint64_t{layer}, pos);
     }
-    if (entry.paged) {
+    if (IsPaged(layer)) {
       const uint64_t block_slots = spec_.block_slots;
       *rows = paged_[entry.storage].store.Rows(sequence.blocks[pos / block_slots]);
       *slot = pos % block_slots;
@@ -778,19 +746,16 @@ class KVPool {
                 uint64_t num_tokens, RowStrides strides) {
     const Result known = CheckSequence(id);
     if (!known.ok()) return known;
-    if (layer >= entries_.size()) return LayerPastTheModel(layer);
-    if (!OwnsKV(layer)) {
-      return Result::Refused(Status::kNotOwner,
-                             "layers[%llu] reads the KV of layers[%llu]; append to that owner",
-                             uint64_t{layer}, uint64_t{Owner(layer)});
-    }
+    const Result writable = table_.CheckWritable(layer);
+    if (!writable.ok()) return writable;
     Sequence& sequence = sequences_[id.index];
-    const Entry& entry = entries_[layer];
+    const detail::LayerEntry& entry = table_.Entry(layer);
+    const bool is_paged = entry.residence == detail::Residence::kPaged;
     const KVShape shape =
-        entry.paged ? paged_[entry.storage].spec.shape : ring_specs_[entry.storage].shape;
+        is_paged ? paged_[entry.storage].spec.shape : ring_specs_[entry.storage].shape;
     Result check = detail::CheckAppendRows(shape, pos, k, v, num_tokens, strides, layer);
     if (!check.ok()) return check;
-    const uint64_t end = EndPos(id, layer);
+    const uint64_t end = OwnerEnd(sequence, layer);
     if (pos != end) {
       return Result::Refused(Status::kWrongPosition,
                              "layers[%llu]: append at %llu, but its next position is %llu",
@@ -803,28 +768,18 @@ class KVPool {
                              "%llu positions",
                              uint64_t{layer}, pos, num_tokens, context);
     }
-    const StepState step = StepOf(sequence);
-    if (step.low_end < step.high_end) {
-      if (pos == step.high_end) {
-        return Result::Refused(Status::kWrongPosition,
-                               "layers[%llu]: already at %llu while layers[%llu] is at %llu; "
-                               "append the other owning layers up to it first",
-                               uint64_t{layer}, pos, uint64_t{step.lowest}, step.low_end);
-      }
-      if (num_tokens > step.high_end - pos) {
-        return Result::Refused(Status::kWrongPosition,
-                               "layers[%llu]: an append at %llu passes %llu, where layers[%llu] "
-                               "is; append up to there to finish the step first",
-                               uint64_t{layer}, pos, step.high_end, uint64_t{step.highest});
-      }
-    }
-    if (!entry.paged) {
+    const Result in_step =
+        sequence.step.CheckAppend(layer, pos, num_tokens, [&] { return StepOf(sequence); });
+    if (!in_step.ok()) return in_step;
+    if (!is_paged) {
       if (num_tokens > sequence.batch) {
         const Result grown = Resize(id, num_tokens);
         if (!grown.ok()) return grown;
       }
-      return sequence.rings[entry.storage].Append(pos, k, v, num_tokens, strides,
-                                                  /*may_grow=*/false, layer);
+      const Result appended = sequence.rings[entry.storage].Append(pos, k, v, num_tokens, strides,
+                                                                   /*may_grow=*/false, layer);
+      if (appended.ok()) sequence.step.RecordAppend(pos, num_tokens);
+      return appended;
     }
     const Result blocks = TakeBlocks(&sequence, pos, num_tokens, layer);
     if (!blocks.ok()) return blocks;
@@ -842,14 +797,14 @@ class KVPool {
       i += len;
     }
     sequence.paged_end[entry.storage] += num_tokens;
+    sequence.step.RecordAppend(pos, num_tokens);
     return Status::kOk;
   }
 
   LayerPlan plan_;
   PoolSpec spec_;
-  std::vector<Entry> entries_;
+  detail::LayerTable table_;
   std::vector<StorageSpec> ring_specs_;  // per ring owner
-  std::vector<size_t> ring_layers_;      // per ring owner: its layer
   std::vector<Paged> paged_;             // per paged owner
   uint64_t block_bytes_ = 0;             // one block of every paged owner
   detail::BlockAllocator blocks_;
