@@ -16,6 +16,7 @@
 
 #include "kvring/formats/int8.h"
 #include "kvring/kvring.h"
+#include "kvring/views.h"
 #include "reference/pool_model.h"
 #include "reference/random_test_scale.h"
 
@@ -192,6 +193,69 @@ TYPED_TEST(KVPoolTest, DecodingSequencesShrinkTheirRings) {
   model.CheckAll();
   model.CheckAccounting();
   EXPECT_EQ(model.Failure(), "");
+}
+
+// TileAt (views.h), the one home of tile addresses, against the rows as stored: for every
+// tile of a wrapped ring, a flat-like paged global and an int8 paged global, each held
+// lane's K and V elements (and int8 scales) at the tile's offsets are those ReadRowF32 gives.
+TYPED_TEST(KVPoolTest, TileAtAddressesEveryHeldRowOfRingsAndBlocks) {
+  constexpr uint64_t kTile = TypeParam::kTileSlots;
+  for (Format format : {Format::kBF16, Format::kInt8}) {
+    const LayerPlan plan = LayerPlan::Builder()
+                               .AddLayer(LayerSpec::Sliding(40, 2, 32))
+                               .AddLayer(LayerSpec::Global(2, 32))
+                               .SetContext(1000)
+                               .SetLayout<TypeParam>()
+                               .SetFormat(AttentionKind::kGlobal, format)
+                               .Build()
+                               .value();
+    KVPool<TypeParam> pool = KVPool<TypeParam>::Create(plan, PoolSpec{64ull << 20, 2, 0}).value();
+    SequenceId id;
+    ASSERT_TRUE(pool.AddSequence(&id).ok());
+    std::vector<float> row(2 * 32);
+    const uint64_t end = 300;  // the ring wraps; the global spans several blocks
+    for (uint64_t pos = 0; pos < end; ++pos) {
+      for (size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>((pos * 7 + i) % 61) - 30;
+      for (size_t layer = 0; layer < 2; ++layer) {
+        ASSERT_TRUE(pool.AppendF32(id, layer, pos, row.data(), row.data(), 1).ok());
+      }
+    }
+    std::vector<float> k(2 * 32), v(2 * 32);
+    for (size_t layer = 0; layer < 2; ++layer) {
+      const KVView<TypeParam> kv = pool.View(id, layer);
+      const auto k_map = kv.layout.K();
+      uint64_t tiles = 0;
+      ForEachTile<kTile>(kv.first_pos, kv.end_pos, [&](uint64_t tile_pos) {
+        ++tiles;
+        for (uint32_t head = 0; head < 2; ++head) {
+          const TileOffsets at = TileAt(kv, tile_pos, head);
+          for (uint64_t lane = 0; lane < kTile; ++lane) {
+            const uint64_t pos = tile_pos + lane;
+            if (!kv.Holds(pos)) continue;
+            ASSERT_TRUE(pool.ReadRowF32(id, layer, pos, k.data(), v.data()).ok());
+            for (uint32_t dim = 0; dim < 32; ++dim) {
+              // K of one tile: lanes consecutive, dims DimStride() apart; V: [slot][dim].
+              const uint64_t k_at = at.k + lane + dim * k_map.DimStride();
+              const uint64_t v_at = at.v + lane * 32 + dim;
+              float stored_k, stored_v;
+              if (kv.format == Format::kInt8) {
+                stored_k = DecodeInt8(kv.k_scales[at.scales + lane], kv.k_int8[k_at]);
+                stored_v = DecodeInt8(kv.v_scales[at.scales + lane], kv.v_int8[v_at]);
+              } else {
+                stored_k = BF16ToF32(kv.k[k_at]);
+                stored_v = BF16ToF32(kv.v[v_at]);
+              }
+              ASSERT_EQ(stored_k, k[head * 32 + dim]) << layer << " " << pos << " " << dim;
+              ASSERT_EQ(stored_v, v[head * 32 + dim]) << layer << " " << pos << " " << dim;
+            }
+          }
+        }
+      });
+      EXPECT_EQ(tiles, (kv.end_pos - TileStart(kv.first_pos, kTile) + kTile - 1) / kTile);
+      if (layer == 1) EXPECT_TRUE(kv.Paged());
+      if (layer == 0) EXPECT_GT(kv.first_pos, 0u);  // wrapped
+    }
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/formats/format.h"
+#include "kvring/index/positions.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
@@ -53,12 +54,14 @@ struct KVView {
   // Returns the slot of a held position (in its block, for paged storage).
   uint64_t SlotOf(uint64_t pos) const {
     KVRING_DASSERT(Holds(pos));
-    return pos % NumSlots();
+    return SlotOfPos(pos, NumSlots());
   }
   bool Paged() const { return blocks != nullptr; }
   // Returns the block of the store that holds the tile of `pos` (0 unless paged). `pos` may
   // lie before first_pos inside the first held tile.
-  uint64_t BlockOf(uint64_t pos) const { return blocks != nullptr ? blocks[pos / NumSlots()] : 0; }
+  uint64_t BlockOf(uint64_t pos) const {
+    return blocks != nullptr ? blocks[BlockIndexOf(pos, NumSlots())] : 0;
+  }
   // Elements (and scales) between the starts of consecutive blocks of a paged store.
   uint64_t KBlockStride() const { return layout.K().RequiredSpanSize(); }
   uint64_t VBlockStride() const { return layout.V().RequiredSpanSize(); }

@@ -1,7 +1,9 @@
-// kvring/views.h: read views of the positions a range of queries sees, in the shapes the
-// attention kernels walk: FlashView (at most two chronological runs of contiguous slots; a
-// ring splits at its wrap) and TiledView (a chronological sequence of position-aligned tiles).
-// Built from a KVView; trivially copyable, never allocate, valid as long as the KVView is.
+// kvring/views.h: what a range of queries sees, as the attention kernels walk it: the
+// position-aligned tiles of a range (ForEachTile) and where each tile lives (TileAt, the one
+// home of tile addresses for ring, flat and paged storage); and, for engines with kernels of
+// their own, FlashView (at most two chronological runs of contiguous slots; a ring splits at
+// its wrap) and TiledView (the chronological sequence of tiles). Built from a KVView;
+// trivially copyable, never allocate, valid as long as the KVView is.
 // Shared-KV consumers pass their own Visibility in the KVView. No vector code.
 #ifndef KVRING_VIEWS_H_
 #define KVRING_VIEWS_H_
@@ -11,6 +13,7 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
+#include "kvring/index/positions.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/flash_layout.h"
 #include "kvring/layouts/tiled_layout.h"
@@ -30,6 +33,43 @@ inline void VisibleRange(const KVView<Layout>& kv, uint64_t q_first, uint64_t q_
   *end = q_last + 1;
 }
 
+// Where one position-aligned tile of one kv_head lives in a view's storage, as offsets from
+// its bases: K elements from kv.k (kv.k_int8), V elements from kv.v (kv.v_int8), and the
+// tile's first scale in each stream's scales (int8). Its slots (and their scales) are
+// consecutive.
+struct TileOffsets {
+  uint64_t k = 0;
+  uint64_t v = 0;
+  uint64_t scales = 0;
+};
+
+// The one home of tile addresses, for ring, flat and paged storage alike: the tile of
+// `tile_pos` (a multiple of Layout::kTileSlots; it may start before kv.first_pos) of
+// `kv_head`. Its slot is the position's (SlotOfPos, in its block for paged storage), and a
+// paged view's block starts BlockOf(tile_pos) block strides in. O(1).
+template <typename Layout>
+inline TileOffsets TileAt(const KVView<Layout>& kv, uint64_t tile_pos, uint32_t kv_head) {
+  const uint64_t slot = SlotOfPos(tile_pos, kv.NumSlots());
+  const uint64_t block = kv.BlockOf(tile_pos);
+  TileOffsets at;
+  at.k = block * kv.KBlockStride() + kv.layout.K()(slot, kv_head, 0);
+  at.v = block * kv.VBlockStride() + kv.layout.V()(slot, kv_head, 0);
+  at.scales = block * kv.ScaleBlockStride() + kv.ScaleOffset(slot, kv_head);
+  return at;
+}
+
+// Calls fn(tile_pos) for the position-aligned tiles of kTileSlots that hold [pos_begin,
+// pos_end), oldest first: in a ring the slots wrap at a multiple of the tile, so every tile
+// lies in one run of slots (and in one block of paged storage).
+template <uint64_t kTileSlots, typename Fn>
+inline void ForEachTile(uint64_t pos_begin, uint64_t pos_end, const Fn& fn) {
+  if (pos_begin >= pos_end) return;
+  for (uint64_t tile_pos = TileStart(pos_begin, kTileSlots); tile_pos < pos_end;
+       tile_pos += kTileSlots) {
+    fn(tile_pos);
+  }
+}
+
 // A chronological run of positions stored in consecutive slots (of a ring or a flat layer; a
 // paged layer's run crosses blocks at multiples of the block's slots).
 struct SlotRun {
@@ -45,9 +85,7 @@ struct SlotRun {
 // outside [pos_begin, pos_end)). A paged layer (KVView::blocks) is one run: its tiles each lie
 // inside one block, which KVView::BlockOf names.
 struct FlashView {
-  const BF16* k = nullptr;  // K: [kv_head][dim][slot]
-  const BF16* v = nullptr;  // V: [kv_head][slot][dim]
-  FlashLayout layout;
+  FlashLayout layout;  // K: [kv_head][dim][slot], V: [kv_head][slot][dim]
   uint64_t pos_begin = 0;
   uint64_t pos_end = 0;
   SlotRun runs[2];
@@ -60,14 +98,12 @@ struct FlashView {
     KVRING_DASSERT(pos_begin <= pos_end);
     KVRING_DASSERT(pos_begin >= kv.first_pos && pos_end <= kv.end_pos);
     FlashView view;
-    view.k = kv.k;
-    view.v = kv.v;
     view.layout = kv.layout;
     view.pos_begin = pos_begin;
     view.pos_end = pos_end;
     if (pos_begin == pos_end) return view;
     const uint64_t num_slots = kv.NumSlots();
-    const uint64_t first_slot = pos_begin % num_slots;
+    const uint64_t first_slot = SlotOfPos(pos_begin, num_slots);
     const uint64_t count = pos_end - pos_begin;
     if (kv.Paged()) {
       // Blocks hold whole tiles: one run of positions, whose tiles sit in the blocks of
@@ -109,8 +145,6 @@ template <typename Layout>
 struct TiledView {
   static constexpr uint64_t kTileSlots = Layout::kTileSlots;
 
-  const BF16* k = nullptr;
-  const BF16* v = nullptr;
   Layout layout;
   uint64_t pos_begin = 0;
   uint64_t pos_end = 0;
@@ -123,12 +157,10 @@ struct TiledView {
     KVRING_DASSERT(pos_begin >= kv.first_pos && pos_end <= kv.end_pos);
     KVRING_DASSERT(kv.NumSlots() % kTileSlots == 0);
     TiledView view;
-    view.k = kv.k;
-    view.v = kv.v;
     view.layout = kv.layout;
     view.pos_begin = pos_begin;
     view.pos_end = pos_end;
-    view.first_tile_pos = pos_begin - pos_begin % kTileSlots;
+    view.first_tile_pos = TileStart(pos_begin, kTileSlots);
     view.num_tiles =
         pos_begin == pos_end ? 0 : (pos_end - view.first_tile_pos + kTileSlots - 1) / kTileSlots;
     return view;
@@ -143,7 +175,7 @@ struct TiledView {
   TileRef Tile(uint64_t i) const {
     KVRING_DASSERT(i < num_tiles);
     const uint64_t first_pos = first_tile_pos + i * kTileSlots;
-    return TileRef{first_pos, first_pos % layout.Shape().num_slots};
+    return TileRef{first_pos, SlotOfPos(first_pos, layout.Shape().num_slots)};
   }
   uint64_t NumPositions() const { return pos_end - pos_begin; }
 };

@@ -15,7 +15,8 @@ namespace kvring {
 
 template <uint32_t kTileRows>
 class TiledLayout {
-  static_assert(IsTileRows(kTileRows), "TiledLayout: kTileRows must be a power of two from 8 to 64");
+  static_assert(IsTileRows(kTileRows),
+                "TiledLayout: kTileRows must be a power of two from 8 to 64");
 
  public:
   static constexpr Backend kBackend = Backend::kTiled;

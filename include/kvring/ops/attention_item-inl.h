@@ -193,23 +193,6 @@ struct TileRefs {
   const float* v_scales = nullptr;
 };
 
-// Calls fn(tile_pos) for the position-aligned tiles of a flash view, oldest first (a ring's
-// runs, one run of a flat or paged layer).
-template <uint64_t kTile, class Fn>
-HWY_INLINE void ForEachTile(const FlashView& view, const Fn& fn) {
-  for (uint32_t run = 0; run < view.num_runs; ++run) {
-    const SlotRun& r = view.runs[run];
-    const uint64_t end = r.first_pos + r.num_positions;
-    for (uint64_t tile_pos = r.first_pos - r.first_pos % kTile; tile_pos < end; tile_pos += kTile) {
-      fn(tile_pos);
-    }
-  }
-}
-template <uint64_t kTile, class Layout, class Fn>
-HWY_INLINE void ForEachTile(const TiledView<Layout>& view, const Fn& fn) {
-  for (uint64_t i = 0; i < view.num_tiles; ++i) fn(view.Tile(i).first_pos);
-}
-
 // The values of one tile of a latent view (MLA: no V stream, AttentionOptions::latent_v_dims):
 // dims [0, v_dims) of the tile's K, which both layouts store [dim][slot] (dims dim_stride
 // apart), transposed into dst[slot * v_dims + dim], the [slot][dim] rows AccumulateTile reads.
@@ -243,10 +226,6 @@ HWY_INLINE float* Align64(float* p) {
   const uintptr_t bits = reinterpret_cast<uintptr_t>(p);
   return reinterpret_cast<float*>((bits + 63) & ~uintptr_t{63});
 }
-
-template <class Layout>
-using ViewOf = typename std::conditional<Layout::kBackend == Backend::kFlash, FlashView,
-                                         TiledView<Layout>>::type;
 
 // The body of RunAttentionItem for stored elements of type T (BF16, or int8 with scales),
 // reading K and V from k_base and v_base (v_base null for a latent view). kNative: the
@@ -350,21 +329,15 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       }
     }
     if (pos_begin < pos_end) {
-      const ViewOf<Layout> view = ViewOf<Layout>::OfPositions(kv, pos_begin, pos_end);
       const auto k_mapping = kv.layout.K();
       const auto v_mapping = kv.layout.V();
       const size_t dim_stride = static_cast<size_t>(k_mapping.DimStride());
       const size_t v_stride =
           work.Latent() ? v_head_dim : static_cast<size_t>(v_mapping.SlotStride());
-      const uint64_t num_slots = kv.NumSlots();
       const PrefetchShape prefetch_shape(kTile, dim_stride, head_dim, v_head_dim, sizeof(T));
-      // A tile's slot is its position modulo the slots (of its block, for paged storage),
-      // and its block's elements start BlockOf(tile_pos) block strides in (0 but paged).
-      const uint64_t k_block = kv.KBlockStride(), v_block = kv.VBlockStride();
-      const uint64_t scale_block = kv.ScaleBlockStride();
+      // Tile addresses come from TileAt (views.h), for ring, flat and paged storage.
       const auto k_of = [&](uint64_t tile_pos) {
-        return k_base + kv.BlockOf(tile_pos) * k_block +
-               k_mapping(tile_pos % num_slots, item.kv_head, 0);
+        return k_base + TileAt(kv, tile_pos, item.kv_head).k;
       };
       // The K of the tile `tiles` tiles after the one at `tile_pos`, to prefetch (a ring's
       // slots wrap; past a paged layer's end, its own).
@@ -376,22 +349,20 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       const auto tile_at = [&](uint64_t tile_pos) {
         TileRefs<T> tile;
         tile.pos = tile_pos;
-        const uint64_t slot = tile_pos % num_slots;
-        const uint64_t block = kv.BlockOf(tile_pos);
-        tile.k = k_of(tile_pos);
+        const TileOffsets at = TileAt(kv, tile_pos, item.kv_head);
+        tile.k = k_base + at.k;
         if (latent_values != nullptr) {
           T* values = latent_values + (latent_tiles++ % 2) * kTile * v_head_dim;
           LatentValues<kTile>(tile.k, dim_stride, v_head_dim, values);
           tile.v = values;
         } else {
-          tile.v = v_base + block * v_block + v_mapping(slot, item.kv_head, 0);
+          tile.v = v_base + at.v;
         }
         if constexpr (std::is_same<T, int8_t>::value) {
           // A tile's slots are consecutive, and so are their scales ([kv_head][slot]).
-          const uint64_t scales = block * scale_block + kv.ScaleOffset(slot, item.kv_head);
-          const float* k_scales = kv.k_scales + scales;
+          const float* k_scales = kv.k_scales + at.scales;
           for (size_t i = 0; i < kTile; ++i) k_scale_lanes[i] = k_scales[lane_offsets[i]];
-          tile.v_scales = work.Latent() ? k_scales : kv.v_scales + scales;
+          tile.v_scales = work.Latent() ? k_scales : kv.v_scales + at.scales;
         }
         tile.k_next = k_after(tile_pos, 1);
         return tile;
@@ -420,7 +391,7 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
           kPairDims<kTile> && std::is_same<T, BF16>::value && dim_stride == kTile && !kNative;
       TileRefs<T> held;
       bool holding = false;
-      ForEachTile<kTile>(view, [&](uint64_t tile_pos) {
+      ForEachTile<kTile>(pos_begin, pos_end, [&](uint64_t tile_pos) {
         TileRefs<T> tile = tile_at(tile_pos);
         if (!two_tiles) {
           for_each_block(one_tile(tile, scores, false));

@@ -38,7 +38,6 @@ inline uint64_t CapacityFor(uint64_t span, uint64_t context, const RuntimeSpec& 
   return std::min(context, needed);
 }
 
-
 // Sets *k_bytes and *v_bytes to the bytes of one position of `spec` (every kv_head, in its
 // format; for an accounting-only `type`, at ElementBytes(type) an element), or returns false
 // on overflow.

@@ -105,7 +105,6 @@ struct RuntimeSpec {
   ElementType element_type = ElementType::kBF16;
 };
 
-
 }  // namespace kvring
 
 #endif  // KVRING_PLAN_SPECS_H_

@@ -102,9 +102,7 @@ class KVCache {
   // the model, a null k_out, or an int8 layer (use ReadRowInt8 or ReadRowF32). Does not
   // allocate. Cost: one row.
   Result ReadRow(size_t layer, uint64_t pos, BF16* k_out, BF16* v_out) const {
-    const Result known = table_.CheckLayer(layer);
-    if (!known.ok()) return known;
-    return StorageOf(Owner(layer)).ReadRow(pos, k_out, v_out, layer);
+    return Read(layer, pos, detail::RowRead::BF16s(k_out, v_out));
   }
 
   // As ReadRow, for an int8 layer (its owner's): copies k_out [kv_head][head_dim] and
@@ -112,18 +110,13 @@ class KVCache {
   // [kv_head], exactly as stored. kBadArgument also for a BF16 layer. Cost: one row.
   Result ReadRowInt8(size_t layer, uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
                      float* v_scales_out) const {
-    const Result known = table_.CheckLayer(layer);
-    if (!known.ok()) return known;
-    return StorageOf(Owner(layer))
-        .ReadRowInt8(pos, k_out, k_scales_out, v_out, v_scales_out, layer);
+    return Read(layer, pos, detail::RowRead::Int8s(k_out, k_scales_out, v_out, v_scales_out));
   }
 
   // As ReadRow, as f32 values in either format: BF16 widened exactly, int8 decoded as
   // DecodeInt8(scale, q). Cost: one row.
   Result ReadRowF32(size_t layer, uint64_t pos, float* k_out, float* v_out) const {
-    const Result known = table_.CheckLayer(layer);
-    if (!known.ok()) return known;
-    return StorageOf(Owner(layer)).ReadRowF32(pos, k_out, v_out, layer);
+    return Read(layer, pos, detail::RowRead::F32s(k_out, v_out));
   }
 
   // Returns the format `layer`'s K and V are stored in (its owner's).
@@ -279,6 +272,13 @@ class KVCache {
     KVRING_DASSERT(entry.owner == layer);
     return entry.residence == detail::Residence::kFlat ? fn(globals_[entry.storage])
                                                        : fn(rings_[entry.storage]);
+  }
+
+  // The one read behind ReadRow, ReadRowInt8 and ReadRowF32.
+  Result Read(size_t layer, uint64_t pos, const detail::RowRead& read) const {
+    const Result known = table_.CheckLayer(layer);
+    if (!known.ok()) return known;
+    return StorageOf(Owner(layer)).Read(pos, read, layer);
   }
 
   // The owning layers at the lowest and at the highest end position. O(layers).

@@ -19,67 +19,24 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/formats/format.h"
+#include "kvring/index/block_table.h"
 #include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"
 #include "kvring/status.h"
-#include "kvring/storage/block_allocator.h"
+#include "kvring/storage/block_store.h"
 #include "kvring/storage/layer_rows.h"
 #include "kvring/storage/layer_storage.h"
 #include "kvring/storage/layer_table.h"
+#include "kvring/storage/pool_budget.h"
+#include "kvring/storage/pool_sequence.h"
+#include "kvring/storage/pool_spec.h"
+#include "kvring/storage/ring_set.h"
+#include "kvring/storage/sequence_table.h"
 #include "kvring/storage/step_rule.h"
 #include "kvring/storage/storage_spec.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
-
-// A sequence of a KVPool. Ids of freed sequences are refused (kUnknownSequence), even after
-// their slot serves a new sequence.
-struct SequenceId {
-  uint32_t index = std::numeric_limits<uint32_t>::max();
-  uint32_t generation = 0;
-};
-inline bool operator==(SequenceId a, SequenceId b) {
-  return a.index == b.index && a.generation == b.generation;
-}
-inline bool operator!=(SequenceId a, SequenceId b) { return !(a == b); }
-
-// What a pool may hold.
-struct PoolSpec {
-  // Bytes of K/V (and int8 scales) the pool's rings and blocks in use never pass.
-  uint64_t budget_bytes = 0;
-  // Live sequences at most.
-  uint32_t max_sequences = 0;
-  // Positions per block of a global (paged) layer: a multiple of the layout's tile. 0: the
-  // layout's DefaultBlockSlots(), or the context rounded up to a tile when that is less.
-  uint64_t block_slots = 0;
-};
-
-// Returns the block size a pool of `Layout` uses unless told otherwise, as measured (paged
-// decode at 32768 positions against flat storage, docs/benchmarks.md): flash 96 slots (three
-// 32-slot tiles, 1.01 of flat: an odd number of tiles, so that a block's K rows of
-// consecutive dims, 192 bytes apart, spread over the cache sets; 64 to 256 measure alike, 32
-// and 512 are slower), tiled 256 (0.99 of flat; a tiled tile's K is contiguous, and shorter
-// runs of tiles cut the hardware prefetcher's streams: 128 measured 1.08, 64 1.18, 16 1.72).
-template <typename Layout>
-constexpr uint64_t DefaultBlockSlots() {
-  return Layout::kBackend == Backend::kFlash
-             ? 3 * Layout::kTileSlots
-             : (256 + Layout::kTileSlots - 1) / Layout::kTileSlots * Layout::kTileSlots;
-}
-
-// A pool's accounting at one moment (KVPool::Usage). bytes_in_use == ring_bytes +
-// blocks_in_use * block_bytes <= budget_bytes at all times.
-struct PoolUsage {
-  uint64_t budget_bytes = 0;
-  uint64_t bytes_in_use = 0;
-  uint64_t ring_bytes = 0;   // every live sequence's rings
-  uint64_t block_bytes = 0;  // one block of every global owner
-  uint64_t num_blocks = 0;   // blocks the budget holds with no rings at all
-  uint64_t blocks_in_use = 0;
-  uint64_t free_blocks = 0;    // handed out only while the budget allows
-  uint64_t shared_blocks = 0;  // held by more than one sequence
-  uint64_t live_sequences = 0;
-};
 
 template <typename Layout>
 class KVPool {
@@ -96,41 +53,29 @@ class KVPool {
   // for the blocks the budget could hold (zeroed with calloc: pages are committed as blocks
   // are first written); rings are allocated as sequences are added.
   static Expected<KVPool> Create(const LayerPlan& plan, const PoolSpec& spec) {
-    const RuntimeSpec& runtime = plan.Runtime();
     const Error unfit = detail::ValidatePlanFor<Layout>(plan, "pool");
     if (!unfit.field.empty()) return unfit;
     if (spec.max_sequences == 0 || spec.max_sequences == std::numeric_limits<uint32_t>::max()) {
       return detail::FieldError("max_sequences", std::to_string(spec.max_sequences),
                                 "is invalid: a pool holds from 1 to 2^32 - 2 sequences");
     }
-    // The default, for a context shorter than it: the context rounded up to a tile.
-    const uint64_t context_tiles =
-        (runtime.context + Layout::kTileSlots - 1) / Layout::kTileSlots * Layout::kTileSlots;
-    const uint64_t block_slots = spec.block_slots != 0
-                                     ? spec.block_slots
-                                     : std::min(DefaultBlockSlots<Layout>(), context_tiles);
-    if (block_slots % Layout::kTileSlots != 0 ||
-        block_slots > runtime.context + Layout::kTileSlots) {
-      return detail::FieldError(
-          "block_slots", std::to_string(block_slots),
-          "is invalid: a block holds a positive multiple of the layout's tile of " +
-              std::to_string(Layout::kTileSlots) + " positions, at most a tile past the context");
-    }
+    uint64_t block_slots = 0;
+    const Error bad_block = detail::ChooseBlockSlots<Layout>(plan.Runtime(), spec, &block_slots);
+    if (!bad_block.field.empty()) return bad_block;
     KVPool pool;
     pool.plan_ = plan;
     pool.spec_ = spec;
     pool.spec_.block_slots = block_slots;
     pool.table_ = detail::LayerTable::Of(plan, detail::Residence::kPaged);
+    pool.paged_ = detail::BlockStore<Layout>(block_slots);
+    pool.rings_ = detail::RingSet<Layout>(plan.Runtime());
     for (size_t layer : pool.table_.Owners()) {
       if (pool.IsPaged(layer)) {
-        Paged paged;
-        paged.layer = layer;
-        paged.spec = StorageSpec::Of(plan, layer);
-        paged.spec.shape.num_slots = block_slots;
-        pool.block_bytes_ += block_slots * plan.Layer(layer).slot_bytes;
-        pool.paged_.push_back(std::move(paged));
+        StorageSpec paged = StorageSpec::Of(plan, layer);
+        paged.shape.num_slots = block_slots;
+        pool.paged_.AddLayer(layer, paged, block_slots * plan.Layer(layer).slot_bytes);
       } else {
-        pool.ring_specs_.push_back(StorageSpec::Of(plan, layer));
+        pool.rings_.Add(plan.Layer(layer), StorageSpec::Of(plan, layer));
       }
       Error error = detail::ValidateStorageSpec<Layout>(StorageSpec::Of(plan, layer));
       if (!error.field.empty()) {
@@ -139,26 +84,24 @@ class KVPool {
       }
     }
     // The smallest sequence: rings for decode (batch 1) and one block.
-    const uint64_t smallest = pool.RingBytesFor(1) + pool.block_bytes_;
+    const uint64_t smallest = pool.RingBytesFor(1) + pool.paged_.BlockBytes();
     if (spec.budget_bytes < smallest) {
       return detail::FieldError("budget_bytes", std::to_string(spec.budget_bytes),
                                 "cannot hold one sequence: its decode rings and one block take " +
                                     std::to_string(smallest) + " bytes");
     }
-    uint64_t num_blocks = pool.block_bytes_ == 0 ? 0 : spec.budget_bytes / pool.block_bytes_;
-    num_blocks = std::min<uint64_t>(num_blocks, std::numeric_limits<uint32_t>::max());
-    for (Paged& paged : pool.paged_) {
-      if (!paged.store.Allocate(paged.spec.shape, paged.spec.format, num_blocks)) {
-        return detail::FieldError("budget_bytes", std::to_string(spec.budget_bytes),
-                                  "could not be reserved: the block store of layers[" +
-                                      std::to_string(paged.layer) + "] failed to allocate");
-      }
+    const uint64_t block_bytes = pool.paged_.BlockBytes();
+    const uint64_t num_blocks =
+        std::min<uint64_t>(block_bytes == 0 ? 0 : spec.budget_bytes / block_bytes,
+                           std::numeric_limits<uint32_t>::max());
+    size_t failed = 0;
+    if (!pool.paged_.Allocate(static_cast<uint32_t>(num_blocks), &failed)) {
+      return detail::FieldError("budget_bytes", std::to_string(spec.budget_bytes),
+                                "could not be reserved: the block store of layers[" +
+                                    std::to_string(failed) + "] failed to allocate");
     }
-    pool.blocks_ = detail::BlockAllocator(static_cast<uint32_t>(num_blocks));
-    pool.sequences_.resize(spec.max_sequences);
-    for (uint32_t index = spec.max_sequences; index > 0; --index) {
-      pool.free_sequences_.push_back(index - 1);
-    }
+    pool.sequences_ = detail::SequenceTable<Sequence>(spec.max_sequences);
+    pool.budget_ = detail::PoolBudget<Layout>(spec.budget_bytes);
     return pool;
   }
 
@@ -175,18 +118,10 @@ class KVPool {
 
   // Returns the bytes of one sequence's rings when they hold batches of `batch` tokens
   // (window - 1 + max(batch, rollback) positions per ring, padded, capped by the context).
-  uint64_t RingBytesFor(uint64_t batch) const {
-    uint64_t bytes = 0;
-    const std::vector<size_t>& rings = table_.RingOwners();
-    for (size_t i = 0; i < rings.size(); ++i) {
-      bytes = detail::SaturatingAdd(
-          bytes, detail::SaturatingMul(RingSlotsFor(i, batch), plan_.Layer(rings[i]).slot_bytes));
-    }
-    return bytes;
-  }
+  uint64_t RingBytesFor(uint64_t batch) const { return rings_.BytesFor(batch); }
   // Returns the bytes of the blocks a sequence of `positions` positions holds alone.
   uint64_t BlockBytesFor(uint64_t positions) const {
-    return detail::SaturatingMul(BlocksFor(positions), block_bytes_);
+    return detail::SaturatingMul(BlocksFor(positions, spec_.block_slots), paged_.BlockBytes());
   }
 
   // Adds an empty sequence whose rings hold batches of `batch` tokens (0: the plan's batch),
@@ -201,58 +136,43 @@ class KVPool {
                              "AddSequence: a batch of %llu tokens is past the context of %llu",
                              batch, plan_.Runtime().context);
     }
-    if (free_sequences_.empty()) {
+    if (sequences_.Full()) {
       return Result::Refused(Status::kPoolExhausted,
                              "AddSequence: all %llu sequences are live; free one first",
                              uint64_t{spec_.max_sequences});
     }
-    const uint64_t ring_bytes = RingBytesFor(batch);
-    const Result room = CheckRoom(ring_bytes, 0);
+    Sequence sequence;
+    sequence.ring_bytes = RingBytesFor(batch);
+    const Result room = budget_.CheckRoom(sequence.ring_bytes, 0, paged_);
     if (!room.ok()) return room;
-    std::vector<detail::LayerStorage<Layout>> rings;
-    const Result made = MakeRings(batch, &rings);
+    const Result made = rings_.Make(batch, &sequence.rings);
     if (!made.ok()) return made;
-    const uint32_t index = free_sequences_.back();
-    free_sequences_.pop_back();
-    Sequence& sequence = sequences_[index];
-    sequence.live = true;
     sequence.batch = batch;
-    sequence.rings = std::move(rings);
-    sequence.ring_bytes = ring_bytes;
-    sequence.paged_end.assign(paged_.size(), 0);
-    sequence.blocks.clear();
+    sequence.paged_end.assign(paged_.NumLayers(), 0);
+    sequence.blocks = BlockTable(spec_.block_slots);
     sequence.step = detail::StepRule(table_.Owners().size(), 0);
-    ring_bytes_ += ring_bytes;
-    ++live_;
-    *id = SequenceId{index, sequence.generation};
+    budget_.ChargeRings(0, sequence.ring_bytes);
+    *id = sequences_.Add(std::move(sequence));
     return Status::kOk;
   }
 
   // Frees `id`: its rings and its hold on every block (blocks no other sequence holds become
   // free). The id is refused afterwards. kUnknownSequence for an id not live.
   Result Free(SequenceId id) {
-    const Result known = CheckSequence(id);
+    const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
-    Sequence& sequence = sequences_[id.index];
-    ReleaseBlocksFrom(&sequence, 0);
-    ring_bytes_ -= sequence.ring_bytes;
-    const uint32_t generation = sequence.generation + 1;
-    sequence = Sequence();
-    sequence.generation = generation;
-    free_sequences_.push_back(id.index);
-    --live_;
+    Sequence& sequence = sequences_.Get(id);
+    paged_.ReleaseFrom(&sequence.blocks, 0);
+    budget_.ChargeRings(sequence.ring_bytes, 0);
+    sequences_.Free(id);
     return Status::kOk;
   }
 
   // Forgets every position of `id` (property 4), keeping its rings; its blocks are released.
   Result Clear(SequenceId id) {
-    const Result known = CheckSequence(id);
+    const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
-    Sequence& sequence = sequences_[id.index];
-    for (auto& ring : sequence.rings) ring.Clear();
-    std::fill(sequence.paged_end.begin(), sequence.paged_end.end(), 0);
-    ReleaseBlocksFrom(&sequence, 0);
-    sequence.step.Reset(0);
+    sequences_.Get(id).Clear(&paged_);
     return Status::kOk;
   }
 
@@ -262,43 +182,29 @@ class KVPool {
   // either never changes what the other reads (property 3). Refused while `id` is inside a
   // step (kWrongPosition), and as AddSequence.
   Result Fork(SequenceId id, SequenceId* fork) {
-    const Result known = CheckSequence(id);
+    const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
     if (fork == nullptr) return Result::Refused(Status::kBadArgument, "Fork: fork is null");
-    if (sequences_[id.index].step.InStep()) return MidStep(sequences_[id.index]);
-    if (free_sequences_.empty()) {
+    const Sequence& source = sequences_.Get(id);
+    if (source.step.InStep()) return source.MidStep(table_);
+    if (sequences_.Full()) {
       return Result::Refused(Status::kPoolExhausted,
                              "Fork: all %llu sequences are live; free one first",
                              uint64_t{spec_.max_sequences});
     }
-    const Sequence& source = sequences_[id.index];
-    const Result room = CheckRoom(source.ring_bytes, 0);
+    const Result room = budget_.CheckRoom(source.ring_bytes, 0, paged_);
     if (!room.ok()) return room;
-    std::vector<detail::LayerStorage<Layout>> rings;
-    rings.reserve(source.rings.size());
-    for (const auto& ring : source.rings) {
-      detail::LayerStorage<Layout> copy = ring.CopyWithSlots(ring.Index().NumSlots());
-      if (copy.Failed()) {
-        return Result::Refused(Status::kOutOfMemory, "Fork: %llu rings could not be allocated",
-                               uint64_t{source.rings.size()});
-      }
-      rings.push_back(std::move(copy));
-    }
-    const uint32_t index = free_sequences_.back();
-    free_sequences_.pop_back();
-    Sequence& sequence = sequences_[index];
-    const Sequence& from = sequences_[id.index];  // (sequences_ does not reallocate)
-    sequence.live = true;
-    sequence.batch = from.batch;
-    sequence.rings = std::move(rings);
-    sequence.ring_bytes = from.ring_bytes;
-    sequence.paged_end = from.paged_end;
-    sequence.blocks = from.blocks;
-    sequence.step = from.step;
-    for (uint32_t block : sequence.blocks) blocks_.Share(block);
-    ring_bytes_ += sequence.ring_bytes;
-    ++live_;
-    *fork = SequenceId{index, sequence.generation};
+    Sequence sequence;
+    const Result copied = detail::RingSet<Layout>::Copied(source.rings, &sequence.rings);
+    if (!copied.ok()) return copied;
+    sequence.batch = source.batch;
+    sequence.ring_bytes = source.ring_bytes;
+    sequence.paged_end = source.paged_end;
+    sequence.blocks = source.blocks;
+    sequence.step = source.step;
+    paged_.Share(sequence.blocks);
+    budget_.ChargeRings(0, sequence.ring_bytes);
+    *fork = sequences_.Add(std::move(sequence));
     return Status::kOk;
   }
 
@@ -309,34 +215,27 @@ class KVPool {
   // kBadArgument (0, past the context), kWrongPosition (a shrink inside a step), kPoolExhausted
   // (the budget cannot hold the larger rings), kOutOfMemory. Allocates the new rings and copies.
   Result Resize(SequenceId id, uint64_t batch) {
-    const Result known = CheckSequence(id);
+    const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
     if (batch == 0 || batch > plan_.Runtime().context) {
       return Result::Refused(Status::kBadArgument,
                              "Resize to a batch of %llu tokens: from 1 to the context %llu", batch,
                              plan_.Runtime().context);
     }
-    Sequence& sequence = sequences_[id.index];
+    Sequence& sequence = sequences_.Get(id);
     if (batch < sequence.batch) {
       // The step's queries still read the positions before it that a shrink would drop.
-      if (sequence.step.InStep()) return MidStep(sequence);
+      if (sequence.step.InStep()) return sequence.MidStep(table_);
     }
     const uint64_t ring_bytes = RingBytesFor(batch);
     if (ring_bytes > sequence.ring_bytes) {
-      const Result room = CheckRoom(ring_bytes - sequence.ring_bytes, 0);
+      const Result room = budget_.CheckRoom(ring_bytes - sequence.ring_bytes, 0, paged_);
       if (!room.ok()) return room;
     }
     std::vector<detail::LayerStorage<Layout>> rings;
-    rings.reserve(sequence.rings.size());
-    for (size_t i = 0; i < sequence.rings.size(); ++i) {
-      rings.push_back(sequence.rings[i].CopyWithSlots(RingSlotsFor(i, batch)));
-      if (rings.back().Failed()) {
-        return Result::Refused(Status::kOutOfMemory,
-                               "Resize: the ring of layers[%llu] could not be allocated",
-                               uint64_t{table_.RingOwners()[i]});
-      }
-    }
-    ring_bytes_ = ring_bytes_ - sequence.ring_bytes + ring_bytes;
+    const Result resized = rings_.Resized(sequence.rings, batch, &rings);
+    if (!resized.ok()) return resized;
+    budget_.ChargeRings(sequence.ring_bytes, ring_bytes);
     sequence.ring_bytes = ring_bytes;
     sequence.rings = std::move(rings);
     sequence.batch = batch;
@@ -350,10 +249,10 @@ class KVPool {
   // kUnknownSequence, kWrongPosition (inside a step), kBadArgument (0 tokens), kContextFull,
   // kPoolExhausted.
   Result Reserve(SequenceId id, uint64_t num_tokens) {
-    const Result known = CheckSequence(id);
+    const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
-    Sequence& sequence = sequences_[id.index];
-    if (sequence.step.InStep()) return MidStep(sequence);
+    Sequence& sequence = sequences_.Get(id);
+    if (sequence.step.InStep()) return sequence.MidStep(table_);
     if (num_tokens == 0) {
       return Result::Refused(Status::kBadArgument, "Reserve of %llu tokens: at least one",
                              num_tokens);
@@ -365,14 +264,15 @@ class KVPool {
                              num_tokens, end, context);
     }
     uint64_t ring_growth = 0, blocks = 0;
-    StepCost(sequence, end, num_tokens, &ring_growth, &blocks);
-    const Result room = CheckRoom(ring_growth, blocks);
+    detail::PoolBudget<Layout>::StepCost(sequence, rings_, paged_, end, num_tokens, &ring_growth,
+                                         &blocks);
+    const Result room = budget_.CheckRoom(ring_growth, blocks, paged_);
     if (!room.ok()) return room;
     if (num_tokens > sequence.batch) {
       const Result grown = Resize(id, num_tokens);
       if (!grown.ok()) return grown;
     }
-    if (paged_.empty()) return Status::kOk;
+    if (paged_.Empty()) return Status::kOk;
     const Result taken = TakeBlocks(&sequence, end, num_tokens, detail::kNoLayer);
     KVRING_DASSERT(taken.ok());  // the room was checked above
     return taken;
@@ -382,11 +282,12 @@ class KVPool {
   // new blocks, a shared block's copy), without taking them: for admission decisions. 0 for
   // an id not live.
   uint64_t ReserveBytes(SequenceId id, uint64_t num_tokens) const {
-    if (!CheckSequence(id).ok()) return 0;
-    const Sequence& sequence = sequences_[id.index];
+    if (!sequences_.Check(id).ok()) return 0;
+    const Sequence& sequence = sequences_.Get(id);
     uint64_t ring_growth = 0, blocks = 0;
-    StepCost(sequence, sequence.step.HighEnd(), num_tokens, &ring_growth, &blocks);
-    return detail::SaturatingAdd(ring_growth, detail::SaturatingMul(blocks, block_bytes_));
+    detail::PoolBudget<Layout>::StepCost(sequence, rings_, paged_, sequence.step.HighEnd(),
+                                         num_tokens, &ring_growth, &blocks);
+    return detail::SaturatingAdd(ring_growth, detail::SaturatingMul(blocks, paged_.BlockBytes()));
   }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
@@ -410,23 +311,15 @@ class KVPool {
   // KVCache::Rollback does, and returns the blocks it no longer reaches (those no other
   // sequence holds become free).
   RollbackResult Rollback(SequenceId id, uint64_t num_tokens) {
-    const Result known = CheckSequence(id);
+    const Result known = sequences_.Check(id);
     if (!known.ok()) return RollbackResult(known, 0);
-    Sequence& sequence = sequences_[id.index];
-    if (sequence.step.InStep()) return RollbackResult(MidStep(sequence), EndPos(id));
-    const uint64_t end = sequence.step.HighEnd();
-    // Paged layers hold every position; the planned headroom bounds them as it bounds rings.
-    uint64_t limit = std::min(end, plan_.Runtime().rollback);
-    const std::vector<size_t>& ring_layers = table_.RingOwners();
-    size_t bound = paged_.empty() ? 0 : paged_[0].layer;
-    for (size_t i = 0; i < sequence.rings.size(); ++i) {
-      const uint64_t ring_limit = sequence.rings[i].Index().RollbackLimit();
-      if (paged_.empty() && i == 0) bound = ring_layers[0];
-      if (ring_limit < limit) {
-        limit = ring_limit;
-        bound = ring_layers[i];
-      }
+    Sequence& sequence = sequences_.Get(id);
+    if (sequence.step.InStep()) {
+      return RollbackResult(sequence.MidStep(table_), sequence.EndPos(table_));
     }
+    const uint64_t end = sequence.step.HighEnd();
+    size_t bound = 0;
+    const uint64_t limit = sequence.RollbackLimit(plan_.Runtime().rollback, table_, &bound);
     if (num_tokens > limit) {
       return RollbackResult(
           Result::Refused(Status::kRollbackTooFar,
@@ -435,66 +328,42 @@ class KVPool {
                           uint64_t{bound}, num_tokens, limit, plan_.Runtime().rollback),
           end);
     }
-    for (size_t i = 0; i < sequence.rings.size(); ++i) {
-      const Result result = sequence.rings[i].Rollback(num_tokens, ring_layers[i]);
-      KVRING_DASSERT(result.ok());
-      (void)result;
-    }
-    for (uint64_t& paged_end : sequence.paged_end) paged_end -= num_tokens;
-    ReleaseBlocksFrom(&sequence, BlocksFor(end - num_tokens));
-    sequence.step.Reset(end - num_tokens);
+    sequence.Rollback(num_tokens, table_, &paged_);
     return RollbackResult(Status::kOk, end - num_tokens);
   }
 
   // Returns the position `id` has reached in every owning layer (0 for an unknown id). O(1)
   // between steps, O(layers) inside one.
   uint64_t EndPos(SequenceId id) const {
-    if (!CheckSequence(id).ok()) return 0;
-    const Sequence& sequence = sequences_[id.index];
-    return sequence.step.InStep() ? StepOf(sequence).low_end : sequence.step.HighEnd();
+    return sequences_.Check(id).ok() ? sequences_.Get(id).EndPos(table_) : 0;
   }
   // Live range of `layer` (its owner's) in `id`: [FirstPos, EndPos). Requires a live id.
   uint64_t FirstPos(SequenceId id, size_t layer) const {
-    const Sequence& sequence = Live(id);
+    const Sequence& sequence = sequences_.Live(id);
     const detail::LayerEntry& entry = table_.OwnerEntry(layer);
     return IsPaged(layer) ? 0 : sequence.rings[entry.storage].Index().FirstPos();
   }
   uint64_t EndPos(SequenceId id, size_t layer) const {
-    return OwnerEnd(Live(id), Owner(layer));
+    return sequences_.Live(id).OwnerEnd(table_.OwnerEntry(layer));
   }
   Format GetFormat(size_t layer) const {
     const detail::LayerEntry& entry = table_.OwnerEntry(layer);
-    return IsPaged(layer) ? paged_[entry.storage].spec.format : ring_specs_[entry.storage].format;
+    return IsPaged(layer) ? paged_.Spec(entry.storage).format : rings_.Spec(entry.storage).format;
   }
 
   // Copies the stored BF16 row of `pos` of `layer` (its owner's) in `id`, as
   // KVCache::ReadRow does; kUnknownSequence for an id not live. Cost: one row.
   Result ReadRow(SequenceId id, size_t layer, uint64_t pos, BF16* k_out, BF16* v_out) const {
-    detail::LayerRows<Layout> rows;
-    uint64_t slot = 0;
-    const Result result = Locate(id, layer, pos, Format::kBF16, k_out, &rows, &slot);
-    if (result.ok()) rows.ReadRow(slot, k_out, v_out);
-    return result;
+    return Read(id, layer, pos, detail::RowRead::BF16s(k_out, v_out));
   }
   // As KVCache::ReadRowInt8.
   Result ReadRowInt8(SequenceId id, size_t layer, uint64_t pos, int8_t* k_out, float* k_scales_out,
                      int8_t* v_out, float* v_scales_out) const {
-    detail::LayerRows<Layout> rows;
-    uint64_t slot = 0;
-    Result result = Locate(id, layer, pos, Format::kInt8, k_out, &rows, &slot);
-    if (result.ok()) result = detail::CheckScalesOut(k_scales_out, pos, layer);
-    if (result.ok()) rows.ReadRowInt8(slot, k_out, k_scales_out, v_out, v_scales_out);
-    return result;
+    return Read(id, layer, pos, detail::RowRead::Int8s(k_out, k_scales_out, v_out, v_scales_out));
   }
   // As KVCache::ReadRowF32.
   Result ReadRowF32(SequenceId id, size_t layer, uint64_t pos, float* k_out, float* v_out) const {
-    detail::LayerRows<Layout> rows;
-    uint64_t slot = 0;
-    const Result known = table_.CheckLayer(layer);  // (before GetFormat)
-    if (!known.ok()) return known;
-    const Result result = Locate(id, layer, pos, GetFormat(layer), k_out, &rows, &slot);
-    if (result.ok()) rows.ReadRowF32(slot, k_out, v_out);
-    return result;
+    return Read(id, layer, pos, detail::RowRead::F32s(k_out, v_out));
   }
 
   // Returns the view `layer` of `id` attends over: a ring's, or a paged layer's blocks
@@ -502,208 +371,51 @@ class KVPool {
   // (an append, rollback, resize, clear or free) or to a sequence sharing its blocks.
   // Requires a live id (checked).
   KVView<Layout> View(SequenceId id, size_t layer) const {
-    const Sequence& sequence = Live(id);
+    const Sequence& sequence = sequences_.Live(id);
     const detail::LayerEntry& entry = table_.OwnerEntry(layer);
     const Visibility visibility = table_.Entry(layer).visibility;
     if (!IsPaged(layer)) return sequence.rings[entry.storage].View(visibility);
     KVView<Layout> view;
-    paged_[entry.storage].store.Rows(0).FillView(&view);
-    view.first_pos = 0;
-    view.end_pos = sequence.paged_end[entry.storage];
+    paged_.FillView(entry.storage, sequence.blocks, sequence.paged_end[entry.storage], &view);
     view.visibility = visibility;
-    view.blocks = sequence.blocks.empty() ? nullptr : sequence.blocks.data();
-    if (view.blocks == nullptr) view.end_pos = 0;
     return view;
   }
 
   // Returns the accounting now. O(1).
-  PoolUsage Usage() const {
-    PoolUsage usage;
-    usage.budget_bytes = spec_.budget_bytes;
-    usage.ring_bytes = ring_bytes_;
-    usage.block_bytes = block_bytes_;
-    usage.num_blocks = blocks_.NumBlocks();
-    usage.blocks_in_use = blocks_.NumInUse();
-    usage.free_blocks = blocks_.NumFree();
-    usage.shared_blocks = blocks_.NumShared();
-    usage.bytes_in_use = ring_bytes_ + usage.blocks_in_use * block_bytes_;
-    usage.live_sequences = live_;
-    return usage;
-  }
+  PoolUsage Usage() const { return budget_.Usage(paged_, sequences_.NumLive()); }
   // Returns the blocks `id`'s table holds (shared ones included); 0 for an unknown id.
   uint64_t BlocksOf(SequenceId id) const {
-    return CheckSequence(id).ok() ? sequences_[id.index].blocks.size() : 0;
+    return sequences_.Check(id).ok() ? sequences_.Get(id).blocks.Size() : 0;
   }
   // Returns the bytes `id`'s rings take now; 0 for an unknown id.
   uint64_t RingBytesOf(SequenceId id) const {
-    return CheckSequence(id).ok() ? sequences_[id.index].ring_bytes : 0;
+    return sequences_.Check(id).ok() ? sequences_.Get(id).ring_bytes : 0;
   }
   // Returns the reference count of block `block` (0: free), for tests and diagnostics.
-  uint32_t BlockRefCount(uint32_t block) const { return blocks_.RefCount(block); }
+  uint32_t BlockRefCount(uint32_t block) const { return paged_.Ids().RefCount(block); }
   // Returns the bytes the pool has allocated: every block store (reserved at creation) and
   // every live sequence's rings.
-  uint64_t AllocatedBytes() const {
-    uint64_t bytes = ring_bytes_;
-    for (const Paged& paged : paged_) bytes += paged.store.AllocatedBytes();
-    return bytes;
-  }
+  uint64_t AllocatedBytes() const { return budget_.RingBytes() + paged_.AllocatedBytes(); }
 
  private:
-  struct Paged {
-    size_t layer = 0;
-    StorageSpec spec;  // shape.num_slots: one block's
-    detail::LayerBuffers<Layout> store;
-  };
-  struct Sequence {
-    bool live = false;
-    uint32_t generation = 0;
-    uint64_t batch = 0;
-    uint64_t ring_bytes = 0;
-    std::vector<detail::LayerStorage<Layout>> rings;  // per ring owner (RingOwners() order)
-    std::vector<uint64_t> paged_end;                  // per paged owner
-    std::vector<uint32_t> blocks;                     // block i holds [i, i + 1) * block_slots
-    detail::StepRule step;
-  };
+  using Sequence = detail::PoolSequence<Layout>;
 
-  uint64_t RingSlotsFor(size_t ring, uint64_t batch) const {
-    RuntimeSpec runtime = plan_.Runtime();
-    runtime.batch = batch;
-    const LayerInfo& info = plan_.Layer(table_.RingOwners()[ring]);
-    uint64_t num_slots = 0;
-    const uint64_t capacity = LayerPlan::CapacityOf(info.span, runtime.context, runtime);
-    if (!Layout::NumSlotsFor(capacity, &num_slots)) return std::numeric_limits<uint64_t>::max();
-    return num_slots;
-  }
-  uint64_t BlocksFor(uint64_t positions) const {
-    return (positions + spec_.block_slots - 1) / spec_.block_slots;
-  }
-
-  Result MakeRings(uint64_t batch, std::vector<detail::LayerStorage<Layout>>* rings) const {
-    rings->reserve(ring_specs_.size());
-    for (size_t i = 0; i < ring_specs_.size(); ++i) {
-      StorageSpec spec = ring_specs_[i];
-      spec.shape.num_slots = RingSlotsFor(i, batch);
-      detail::LayerStorage<Layout> ring;
-      if (!ring.Allocate(spec)) {
-        return Result::Refused(Status::kOutOfMemory,
-                               "layers[%llu]: a ring of %llu slots could not be allocated",
-                               uint64_t{table_.RingOwners()[i]}, spec.shape.num_slots);
-      }
-      rings->push_back(std::move(ring));
-    }
-    return Status::kOk;
-  }
-
-  // kPoolExhausted unless the budget holds `ring_bytes` more ring bytes and `blocks` more
-  // blocks (and the store has the blocks).
-  Result CheckRoom(uint64_t ring_bytes, uint64_t blocks) const {
-    const uint64_t in_use = ring_bytes_ + blocks_.NumInUse() * block_bytes_;
-    const uint64_t wanted = detail::SaturatingAdd(ring_bytes, blocks * block_bytes_);
-    if (blocks > blocks_.NumFree() || wanted > spec_.budget_bytes - in_use) {
-      return Result::Refused(Status::kPoolExhausted,
-                             "the budget of %llu bytes has %llu in use and cannot give %llu more; "
-                             "free, preempt or wait for a sequence",
-                             spec_.budget_bytes, in_use, wanted);
-    }
-    return Status::kOk;
-  }
-
-  Result CheckSequence(SequenceId id) const {
-    if (id.index >= sequences_.size() || !sequences_[id.index].live ||
-        sequences_[id.index].generation != id.generation) {
-      return Result::Refused(Status::kUnknownSequence,
-                             "sequence %llu (generation %llu) is not live in this pool",
-                             uint64_t{id.index}, uint64_t{id.generation});
-    }
-    return Status::kOk;
-  }
-  const Sequence& Live(SequenceId id) const {
-    KVRING_CHECK(CheckSequence(id).ok());
-    return sequences_[id.index];
-  }
-
-  // Returns the end of owning layer `owner` in `sequence`.
-  uint64_t OwnerEnd(const Sequence& sequence, size_t owner) const {
-    const detail::LayerEntry& entry = table_.Entry(owner);
-    return entry.residence == detail::Residence::kPaged
-               ? sequence.paged_end[entry.storage]
-               : sequence.rings[entry.storage].Index().EndPos();
-  }
-  // The owners of `sequence` at the lowest and highest ends. O(layers).
-  detail::StepEnds StepOf(const Sequence& sequence) const {
-    return detail::ScanStep(table_.Owners(),
-                            [&](size_t owner) { return OwnerEnd(sequence, owner); });
-  }
-  Result MidStep(const Sequence& sequence) const {
-    return detail::StepRule::MidStep(StepOf(sequence),
-                                     "layers[%llu] is at %llu and layers[%llu] at %llu; append "
-                                     "every owning layer to the same position first");
-  }
-
-  // Drops `sequence`'s hold on its blocks from table index `first` on.
-  void ReleaseBlocksFrom(Sequence* sequence, uint64_t first) {
-    while (sequence->blocks.size() > first) {
-      blocks_.Release(sequence->blocks.back());
-      sequence->blocks.pop_back();
-    }
-  }
-
-  // Checks a read of `pos` of `layer` in `id` as `read` (kBF16 or kInt8 rows; the layer's own
-  // format for f32) into k_out, and sets *rows and *slot to where the row lives.
-  Result Locate(SequenceId id, size_t layer, uint64_t pos, Format read, const void* k_out,
-                detail::LayerRows<Layout>* rows, uint64_t* slot) const {
-    const Result known = CheckSequence(id);
+  // The one read behind ReadRow, ReadRowInt8 and ReadRowF32: of `pos` of `layer` (its
+  // owner's) in `id`.
+  Result Read(SequenceId id, size_t layer, uint64_t pos, const detail::RowRead& read) const {
+    const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
     const Result in_model = table_.CheckLayer(layer);
     if (!in_model.ok()) return in_model;
-    const Sequence& sequence = sequences_[id.index];
+    const Sequence& sequence = sequences_.Get(id);
     const detail::LayerEntry& entry = table_.OwnerEntry(layer);
-    const Result format = detail::CheckReadFormat(GetFormat(layer), read, pos, layer);
-    if (!format.ok()) return format;
-    const uint64_t first = FirstPos(id, layer), end = EndPos(id, layer);
-    if (pos < first || pos >= end) {
-      return Result::Refused(Status::kNotLive,
-                             "layers[%llu]: read of %llu, but the held positions are [%llu, %llu)",
-                             uint64_t{layer}, pos, first, end);
-    }
-    if (k_out == nullptr) {
-      return Result::Refused(Status::kBadArgument, "layers[%llu]: read of %llu: k_out is null",
-                             uint64_t{layer}, pos);
-    }
-    if (IsPaged(layer)) {
-      const uint64_t block_slots = spec_.block_slots;
-      *rows = paged_[entry.storage].store.Rows(sequence.blocks[pos / block_slots]);
-      *slot = pos % block_slots;
-    } else {
-      const detail::LayerStorage<Layout>& ring = sequence.rings[entry.storage];
-      *rows = ring.Rows();
-      *slot = ring.Index().SlotOf(pos);
-    }
+    if (!IsPaged(layer)) return sequence.rings[entry.storage].Read(pos, read, layer);
+    const Result check = detail::CheckRowRead(GetFormat(layer), read, pos, 0,
+                                              sequence.paged_end[entry.storage], layer);
+    if (!check.ok()) return check;
+    uint64_t slot = 0;
+    paged_.RowsOf(entry.storage, sequence.blocks, pos, &slot).Read(slot, read);
     return Status::kOk;
-  }
-
-  // Sets what a step of `num_tokens` from `end` costs `sequence`: the bytes its rings grow by
-  // and the blocks it takes (new ones, and copies of shared ones it writes into).
-  void StepCost(const Sequence& sequence, uint64_t end, uint64_t num_tokens, uint64_t* ring_growth,
-                uint64_t* blocks) const {
-    *ring_growth = 0;
-    if (num_tokens > sequence.batch) {
-      const uint64_t grown = RingBytesFor(num_tokens);
-      if (grown > sequence.ring_bytes) *ring_growth = grown - sequence.ring_bytes;
-    }
-    *blocks = paged_.empty() ? 0 : BlocksToTake(sequence, end, num_tokens);
-  }
-  // Returns the blocks writing [pos, pos + num_tokens) takes: those the table lacks, and a
-  // copy of each shared one it writes into (only a table's last block can be partly filled,
-  // so at most one).
-  uint64_t BlocksToTake(const Sequence& sequence, uint64_t pos, uint64_t num_tokens) const {
-    const uint64_t needed = BlocksFor(pos + num_tokens);
-    const uint64_t held = sequence.blocks.size();
-    uint64_t blocks = needed > held ? needed - held : 0;
-    for (uint64_t i = pos / spec_.block_slots; i < std::min(needed, held); ++i) {
-      blocks += blocks_.RefCount(sequence.blocks[i]) > 1;
-    }
-    return blocks;
   }
 
   // Makes `sequence`'s table cover [pos, pos + num_tokens) with blocks of its own: takes the
@@ -711,51 +423,33 @@ class KVPool {
   // of a table can be partly filled, so at most one). kPoolExhausted, changing nothing, when
   // the budget cannot give them; the refusal names `layer` (kNoLayer: none).
   Result TakeBlocks(Sequence* sequence, uint64_t pos, uint64_t num_tokens, uint64_t layer) {
-    const uint64_t blocks = BlocksToTake(*sequence, pos, num_tokens);
+    const uint64_t blocks = paged_.BlocksToTake(sequence->blocks, pos, num_tokens);
     if (blocks == 0) return Status::kOk;
-    if (!CheckRoom(0, blocks).ok()) {
+    if (!budget_.CheckRoom(0, blocks, paged_).ok()) {
       return KVRING_DETAIL_REFUSED(layer, Status::kPoolExhausted,
                                    "%llu tokens at %llu need %llu more blocks than the budget "
                                    "can give; free, preempt or wait",
                                    num_tokens, pos, blocks);
     }
-    const uint64_t needed = BlocksFor(pos + num_tokens);
-    const uint64_t first = pos / spec_.block_slots;
-    const uint64_t last = std::min<uint64_t>(needed, sequence->blocks.size());
-    for (uint64_t i = first; i < last; ++i) {
-      if (blocks_.RefCount(sequence->blocks[i]) > 1) CopyOnWrite(sequence, i);
-    }
-    while (sequence->blocks.size() < needed) sequence->blocks.push_back(blocks_.Take());
+    paged_.Cover(&sequence->blocks, pos, num_tokens);
     return Status::kOk;
-  }
-
-  // Gives `sequence` its own copy of table entry `index` (a block another sequence holds):
-  // takes a free block and copies every paged layer's rows of the shared one into it.
-  void CopyOnWrite(Sequence* sequence, uint64_t index) {
-    const uint32_t shared = sequence->blocks[index];
-    const uint32_t own = blocks_.Take();
-    for (const Paged& paged : paged_) {
-      paged.store.Rows(shared).CopySlotsTo(0, paged.store.Rows(own), 0, spec_.block_slots);
-    }
-    blocks_.Release(shared);
-    sequence->blocks[index] = own;
   }
 
   template <typename T>
   Result Append(SequenceId id, size_t layer, uint64_t pos, const T* k, const T* v,
                 uint64_t num_tokens, RowStrides strides) {
-    const Result known = CheckSequence(id);
+    const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
     const Result writable = table_.CheckWritable(layer);
     if (!writable.ok()) return writable;
-    Sequence& sequence = sequences_[id.index];
+    Sequence& sequence = sequences_.Get(id);
     const detail::LayerEntry& entry = table_.Entry(layer);
     const bool is_paged = entry.residence == detail::Residence::kPaged;
     const KVShape shape =
-        is_paged ? paged_[entry.storage].spec.shape : ring_specs_[entry.storage].shape;
+        is_paged ? paged_.Spec(entry.storage).shape : rings_.Spec(entry.storage).shape;
     Result check = detail::CheckAppendRows(shape, pos, k, v, num_tokens, strides, layer);
     if (!check.ok()) return check;
-    const uint64_t end = OwnerEnd(sequence, layer);
+    const uint64_t end = sequence.OwnerEnd(entry);
     if (pos != end) {
       return Result::Refused(Status::kWrongPosition,
                              "layers[%llu]: append at %llu, but its next position is %llu",
@@ -769,7 +463,7 @@ class KVPool {
                              uint64_t{layer}, pos, num_tokens, context);
     }
     const Result in_step =
-        sequence.step.CheckAppend(layer, pos, num_tokens, [&] { return StepOf(sequence); });
+        sequence.step.CheckAppend(layer, pos, num_tokens, [&] { return sequence.Ends(table_); });
     if (!in_step.ok()) return in_step;
     if (!is_paged) {
       if (num_tokens > sequence.batch) {
@@ -783,19 +477,9 @@ class KVPool {
     }
     const Result blocks = TakeBlocks(&sequence, pos, num_tokens, layer);
     if (!blocks.ok()) return blocks;
-    const uint64_t block_slots = spec_.block_slots;
-    const Paged& paged = paged_[entry.storage];
     const uint64_t k_stride = strides.k != 0 ? strides.k : shape.KRowElements();
     const uint64_t v_stride = strides.v != 0 ? strides.v : shape.VRowElements();
-    for (uint64_t i = 0; i < num_tokens;) {
-      const uint64_t at = pos + i;
-      const uint64_t slot = at % block_slots;
-      const uint64_t len = std::min(num_tokens - i, block_slots - slot);
-      paged.store.Rows(sequence.blocks[at / block_slots])
-          .Write(slot, k + i * k_stride, v != nullptr ? v + i * v_stride : v, k_stride, v_stride,
-                 len, /*stream=*/false);
-      i += len;
-    }
+    paged_.Write(entry.storage, sequence.blocks, pos, k, v, num_tokens, k_stride, v_stride);
     sequence.paged_end[entry.storage] += num_tokens;
     sequence.step.RecordAppend(pos, num_tokens);
     return Status::kOk;
@@ -804,14 +488,10 @@ class KVPool {
   LayerPlan plan_;
   PoolSpec spec_;
   detail::LayerTable table_;
-  std::vector<StorageSpec> ring_specs_;  // per ring owner
-  std::vector<Paged> paged_;             // per paged owner
-  uint64_t block_bytes_ = 0;             // one block of every paged owner
-  detail::BlockAllocator blocks_;
-  std::vector<Sequence> sequences_;
-  std::vector<uint32_t> free_sequences_;
-  uint64_t ring_bytes_ = 0;
-  uint64_t live_ = 0;
+  detail::RingSet<Layout> rings_;     // the ring owners (each sequence has its own rings)
+  detail::BlockStore<Layout> paged_;  // the paged owners' blocks
+  detail::SequenceTable<Sequence> sequences_;
+  detail::PoolBudget<Layout> budget_;
 };
 
 }  // namespace kvring

@@ -20,8 +20,8 @@
 #include "kvring/detail/transpose.h"
 #include "kvring/formats/format.h"
 #include "kvring/formats/int8.h"
-#include "kvring/kv_view.h"
 #include "kvring/kernel_limits.h"
+#include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/status.h"
 #include "kvring/storage/storage_spec.h"
@@ -88,27 +88,58 @@ inline Result CheckAppendRows(const KVShape& shape, uint64_t pos, const void* k,
   return Status::kOk;
 }
 
-// Returns kOk if a read of stored rows as `read` (kBF16: ReadRow, kInt8: ReadRowInt8) fits
-// a layer stored in `format`; otherwise the refusal, naming `layer` and the read's `pos`.
-inline Result CheckReadFormat(Format format, Format read, uint64_t pos, uint64_t layer) {
-  if (format == read) return Status::kOk;
-  if (read == Format::kBF16) {
+// One read of a stored position: its BF16 row as stored (ReadRow), its int8 row and scales
+// as stored (ReadRowInt8), or its values as f32 in either format (ReadRowF32), and where
+// they go: k [kv_head][head_dim] and k_scales [kv_head]; v and v_scales likewise, or null.
+struct RowRead {
+  enum class As : uint8_t { kBF16, kInt8, kF32 };
+  As as = As::kF32;
+  void* k = nullptr;
+  float* k_scales = nullptr;
+  void* v = nullptr;
+  float* v_scales = nullptr;
+
+  static RowRead BF16s(BF16* k_out, BF16* v_out) {
+    return RowRead{As::kBF16, k_out, nullptr, v_out, nullptr};
+  }
+  static RowRead Int8s(int8_t* k_out, float* k_scales_out, int8_t* v_out, float* v_scales_out) {
+    return RowRead{As::kInt8, k_out, k_scales_out, v_out, v_scales_out};
+  }
+  static RowRead F32s(float* k_out, float* v_out) {
+    return RowRead{As::kF32, k_out, nullptr, v_out, nullptr};
+  }
+};
+
+// Returns kOk if `read` of `pos` fits a layer stored in `format` that holds [first, end);
+// otherwise the first refusal, naming `layer`: a stored row of the other format, a position
+// not held (kNotLive, saying the live range), a null k, an int8 read's null k_scales.
+inline Result CheckRowRead(Format format, const RowRead& read, uint64_t pos, uint64_t first,
+                           uint64_t end, uint64_t layer) {
+  if (read.as == RowRead::As::kBF16 && format != Format::kBF16) {
     return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
                                  "BF16 read of %llu, but the layer stores int8; read it with "
                                  "ReadRowInt8 (stored bytes and scales) or ReadRowF32 (decoded)",
                                  pos);
   }
-  return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                               "int8 read of %llu, but the layer stores bf16; read it with "
-                               "ReadRow (stored) or ReadRowF32 (widened)",
-                               pos);
-}
-
-// Returns kOk for an int8 read's non-null k_scales_out, else the refusal.
-inline Result CheckScalesOut(const float* k_scales_out, uint64_t pos, uint64_t layer) {
-  if (k_scales_out != nullptr) return Status::kOk;
-  return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "read of %llu: k_scales_out is null",
-                               pos);
+  if (read.as == RowRead::As::kInt8 && format != Format::kInt8) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
+                                 "int8 read of %llu, but the layer stores bf16; read it with "
+                                 "ReadRow (stored) or ReadRowF32 (widened)",
+                                 pos);
+  }
+  if (pos < first || pos >= end) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kNotLive,
+                                 "read of %llu, but the held positions are [%llu, %llu)", pos,
+                                 first, end);
+  }
+  if (read.k == nullptr) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "read of %llu: k_out is null", pos);
+  }
+  if (read.as == RowRead::As::kInt8 && read.k_scales == nullptr) {
+    return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "read of %llu: k_scales_out is null",
+                                 pos);
+  }
+  return Status::kOk;
 }
 
 template <typename Layout>
@@ -141,6 +172,23 @@ struct LayerRows {
     }
     WriteK(slot, k, k_stride, len, stream);
     if (v != nullptr) WriteV(slot, v, v_stride, len);
+  }
+
+  // Copies the row of `slot` as `read` asks (CheckRowRead allowed it): the one read of
+  // stored rows, whose codecs per format follow.
+  void Read(uint64_t slot, const RowRead& read) const {
+    switch (read.as) {
+      case RowRead::As::kBF16:
+        ReadRow(slot, static_cast<BF16*>(read.k), static_cast<BF16*>(read.v));
+        return;
+      case RowRead::As::kInt8:
+        ReadRowInt8(slot, static_cast<int8_t*>(read.k), read.k_scales, static_cast<int8_t*>(read.v),
+                    read.v_scales);
+        return;
+      case RowRead::As::kF32:
+        ReadRowF32(slot, static_cast<float*>(read.k), static_cast<float*>(read.v));
+        return;
+    }
   }
 
   // Copies the BF16 row of `slot` into k_out [kv_head][head_dim] and, if not null, v_out

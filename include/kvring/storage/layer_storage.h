@@ -20,9 +20,10 @@
 #include "kvring/detail/transpose.h"
 #include "kvring/formats/format.h"
 #include "kvring/formats/int8.h"
+#include "kvring/index/positions.h"
+#include "kvring/index/ring_index.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
-#include "kvring/ring_index.h"
 #include "kvring/status.h"
 #include "kvring/storage/layer_rows.h"
 #include "kvring/storage/storage_spec.h"
@@ -154,13 +155,11 @@ class LayerStorage {
         GetFormat() == Format::kBF16 && num_tokens >= kStreamTokens && index_.Wraps();
     const LayerRows<Layout> rows = buffers_.Rows();
     // Rows go to slots pos % num_slots: split the batch where the ring wraps.
-    for (uint64_t i = 0; i < num_tokens;) {
-      const uint64_t slot = (pos + i) % shape.num_slots;
-      const uint64_t len = std::min(num_tokens - i, shape.num_slots - slot);
-      rows.Write(slot, k + i * k_stride, v != nullptr ? v + i * v_stride : v, k_stride, v_stride,
-                 len, stream);
-      i += len;
-    }
+    ForEachSlotRun(
+        pos, num_tokens, shape.num_slots, [&](uint64_t slot, uint64_t offset, uint64_t count) {
+          rows.Write(slot, k + offset * k_stride, v != nullptr ? v + offset * v_stride : v,
+                     k_stride, v_stride, count, stream);
+        });
     if (stream) StoreFence();  // a release after the append publishes the streamed lines too
     index_.Append(num_tokens);
     return Status::kOk;
@@ -198,38 +197,13 @@ class LayerStorage {
     return Status::kBadArgument;
   }
 
-  // Copies the stored row of `pos` into k_out [kv_head][head_dim] and v_out
-  // [kv_head][v_head_dim] (v_out may be null). Exact: BF16 as stored. An int8 layer refuses it
-  // (kBadArgument): read it with ReadRowInt8 or ReadRowF32. Refusals name `layer`.
-  Result ReadRow(uint64_t pos, BF16* k_out, BF16* v_out, uint64_t layer) const {
-    Result check = CheckReadFormat(GetFormat(), Format::kBF16, pos, layer);
-    if (check.ok()) check = CheckRead(pos, k_out, layer);
-    if (!check.ok()) return check;
-    buffers_.Rows().ReadRow(index_.SlotOf(pos), k_out, v_out);
-    return Status::kOk;
-  }
-
-  // Copies the stored int8 row of `pos` exactly: k_out [kv_head][head_dim] and k_scales_out
-  // [kv_head]; if not null, v_out [kv_head][v_head_dim] and v_scales_out [kv_head]. A BF16
-  // layer refuses it (kBadArgument). Refusals name `layer`.
-  Result ReadRowInt8(uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
-                     float* v_scales_out, uint64_t layer) const {
-    Result result = CheckReadFormat(GetFormat(), Format::kInt8, pos, layer);
-    if (result.ok()) result = CheckRead(pos, k_out, layer);
-    if (result.ok()) result = CheckScalesOut(k_scales_out, pos, layer);
-    if (!result.ok()) return result;
-    buffers_.Rows().ReadRowInt8(index_.SlotOf(pos), k_out, k_scales_out, v_out, v_scales_out);
-    return Status::kOk;
-  }
-
-  // Copies the stored values of `pos` as f32 into k_out [kv_head][head_dim] and, if not null,
-  // v_out [kv_head][v_head_dim]: BF16 widened exactly, int8 decoded as DecodeInt8(scale, q).
-  // Refusals name `layer`.
-  Result ReadRowF32(uint64_t pos, float* k_out, float* v_out, uint64_t layer) const {
-    Result result = CheckRead(pos, k_out, layer);
-    if (!result.ok()) return result;
-    buffers_.Rows().ReadRowF32(index_.SlotOf(pos), k_out, v_out);
-    return Status::kOk;
+  // Copies the row of `pos` as `read` asks (RowRead: the stored BF16 row, the stored int8
+  // row and scales, or the values as f32); refusals (CheckRowRead) name `layer`. Cost: one row.
+  Result Read(uint64_t pos, const RowRead& read, uint64_t layer) const {
+    const Result check =
+        CheckRowRead(GetFormat(), read, pos, index_.FirstPos(), index_.EndPos(), layer);
+    if (check.ok()) buffers_.Rows().Read(index_.SlotOf(pos), read);
+    return check;
   }
 
   // Returns kOk if the newest `num_tokens` positions may be discarded, else kRollbackTooFar
@@ -309,19 +283,6 @@ class LayerStorage {
   }
 
  private:
-  // Returns kNotLive for a position not held, kBadArgument for a null k_out, else kOk.
-  Result CheckRead(uint64_t pos, const void* k_out, uint64_t layer) const {
-    if (!index_.Holds(pos)) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kNotLive,
-                                   "read of %llu, but the held positions are [%llu, %llu)", pos,
-                                   index_.FirstPos(), index_.EndPos());
-    }
-    if (k_out == nullptr) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument, "read of %llu: k_out is null", pos);
-    }
-    return Status::kOk;
-  }
-
   // Copies the positions `to` holds (a subrange of this one's; same heads and dims, any
   // num_slots) into it.
   void CopyHeldTo(LayerStorage* to) const {

@@ -26,7 +26,7 @@ enum class Residence : uint8_t {
 
 struct LayerEntry {
   size_t owner = 0;
-  Visibility visibility;  // the layer's own rule (a consumer's, not its owner's)
+  Visibility visibility;                   // the layer's own rule (a consumer's, not its owner's)
   Residence residence = Residence::kRing;  // owners only
   size_t storage = 0;  // owners: index among the owners of the same residence, in layer order
 };
@@ -46,8 +46,7 @@ class LayerTable {
       entry.visibility = Visibility::Of(layer.spec);
       if (!layer.OwnsKV()) continue;
       table.owners_.push_back(layer.index);
-      entry.residence =
-          layer.capacity >= plan.Runtime().context ? full : Residence::kRing;
+      entry.residence = layer.capacity >= plan.Runtime().context ? full : Residence::kRing;
       std::vector<size_t>& same = entry.residence == Residence::kRing ? table.rings_ : table.full_;
       entry.storage = same.size();
       same.push_back(layer.index);

@@ -9,8 +9,8 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/formats/format.h"
+#include "kvring/index/ring_index.h"
 #include "kvring/kv_view.h"
-#include "kvring/ring_index.h"
 #include "kvring/status.h"
 #include "kvring/storage/layer_storage.h"
 #include "kvring/storage/storage_spec.h"
@@ -52,7 +52,7 @@ class OwnedLayerKV {
   // `pos` is not held; kBadArgument for a null k_out, or for an int8 layer (use ReadRowInt8 or
   // ReadRowF32). Does not allocate. Cost: one row.
   Result ReadRow(uint64_t pos, BF16* k_out, BF16* v_out) const {
-    return storage_.ReadRow(pos, k_out, v_out, kNoLayer);
+    return storage_.Read(pos, RowRead::BF16s(k_out, v_out), kNoLayer);
   }
 
   // Copies the int8 row of held position `pos` exactly as stored: k_out [kv_head][head_dim]
@@ -62,7 +62,7 @@ class OwnedLayerKV {
   // allocate. Cost: one row.
   Result ReadRowInt8(uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
                      float* v_scales_out) const {
-    return storage_.ReadRowInt8(pos, k_out, k_scales_out, v_out, v_scales_out, kNoLayer);
+    return storage_.Read(pos, RowRead::Int8s(k_out, k_scales_out, v_out, v_scales_out), kNoLayer);
   }
 
   // Copies the stored values of held position `pos` as f32 into k_out [kv_head][head_dim]
@@ -70,7 +70,7 @@ class OwnedLayerKV {
   // DecodeInt8(scale, q), the values attention computes with. kNotLive if `pos` is not held;
   // kBadArgument for a null k_out. Does not allocate. Cost: one row.
   Result ReadRowF32(uint64_t pos, float* k_out, float* v_out) const {
-    return storage_.ReadRowF32(pos, k_out, v_out, kNoLayer);
+    return storage_.Read(pos, RowRead::F32s(k_out, v_out), kNoLayer);
   }
 
   // Discards the newest `num_tokens` positions: at most the planned rollback headroom, and
