@@ -2,9 +2,12 @@
 // for K and V, over several shapes; strides and contiguity are what the layout declares.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
+#include "kvring/detail/transpose.h"
 #include "kvring/layouts/flash_layout.h"
 #include "kvring/layouts/tiled_layout.h"
 
@@ -91,6 +94,61 @@ TEST(TiledLayout, KIsTilesOfDimByRow) {
   // K [kv_head][tile][dim][row]: slot 37 is tile 2, row 5.
   EXPECT_EQ(layout.K()(37, 1, 3), ((1u * 4 + 2) * 128 + 3) * 16 + 5);
   EXPECT_EQ(layout.V()(37, 1, 3), (1u * 64 + 37) * 128 + 3);
+}
+
+// Every path of the K transposition (detail/transpose.h): AVX2 whole tiles and 32-token
+// streams, AVX2 16 x 16 blocks, 8 x 8 blocks (SSE2 or plain C++) and the scalar edges, the
+// AVX2 ones turned off by the test hook, against the element-by-element rule, for f32 and
+// BF16 rows of many shapes, strides and destination offsets.
+template <typename T>
+void CheckTransposePaths() {
+  for (bool avx2 : {true, false}) {
+    detail::TransposeAvx2Allowed() = avx2;
+    for (uint64_t tokens : {1u, 7u, 8u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 100u}) {
+      for (uint64_t dims : {16u, 24u, 64u, 72u}) {
+        for (uint64_t dst_stride : {16u, 32u, 128u, 160u}) {
+          if (dst_stride < tokens && dst_stride != 16) continue;
+          for (bool stream : {false, true}) {
+            const uint64_t src_stride = dims + 8;
+            std::vector<T> src(tokens * src_stride);
+            for (size_t i = 0; i < src.size(); ++i) {
+              const float value = static_cast<float>(i % 251) * 0.37f - 40.0f;
+              if constexpr (std::is_same<T, float>::value) {
+                src[i] = value;
+              } else {
+                src[i] = BF16FromF32(value);
+              }
+            }
+            const uint64_t written = dst_stride == 16 ? std::min<uint64_t>(tokens, 16) : tokens;
+            // 64-byte aligned rows (the streaming paths' condition), and an offset of 8
+            // elements (the cached way for the first tokens).
+            for (uint64_t offset : {0u, 8u}) {
+              std::vector<BF16> dst_storage(dims * dst_stride + offset + 64);
+              const uintptr_t base = reinterpret_cast<uintptr_t>(dst_storage.data());
+              BF16* dst = dst_storage.data() + ((64 - base % 64) % 64) / 2 + offset;
+              detail::TransposeRowsToBF16(src.data(), src_stride, dst, dst_stride, written, dims,
+                                          stream);
+              detail::StoreFence();
+              for (uint64_t d = 0; d < dims; ++d) {
+                for (uint64_t t = 0; t < written; ++t) {
+                  ASSERT_EQ(dst[d * dst_stride + t].bits,
+                            detail::ToBF16(src[t * src_stride + d]).bits)
+                      << "avx2 " << avx2 << " tokens " << written << " dims " << dims << " stride "
+                      << dst_stride << " stream " << stream << " offset " << offset;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  detail::TransposeAvx2Allowed() = true;
+}
+
+TEST(Transpose, EveryPathWritesEveryElementOfF32AndBF16Rows) {
+  CheckTransposePaths<float>();
+  CheckTransposePaths<BF16>();
 }
 
 }  // namespace

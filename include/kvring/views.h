@@ -43,19 +43,49 @@ struct TileOffsets {
   uint64_t scales = 0;
 };
 
-// The one home of tile addresses, for ring, flat and paged storage alike: the tile of
-// `tile_pos` (a multiple of Layout::kTileSlots; it may start before kv.first_pos) of
-// `kv_head`. Its slot is the position's (SlotOfPos, in its block for paged storage), and a
-// paged view's block starts BlockOf(tile_pos) block strides in. O(1).
+// The one home of tile addresses, for ring, flat and paged storage alike: where the tiles of
+// one kv_head of a view live. A tile's slot is its position's (SlotOfPos, in its block for
+// paged storage), and a paged view's block starts BlockOf(tile_pos) block strides in. Built
+// once per walk (the strides are computed here), then O(1) per tile. Trivially copyable.
+template <typename Layout>
+class TileAddresser {
+ public:
+  TileAddresser(const KVView<Layout>& kv, uint32_t kv_head)
+      : k_(kv.layout.K()),
+        v_(kv.layout.V()),
+        shape_(kv.layout.Shape()),
+        blocks_(kv.blocks),
+        k_block_(kv.KBlockStride()),
+        v_block_(kv.VBlockStride()),
+        scale_block_(kv.ScaleBlockStride()),
+        kv_head_(kv_head) {}
+
+  // Returns where the tile of `tile_pos` (a multiple of Layout::kTileSlots; it may start
+  // before the view's first position) lives.
+  TileOffsets operator()(uint64_t tile_pos) const {
+    const uint64_t slot = SlotOfPos(tile_pos, shape_.num_slots);
+    const uint64_t block =
+        blocks_ != nullptr ? blocks_[BlockIndexOf(tile_pos, shape_.num_slots)] : 0;
+    TileOffsets at;
+    at.k = block * k_block_ + k_(slot, kv_head_, 0);
+    at.v = block * v_block_ + v_(slot, kv_head_, 0);
+    at.scales = block * scale_block_ + shape_.ScaleOffset(slot, kv_head_);
+    return at;
+  }
+
+ private:
+  typename Layout::KMapping k_;
+  typename Layout::VMapping v_;
+  KVShape shape_;
+  const uint32_t* blocks_;
+  uint64_t k_block_, v_block_, scale_block_;
+  uint32_t kv_head_;
+};
+
+// Returns where the tile of `tile_pos` of `kv_head` lives (TileAddresser, for one tile).
 template <typename Layout>
 inline TileOffsets TileAt(const KVView<Layout>& kv, uint64_t tile_pos, uint32_t kv_head) {
-  const uint64_t slot = SlotOfPos(tile_pos, kv.NumSlots());
-  const uint64_t block = kv.BlockOf(tile_pos);
-  TileOffsets at;
-  at.k = block * kv.KBlockStride() + kv.layout.K()(slot, kv_head, 0);
-  at.v = block * kv.VBlockStride() + kv.layout.V()(slot, kv_head, 0);
-  at.scales = block * kv.ScaleBlockStride() + kv.ScaleOffset(slot, kv_head);
-  return at;
+  return TileAddresser<Layout>(kv, kv_head)(tile_pos);
 }
 
 // Calls fn(tile_pos) for the position-aligned tiles of kTileSlots that hold [pos_begin,

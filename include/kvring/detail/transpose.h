@@ -3,13 +3,17 @@
 // ([dim][slot]). Uses SSE2
 // (the x86-64 baseline, no per-target code) where the compiler offers it, plain C++ elsewhere,
 // and AVX2 blocks (function target attributes, chosen at run time), with non-temporal variants
-// that write whole lines; plus the prefetch and store fence those writes need.
-// Internal to kvring's storage.
+// that write whole lines; plus the prefetch and store fence those writes need, and
+// TransposeRowsToBF16, which writes token rows of f32 or BF16 through them: all of kvring's
+// hand-written SIMD. Internal to kvring's storage.
 #ifndef KVRING_DETAIL_TRANSPOSE_H_
 #define KVRING_DETAIL_TRANSPOSE_H_
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#include "kvring/bf16.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -181,6 +185,159 @@ __attribute__((target("avx2"))) inline void Transpose32x16StreamAvx2(const uint1
 }
 
 #endif  // KVRING_TRANSPOSE_AVX2
+
+// Returns `value` as BF16: f32 rounded to nearest even, BF16 as it is.
+inline BF16 ToBF16(float value) { return BF16FromF32(value); }
+inline BF16 ToBF16(BF16 value) { return value; }
+
+// Writes out[d * dst_stride + t] = src[t * src_stride + d] as BF16 bits for tokens
+// [t_begin, t_end) and dims [d_begin, num_dims), one element at a time (the edges).
+template <typename T>
+inline void TransposeScalar(const T* src, uint64_t src_stride, uint16_t* out, uint64_t dst_stride,
+                            uint64_t t_begin, uint64_t t_end, uint64_t d_begin, uint64_t num_dims) {
+  for (uint64_t d = d_begin; d < num_dims; ++d) {
+    for (uint64_t t = t_begin; t < t_end; ++t) {
+      out[d * dst_stride + t] = ToBF16(src[t * src_stride + d]).bits;
+    }
+  }
+}
+
+// Returns the 16-bit source block of kRows tokens x kRows dims at (t0, d0) and sets *stride to
+// its row stride: the rows themselves for BF16, else `block` after rounding them.
+template <uint64_t kRows, typename T>
+inline const uint16_t* SourceBlock(const T* src, uint64_t src_stride, uint64_t t0, uint64_t d0,
+                                   uint16_t* block, uint64_t* stride) {
+  if constexpr (std::is_same<T, BF16>::value) {
+    *stride = src_stride;
+    return reinterpret_cast<const uint16_t*>(src + t0 * src_stride + d0);
+  } else {
+    for (uint64_t t = 0; t < kRows; ++t) {
+      for (uint64_t d = 0; d < kRows; ++d) {
+        block[t * kRows + d] = ToBF16(src[(t0 + t) * src_stride + d0 + d]).bits;
+      }
+    }
+    *stride = kRows;
+    return block;
+  }
+}
+
+// Flash K rows are num_slots apart: a batch writes one stream per (kv_head, dim), too many for
+// the hardware prefetcher, and each store would wait for its line. Once per 32 tokens (a
+// 64-byte line of a row), fetches for writing the line kTransposePrefetchTokens ahead in each
+// of `rows` rows from d0 (measured, interleaved A/B: 512-token flash appends 0.59 ->
+// 0.67-0.75 of memcpy into a ring, 0.60-0.79 -> 0.81-0.94 into flat storage). Tiled runs end
+// at their tile, shorter than that: their rows are contiguous.
+inline constexpr uint64_t kTransposePrefetchTokens = 64;
+inline void PrefetchRowsAhead(uint16_t* out, uint64_t dst_stride, uint64_t t, uint64_t d0,
+                              uint64_t rows, uint64_t num_tokens) {
+  if (t % 32 != 0 || t + kTransposePrefetchTokens >= num_tokens) return;
+  for (uint64_t r = 0; r < rows; ++r) {
+    PrefetchForWrite(out + (d0 + r) * dst_stride + t + kTransposePrefetchTokens);
+  }
+}
+
+// Whether TransposeRowsToBF16 may take its AVX2 paths where the CPU runs them: tests turn it
+// off to run the SSE2 (or plain C++) blocks on an AVX2 machine. Not thread-safe to change.
+inline bool& TransposeAvx2Allowed() {
+  static bool allowed = true;
+  return allowed;
+}
+
+template <typename T>
+void TransposeRowsToBF16(const T* src, uint64_t src_stride, BF16* dst, uint64_t dst_stride,
+                         uint64_t num_tokens, uint64_t num_dims, bool stream = false);
+
+#if KVRING_TRANSPOSE_AVX2
+// The AVX2 part of TransposeRowsToBF16 (call only if CpuHasAvx2()): whole tiled16 tiles and
+// 32-token runs with non-temporal stores when `stream`, then 16 x 16 blocks. Returns the
+// tokens it wrote, from the first (num_tokens: all).
+template <typename T>
+uint64_t TransposeRowsAvx2(const T* src, uint64_t src_stride, uint16_t* out, uint64_t dst_stride,
+                           uint64_t num_tokens, uint64_t num_dims, bool stream) {
+  constexpr uint64_t k16 = 16;
+  uint64_t t0 = 0;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(out);
+  if (stream && dst_stride == 16 && num_tokens == 16 && address % 64 == 0) {
+    // A whole TiledLayout<16> tile: each 16 x 16 block is 512 contiguous bytes.
+    uint64_t d0 = 0;
+    for (; d0 + 16 <= num_dims; d0 += 16) {
+      uint16_t block[256];
+      uint64_t stride;
+      const uint16_t* in = SourceBlock<k16>(src, src_stride, 0, d0, block, &stride);
+      Transpose16x16Avx2<true>(in, stride, out + d0 * dst_stride, dst_stride);
+    }
+    TransposeScalar(src, src_stride, out, dst_stride, 0, 16, d0, num_dims);
+    return num_tokens;
+  }
+  if (stream && dst_stride % 32 == 0 && num_tokens >= 32) {
+    // Flash rows (num_slots apart) and TiledLayout<32> tiles: 32 tokens fill a row's line.
+    // Tokens before the first 64-byte boundary of a row go the cached way.
+    const uint64_t lead = (64 - address % 64) % 64 / 2;
+    if (lead > 0) {
+      TransposeRowsToBF16(src, src_stride, reinterpret_cast<BF16*>(out), dst_stride, lead,
+                          num_dims);
+    }
+    for (t0 = lead; t0 + 32 <= num_tokens; t0 += 32) {
+      uint64_t d0 = 0;
+      for (; d0 + 16 <= num_dims; d0 += 16) {
+        // Tokens t0..t0+31 of dims d0..d0+15 (from f32 rows: rounded into `block`, 16 tokens
+        // per call of SourceBlock, one after the other).
+        uint16_t block[512];
+        uint64_t stride;
+        const uint16_t* in = SourceBlock<k16>(src, src_stride, t0, d0, block, &stride);
+        if constexpr (!std::is_same<T, BF16>::value) {
+          SourceBlock<k16>(src, src_stride, t0 + 16, d0, block + 256, &stride);
+        }
+        Transpose32x16StreamAvx2(in, stride, out + d0 * dst_stride + t0, dst_stride);
+      }
+      TransposeScalar(src, src_stride, out, dst_stride, t0, t0 + 32, d0, num_dims);
+    }
+  }
+  // 16 x 16 blocks: 32-byte loads and stores, half the shuffles of 8 x 8.
+  for (; t0 + 16 <= num_tokens; t0 += 16) {
+    uint64_t d0 = 0;
+    for (; d0 + 16 <= num_dims; d0 += 16) {
+      uint16_t block[256];
+      uint64_t stride;
+      const uint16_t* in = SourceBlock<k16>(src, src_stride, t0, d0, block, &stride);
+      PrefetchRowsAhead(out, dst_stride, t0, d0, 16, num_tokens);
+      Transpose16x16Avx2<false>(in, stride, out + d0 * dst_stride + t0, dst_stride);
+    }
+    TransposeScalar(src, src_stride, out, dst_stride, t0, t0 + 16, d0, num_dims);
+  }
+  return t0;
+}
+#endif  // KVRING_TRANSPOSE_AVX2
+
+// Writes dst[dim * dst_stride + t] = src[t * src_stride + dim] as BF16 (f32 rounded to
+// nearest even), for t < num_tokens and dim < num_dims: AVX2 blocks where the CPU runs them
+// (and TransposeAvx2Allowed()), then 8 x 8 blocks (SSE2, or plain C++), then the edges.
+// `stream`: whole 64-byte lines may go out with non-temporal stores (the caller fences).
+template <typename T>
+void TransposeRowsToBF16(const T* src, uint64_t src_stride, BF16* dst, uint64_t dst_stride,
+                         uint64_t num_tokens, uint64_t num_dims, bool stream) {
+  static_assert(sizeof(BF16) == sizeof(uint16_t), "BF16 is 16 bits");
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  uint64_t t0 = 0;
+#if KVRING_TRANSPOSE_AVX2
+  if (CpuHasAvx2() && TransposeAvx2Allowed()) {
+    t0 = TransposeRowsAvx2(src, src_stride, out, dst_stride, num_tokens, num_dims, stream);
+  }
+#endif
+  constexpr uint64_t k8 = 8;
+  for (; t0 + 8 <= num_tokens; t0 += 8) {
+    uint64_t d0 = 0;
+    for (; d0 + 8 <= num_dims; d0 += 8) {
+      uint16_t block[64];
+      uint64_t stride;
+      const uint16_t* in = SourceBlock<k8>(src, src_stride, t0, d0, block, &stride);
+      PrefetchRowsAhead(out, dst_stride, t0, d0, 8, num_tokens);
+      Transpose8x8(in, stride, out + d0 * dst_stride + t0, dst_stride);
+    }
+    TransposeScalar(src, src_stride, out, dst_stride, t0, t0 + 8, d0, num_dims);
+  }
+  TransposeScalar(src, src_stride, out, dst_stride, t0, num_tokens, 0, num_dims);
+}
 
 }  // namespace detail
 }  // namespace kvring

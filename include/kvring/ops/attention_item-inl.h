@@ -335,10 +335,9 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       const size_t v_stride =
           work.Latent() ? v_head_dim : static_cast<size_t>(v_mapping.SlotStride());
       const PrefetchShape prefetch_shape(kTile, dim_stride, head_dim, v_head_dim, sizeof(T));
-      // Tile addresses come from TileAt (views.h), for ring, flat and paged storage.
-      const auto k_of = [&](uint64_t tile_pos) {
-        return k_base + TileAt(kv, tile_pos, item.kv_head).k;
-      };
+      // Tile addresses come from views.h (TileAddresser), for ring, flat and paged storage.
+      const TileAddresser<Layout> tile_address(kv, item.kv_head);
+      const auto k_of = [&](uint64_t tile_pos) { return k_base + tile_address(tile_pos).k; };
       // The K of the tile `tiles` tiles after the one at `tile_pos`, to prefetch (a ring's
       // slots wrap; past a paged layer's end, its own).
       const auto k_after = [&](uint64_t tile_pos, uint64_t tiles) {
@@ -349,7 +348,7 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
       const auto tile_at = [&](uint64_t tile_pos) {
         TileRefs<T> tile;
         tile.pos = tile_pos;
-        const TileOffsets at = TileAt(kv, tile_pos, item.kv_head);
+        const TileOffsets at = tile_address(tile_pos);
         tile.k = k_base + at.k;
         if (latent_values != nullptr) {
           T* values = latent_values + (latent_tiles++ % 2) * kTile * v_head_dim;

@@ -125,6 +125,9 @@ class LayerPlan::Builder {
 
   // Returns the layer specs with the format rules applied (consumers not yet normalised).
   std::vector<LayerSpec> SpecsWithFormats() const;
+  // Returns the specs with the format rules applied and each consumer given its owner's
+  // format, or the Error of the first invalid field (Build's refusals but the overflows).
+  Expected<std::vector<LayerSpec>> ValidatedSpecs() const;
 
   std::vector<LayerSpec> specs_;
   RuntimeSpec runtime_;
@@ -151,7 +154,7 @@ inline std::vector<LayerSpec> LayerPlan::Builder::SpecsWithFormats() const {
   return specs;
 }
 
-inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
+inline Expected<std::vector<LayerSpec>> LayerPlan::Builder::ValidatedSpecs() const {
   using std::to_string;
   if (specs_.empty()) {
     return detail::FieldError("layers", "[]", "is invalid: a plan needs at least one layer");
@@ -193,7 +196,14 @@ inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
                                     "or int8");
     }
   }
+  return specs;
+}
 
+inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
+  using std::to_string;
+  Expected<std::vector<LayerSpec>> validated = ValidatedSpecs();
+  if (!validated.ok()) return validated.error();
+  const std::vector<LayerSpec>& specs = validated.value();
   LayerPlan plan;
   plan.runtime_ = runtime_;
   plan.layers_.resize(specs.size());

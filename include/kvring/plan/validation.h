@@ -78,6 +78,43 @@ inline Error ValidateRuntime(const RuntimeSpec& runtime) {
   return Error{};
 }
 
+// Returns an Error if the kv_source of layer `index` (a consumer) does not name an earlier
+// owning layer of the same shape, or an empty field.
+inline Error ValidateKVSource(const std::vector<LayerSpec>& specs, size_t index) {
+  using std::to_string;
+  const LayerSpec& spec = specs[index];
+  const std::string field = LayerField(index, "kv_source");
+  const int32_t source = spec.kv_source;
+  if (source < 0 || static_cast<size_t>(source) >= index) {
+    return FieldError(field, to_string(source),
+                      "is invalid: a KV source must be an earlier layer (0 to " +
+                          (index == 0 ? std::string("none") : to_string(index - 1)) + ")");
+  }
+  const LayerSpec& owner = specs[static_cast<size_t>(source)];
+  if (!owner.OwnsKV()) {
+    return FieldError(field, to_string(source),
+                      "is invalid: layer " + to_string(source) + " reads the KV of layer " +
+                          to_string(owner.kv_source) + " itself; name the owner instead");
+  }
+  if (owner.IsLatent() != spec.IsLatent() || owner.latent_dim != spec.latent_dim) {
+    return FieldError(field, to_string(source),
+                      "is invalid: its latent_dim " + to_string(owner.latent_dim) +
+                          " differs from this layer's " + to_string(spec.latent_dim));
+  }
+  if (owner.num_kv_heads != spec.num_kv_heads) {
+    return FieldError(field, to_string(source),
+                      "is invalid: its num_kv_heads " + to_string(owner.num_kv_heads) +
+                          " differs from this layer's " + to_string(spec.num_kv_heads));
+  }
+  if (owner.head_dim != spec.head_dim || owner.VHeadDim() != spec.VHeadDim()) {
+    return FieldError(field, to_string(source),
+                      "is invalid: its head_dim/v_head_dim " + to_string(owner.head_dim) + "/" +
+                          to_string(owner.VHeadDim()) + " differ from this layer's " +
+                          to_string(spec.head_dim) + "/" + to_string(spec.VHeadDim()));
+  }
+  return Error{};
+}
+
 // Returns an Error for the first invalid field of layer `index` (whose predecessors are
 // valid), or an empty field.
 inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
@@ -139,37 +176,7 @@ inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
     Error error = ValidateAttentionDim(LayerField(index, name), dim);
     if (!error.field.empty()) return error;
   }
-  if (spec.kv_source != kOwnsKV) {
-    const std::string field = LayerField(index, "kv_source");
-    const int32_t source = spec.kv_source;
-    if (source < 0 || static_cast<size_t>(source) >= index) {
-      return FieldError(field, to_string(source),
-                        "is invalid: a KV source must be an earlier layer (0 to " +
-                            (index == 0 ? std::string("none") : to_string(index - 1)) + ")");
-    }
-    const LayerSpec& owner = specs[static_cast<size_t>(source)];
-    if (!owner.OwnsKV()) {
-      return FieldError(field, to_string(source),
-                        "is invalid: layer " + to_string(source) + " reads the KV of layer " +
-                            to_string(owner.kv_source) + " itself; name the owner instead");
-    }
-    if (owner.IsLatent() != spec.IsLatent() || owner.latent_dim != spec.latent_dim) {
-      return FieldError(field, to_string(source),
-                        "is invalid: its latent_dim " + to_string(owner.latent_dim) +
-                            " differs from this layer's " + to_string(spec.latent_dim));
-    }
-    if (owner.num_kv_heads != spec.num_kv_heads) {
-      return FieldError(field, to_string(source),
-                        "is invalid: its num_kv_heads " + to_string(owner.num_kv_heads) +
-                            " differs from this layer's " + to_string(spec.num_kv_heads));
-    }
-    if (owner.head_dim != spec.head_dim || owner.VHeadDim() != spec.VHeadDim()) {
-      return FieldError(field, to_string(source),
-                        "is invalid: its head_dim/v_head_dim " + to_string(owner.head_dim) + "/" +
-                            to_string(owner.VHeadDim()) + " differ from this layer's " +
-                            to_string(spec.head_dim) + "/" + to_string(spec.VHeadDim()));
-    }
-  }
+  if (spec.kv_source != kOwnsKV) return ValidateKVSource(specs, index);
   return Error{};
 }
 

@@ -17,6 +17,7 @@
 #include "kvring/index/block_table.h"
 #include "kvring/kv_view.h"
 #include "kvring/storage/block_allocator.h"
+#include "kvring/storage/layer_buffers.h"
 #include "kvring/storage/layer_rows.h"
 #include "kvring/storage/storage_spec.h"
 

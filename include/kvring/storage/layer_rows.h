@@ -1,9 +1,10 @@
 // kvring/storage/layer_rows.h: the one home of a layer's row code. LayerRows<Layout> addresses
 // the K and V elements (BF16, or int8 with f32 scales) of one layout of num_slots slots and
-// writes token rows into it, reads a slot's row back, and copies slots to another LayerRows;
-// LayerBuffers<Layout> owns the buffers of one such layout or of a run of equal blocks of it.
-// RingKV, GlobalKV (one block, through LayerStorage) and KVPool's paged layers (many blocks)
-// all write, read and copy through these. Internal; no vector code beyond the transpositions.
+// writes token rows into it, reads a slot's row back (one read function, RowRead, over a
+// codec per format), and copies slots to another LayerRows; LayerBuffers
+// (storage/layer_buffers.h) owns the memory. RingKV, GlobalKV (one block, through
+// LayerStorage) and KVPool's paged layers (many blocks) all write, read and copy through
+// these. Internal; its only vector code is detail/transpose.h's.
 #ifndef KVRING_STORAGE_LAYER_ROWS_H_
 #define KVRING_STORAGE_LAYER_ROWS_H_
 
@@ -15,8 +16,6 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
-#include "kvring/detail/aligned_buffer.h"
-#include "kvring/detail/checked_math.h"
 #include "kvring/detail/transpose.h"
 #include "kvring/formats/format.h"
 #include "kvring/formats/int8.h"
@@ -28,9 +27,6 @@
 
 namespace kvring {
 namespace detail {
-
-inline BF16 ToBF16(float value) { return BF16FromF32(value); }
-inline BF16 ToBF16(BF16 value) { return value; }
 
 // The elements of one layout of layout.Shape().num_slots slots in `format`: BF16 k_bf16 and
 // v_bf16, or int8 k_int8 and v_int8 with scales [kv_head][slot] (KVShape::ScaleOffset); the
@@ -362,7 +358,7 @@ struct LayerRows {
 
   // Writes `len` K rows, `row_stride` elements apart, into slots [slot, slot + len), which do
   // not wrap. K is slot-major per dim in both layouts, so rows are transposed in blocks
-  // (TransposeRows, transpose.h).
+  // (TransposeRowsToBF16, transpose.h).
   template <typename T>
   void WriteK(uint64_t slot, const T* rows, uint64_t row_stride, uint64_t len, bool stream) const {
     const KVShape& shape = layout.Shape();
@@ -371,126 +367,12 @@ struct LayerRows {
       // Slots stay adjacent up to the end of a tile (tiled) or of the buffer (flash).
       const uint64_t run = std::min(len - i, map.ContiguousSlotsFrom(slot + i));
       for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
-        TransposeRows(rows + i * row_stride + uint64_t{kv_head} * shape.head_dim, row_stride,
-                      k_bf16 + map(slot + i, kv_head, 0), map.DimStride(), run, shape.head_dim,
-                      stream);
+        TransposeRowsToBF16(rows + i * row_stride + uint64_t{kv_head} * shape.head_dim, row_stride,
+                            k_bf16 + map(slot + i, kv_head, 0), map.DimStride(), run,
+                            shape.head_dim, stream);
       }
       i += run;
     }
-  }
-
-  // Writes dst[dim * dst_stride + t] = src[t * src_stride + dim] as BF16, for t < num_tokens
-  // and dim < num_dims. `stream`: whole 64-byte lines may go out with non-temporal stores
-  // (the caller fences).
-  template <typename T>
-  static void TransposeRows(const T* src, uint64_t src_stride, BF16* dst, uint64_t dst_stride,
-                            uint64_t num_tokens, uint64_t num_dims, bool stream = false) {
-    static_assert(sizeof(BF16) == sizeof(uint16_t), "BF16 is 16 bits");
-    uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-    // Scalar transposition of tokens [t_begin, t_end) x dims [d_begin, num_dims).
-    const auto scalar = [&](uint64_t t_begin, uint64_t t_end, uint64_t d_begin) {
-      for (uint64_t d = d_begin; d < num_dims; ++d) {
-        for (uint64_t t = t_begin; t < t_end; ++t) {
-          out[d * dst_stride + t] = ToBF16(src[t * src_stride + d]).bits;
-        }
-      }
-    };
-    // Returns the 16-bit source block of kRows tokens x kRows dims at (t0, d0) and its row
-    // stride: the rows themselves for BF16, else `block` after rounding them.
-    const auto source = [&](auto rows, uint64_t t0, uint64_t d0, uint16_t* block,
-                            uint64_t* stride) -> const uint16_t* {
-      constexpr uint64_t kRows = decltype(rows)::value;
-      if constexpr (std::is_same<T, BF16>::value) {
-        *stride = src_stride;
-        return reinterpret_cast<const uint16_t*>(src + t0 * src_stride + d0);
-      } else {
-        for (uint64_t t = 0; t < kRows; ++t) {
-          for (uint64_t d = 0; d < kRows; ++d) {
-            block[t * kRows + d] = ToBF16(src[(t0 + t) * src_stride + d0 + d]).bits;
-          }
-        }
-        *stride = kRows;
-        return block;
-      }
-    };
-    // Flash K rows are num_slots apart: a batch writes one stream per (kv_head, dim), too many
-    // for the hardware prefetcher, and each store would wait for its line. Once per 32
-    // tokens (a 64-byte line of a row), fetch for writing the line kPrefetchTokens ahead in
-    // each row of the block (measured, interleaved A/B: 512-token flash appends 0.59 -> 0.67-0.75
-    // of memcpy into a ring, 0.60-0.79 -> 0.81-0.94 into flat storage).
-    // Tiled runs end at their tile, shorter than that: their rows are contiguous.
-    constexpr uint64_t kPrefetchTokens = 64;
-    const auto prefetch_ahead = [&](uint64_t t, uint64_t d0, uint64_t rows) {
-      if (t % 32 != 0 || t + kPrefetchTokens >= num_tokens) return;
-      for (uint64_t r = 0; r < rows; ++r) {
-        PrefetchForWrite(out + (d0 + r) * dst_stride + t + kPrefetchTokens);
-      }
-    };
-    uint64_t t0 = 0;
-#if KVRING_TRANSPOSE_AVX2
-    const uintptr_t address = reinterpret_cast<uintptr_t>(out);
-    if (stream && CpuHasAvx2() && dst_stride == 16 && num_tokens == 16 && address % 64 == 0) {
-      // A whole TiledLayout<16> tile: each 16 x 16 block is 512 contiguous bytes.
-      uint64_t d0 = 0;
-      for (; d0 + 16 <= num_dims; d0 += 16) {
-        uint16_t block[256];
-        uint64_t stride;
-        const uint16_t* in = source(std::integral_constant<uint64_t, 16>(), 0, d0, block, &stride);
-        Transpose16x16Avx2<true>(in, stride, out + d0 * dst_stride, dst_stride);
-      }
-      scalar(0, 16, d0);
-      return;
-    }
-    if (stream && CpuHasAvx2() && dst_stride % 32 == 0 && num_tokens >= 32) {
-      // Flash rows (num_slots apart) and TiledLayout<32> tiles: 32 tokens fill a row's line.
-      // Tokens before the first 64-byte boundary of a row go the cached way.
-      const uint64_t lead = (64 - address % 64) % 64 / 2;
-      if (lead > 0) TransposeRows(src, src_stride, dst, dst_stride, lead, num_dims);
-      for (t0 = lead; t0 + 32 <= num_tokens; t0 += 32) {
-        uint64_t d0 = 0;
-        for (; d0 + 16 <= num_dims; d0 += 16) {
-          // Tokens t0..t0+31 of dims d0..d0+15 (from f32 rows: rounded into `block`, 16
-          // tokens per call of source, one after the other).
-          uint16_t block[512];
-          uint64_t stride;
-          const uint16_t* in =
-              source(std::integral_constant<uint64_t, 16>(), t0, d0, block, &stride);
-          if constexpr (!std::is_same<T, BF16>::value) {
-            source(std::integral_constant<uint64_t, 16>(), t0 + 16, d0, block + 256, &stride);
-          }
-          Transpose32x16StreamAvx2(in, stride, out + d0 * dst_stride + t0, dst_stride);
-        }
-        scalar(t0, t0 + 32, d0);
-      }
-    }
-    if (CpuHasAvx2()) {
-      // 16 x 16 blocks: 32-byte loads and stores, half the shuffles of 8 x 8.
-      for (; t0 + 16 <= num_tokens; t0 += 16) {
-        uint64_t d0 = 0;
-        for (; d0 + 16 <= num_dims; d0 += 16) {
-          uint16_t block[256];
-          uint64_t stride;
-          const uint16_t* in =
-              source(std::integral_constant<uint64_t, 16>(), t0, d0, block, &stride);
-          prefetch_ahead(t0, d0, 16);
-          Transpose16x16Avx2<false>(in, stride, out + d0 * dst_stride + t0, dst_stride);
-        }
-        scalar(t0, t0 + 16, d0);
-      }
-    }
-#endif
-    for (; t0 + 8 <= num_tokens; t0 += 8) {
-      uint64_t d0 = 0;
-      for (; d0 + 8 <= num_dims; d0 += 8) {
-        uint16_t block[64];
-        uint64_t stride;
-        const uint16_t* in = source(std::integral_constant<uint64_t, 8>(), t0, d0, block, &stride);
-        prefetch_ahead(t0, d0, 8);
-        Transpose8x8(in, stride, out + d0 * dst_stride + t0, dst_stride);
-      }
-      scalar(t0, t0 + 8, d0);
-    }
-    scalar(t0, num_tokens, 0);
   }
 
   // Copies `count` BF16 from `from` to `to` (not overlapping) in 16-byte pieces: rows are a
@@ -570,103 +452,6 @@ struct LayerRows {
       }
     }
   }
-};
-
-// The zeroed, 64-byte aligned buffers of `num_blocks` equal blocks of one layout (block b's
-// K elements start b x the K span of a block past the first's, and likewise V and the
-// scales), in one format. One block is a ring's or a flat layer's storage; many are a paged
-// layer's block store.
-template <typename Layout>
-class LayerBuffers {
- public:
-  // Allocates the buffers of `num_blocks` blocks of `block_shape` in `format` (only that
-  // format's). Returns false, holding nothing, if the sizes overflow or allocation failed.
-  bool Allocate(const KVShape& block_shape, Format format, uint64_t num_blocks) {
-    *this = LayerBuffers();
-    layout_ = Layout(block_shape);
-    format_ = format;
-    num_blocks_ = num_blocks;
-    uint64_t k_size, v_size, scales;
-    if (!CheckedMul(layout_.K().RequiredSpanSize(), num_blocks, &k_size) ||
-        !CheckedMul(layout_.V().RequiredSpanSize(), num_blocks, &v_size) ||
-        !CheckedMul(BlockScales(), num_blocks, &scales) || k_size > SIZE_MAX / 2 ||
-        v_size > SIZE_MAX / 2 || scales > SIZE_MAX / sizeof(float)) {
-      *this = LayerBuffers();
-      return false;
-    }
-    const bool has_v = block_shape.v_head_dim != 0;
-    if (format == Format::kInt8) {
-      k_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(k_size));
-      v_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(v_size));
-      k_scales_ = AlignedBuffer<float>::Zeroed(static_cast<size_t>(scales));
-      v_scales_ = AlignedBuffer<float>::Zeroed(has_v ? static_cast<size_t>(scales) : 0);
-    } else {
-      k_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(k_size));
-      v_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(v_size));
-    }
-    // (An empty K can only come from a zero shape or no blocks, which callers reject.)
-    const bool ok =
-        !Failed() &&
-        (format == Format::kInt8 ? k_int8_.size() != 0 && k_scales_.size() != 0 &&
-                                       (!has_v || (v_int8_.size() != 0 && v_scales_.size() != 0))
-                                 : k_.size() != 0 && (!has_v || v_.size() != 0));
-    if (!ok) *this = LayerBuffers();
-    return ok;
-  }
-
-  const Layout& BlockLayout() const { return layout_; }
-  Format GetFormat() const { return format_; }
-  uint64_t NumBlocks() const { return num_blocks_; }
-  // Returns the bytes of every buffer: blocks x slots x num_kv_heads x (RowBytes(format,
-  // head_dim) + RowBytes(format, v_head_dim)).
-  uint64_t AllocatedBytes() const {
-    return (k_.size() + v_.size()) * sizeof(BF16) + k_int8_.size() + v_int8_.size() +
-           (k_scales_.size() + v_scales_.size()) * sizeof(float);
-  }
-  bool Failed() const {
-    return k_.Failed() || v_.Failed() || k_int8_.Failed() || v_int8_.Failed() ||
-           k_scales_.Failed() || v_scales_.Failed();
-  }
-
-  // Returns the rows of block `block`. The pointers are the buffers' own (writes through
-  // them change this object's contents, const or not: callers write only through a storage
-  // they may change).
-  LayerRows<Layout> Rows(uint64_t block = 0) const {
-    KVRING_DASSERT(block < num_blocks_);
-    LayerRows<Layout> rows;
-    rows.layout = layout_;
-    rows.format = format_;
-    const uint64_t k_span = layout_.K().RequiredSpanSize();
-    const uint64_t v_span = layout_.V().RequiredSpanSize();
-    const uint64_t scales = BlockScales();
-    if (format_ == Format::kInt8) {
-      rows.k_int8 = const_cast<int8_t*>(k_int8_.data()) + block * k_span;
-      if (v_int8_.size() != 0) rows.v_int8 = const_cast<int8_t*>(v_int8_.data()) + block * v_span;
-      rows.k_scales = const_cast<float*>(k_scales_.data()) + block * scales;
-      if (v_scales_.size() != 0) {
-        rows.v_scales = const_cast<float*>(v_scales_.data()) + block * scales;
-      }
-    } else {
-      rows.k_bf16 = const_cast<BF16*>(k_.data()) + block * k_span;
-      if (v_.size() != 0) rows.v_bf16 = const_cast<BF16*>(v_.data()) + block * v_span;
-    }
-    return rows;
-  }
-
- private:
-  uint64_t BlockScales() const { return layout_.Shape().num_slots * layout_.Shape().num_kv_heads; }
-
-  Layout layout_;
-  Format format_ = Format::kBF16;
-  uint64_t num_blocks_ = 0;
-  // Format::kBF16: the elements at the layout's offsets (V empty without V).
-  AlignedBuffer<BF16> k_;
-  AlignedBuffer<BF16> v_;
-  // Format::kInt8: the elements at the same offsets, and the scales [kv_head][slot].
-  AlignedBuffer<int8_t> k_int8_;
-  AlignedBuffer<int8_t> v_int8_;
-  AlignedBuffer<float> k_scales_;
-  AlignedBuffer<float> v_scales_;
 };
 
 }  // namespace detail

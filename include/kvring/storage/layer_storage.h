@@ -25,6 +25,7 @@
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/status.h"
+#include "kvring/storage/layer_buffers.h"
 #include "kvring/storage/layer_rows.h"
 #include "kvring/storage/storage_spec.h"
 
