@@ -326,7 +326,11 @@ kvring::LayerPlan DeepPlan() {
     builder.AddLayer(layer % 6 == 5 ? kvring::LayerSpec::Global(1, kHeadDim)
                                     : kvring::LayerSpec::Sliding(1024, 1, kHeadDim));
   }
-  return builder.SetContext(kFlatContext).SetBatch(1).SetRollback(4).SetLayout<Layout>().Build()
+  return builder.SetContext(kFlatContext)
+      .SetBatch(1)
+      .SetRollback(4)
+      .SetLayout<Layout>()
+      .Build()
       .value();
 }
 
@@ -370,13 +374,13 @@ void BM_StepAppend(benchmark::State& state) {
   };
   const auto direct_step = [&] {
     best_direct = std::min(best_direct, seconds_of([&] {
-      for (auto& ring : rings) {
-        if (!ring.AppendBF16(pos, r, r, 1).ok()) std::abort();
-      }
-      for (auto& global : globals) {
-        if (!global.AppendBF16(pos, r, r, 1).ok()) std::abort();
-      }
-    }));
+                             for (auto& ring : rings) {
+                               if (!ring.AppendBF16(pos, r, r, 1).ok()) std::abort();
+                             }
+                             for (auto& global : globals) {
+                               if (!global.AppendBF16(pos, r, r, 1).ok()) std::abort();
+                             }
+                           }));
   };
   for (auto _ : state) {
     if (pos == kFlatContext) {

@@ -47,8 +47,8 @@ TEST(StepRuleTest, AgreesWithTheRuleOverEveryEnd) {
         rule.Reset(pos - back);
       } else {
         const Result result = rule.CheckAppend(owners[owner], pos, n, scan);
-        ASSERT_EQ(result.ok(), ScanAllows(ends, pos, n)) << "owners " << num_owners << " call "
-                                                         << call;
+        ASSERT_EQ(result.ok(), ScanAllows(ends, pos, n))
+            << "owners " << num_owners << " call " << call;
         if (!result.ok()) {
           EXPECT_EQ(result.status(), Status::kWrongPosition);
           continue;
@@ -82,9 +82,9 @@ TEST(StepRuleTest, RefusalsNameTheLayersBehindAndAhead) {
   EXPECT_EQ(rule.CheckAppend(5, 32, 5, scan).Message(),
             "WrongPosition: layers[5]: an append at 32 passes 36, where layers[3] is; append up "
             "to there to finish the step first");
-  EXPECT_EQ(detail::StepRule::MidStep(scan(), "layers[%llu] at %llu, layers[%llu] at %llu")
-                .Message(),
-            "WrongPosition: layers[0] at 32, layers[3] at 36");
+  EXPECT_EQ(
+      detail::StepRule::MidStep(scan(), "layers[%llu] at %llu, layers[%llu] at %llu").Message(),
+      "WrongPosition: layers[0] at 32, layers[3] at 36");
 }
 
 }  // namespace

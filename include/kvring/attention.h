@@ -16,8 +16,8 @@
 
 #include "kvring/base.h"
 #include "kvring/bf16.h"
-#include "kvring/kv_view.h"
 #include "kvring/kernel_limits.h"
+#include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/status.h"
 #include "kvring/task_runner.h"

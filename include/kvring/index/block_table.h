@@ -25,7 +25,6 @@ class BlockTable {
   uint64_t BlockSlots() const { return block_slots_; }
   // Entries held: the table covers positions [0, Size() * BlockSlots()).
   size_t Size() const { return blocks_.size(); }
-  bool Empty() const { return blocks_.empty(); }
   // The entries, as KVView::blocks reads them; null when empty.
   const uint32_t* Data() const { return blocks_.empty() ? nullptr : blocks_.data(); }
   uint32_t operator[](size_t entry) const { return blocks_[entry]; }

@@ -58,8 +58,7 @@ class BlockStore {
   uint64_t BlockBytes() const { return block_bytes_; }
   size_t NumLayers() const { return layers_.size(); }
   bool Empty() const { return layers_.empty(); }
-  // The layer and spec of paged owner `paged` (index among the paged owners).
-  size_t Layer(size_t paged) const { return layers_[paged].layer; }
+  // The spec of paged owner `paged` (index among the paged owners).
   const StorageSpec& Spec(size_t paged) const { return layers_[paged].spec; }
   const BlockAllocator& Ids() const { return blocks_; }
   // Returns the bytes every store reserved.

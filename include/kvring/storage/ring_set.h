@@ -33,8 +33,7 @@ class RingSet {
     rings_.push_back(Ring{info.index, info.span, info.slot_bytes, spec});
   }
   size_t Size() const { return rings_.size(); }
-  // The layer and the storage spec (with the plan's num_slots) of ring `ring`.
-  size_t Layer(size_t ring) const { return rings_[ring].layer; }
+  // The storage spec (with the plan's num_slots) of ring `ring`.
   const StorageSpec& Spec(size_t ring) const { return rings_[ring].spec; }
 
   // Returns the slots ring `ring` needs for batches of `batch` tokens (window - 1 +

@@ -38,7 +38,6 @@ class SequenceTable {
     for (uint32_t index = capacity; index > 0; --index) free_.push_back(index - 1);
   }
 
-  uint32_t Capacity() const { return static_cast<uint32_t>(slots_.size()); }
   uint64_t NumLive() const { return slots_.size() - free_.size(); }
   bool Full() const { return free_.empty(); }
 
