@@ -120,10 +120,10 @@ void BM_DecodeMany(benchmark::State& state, bool paged, uint32_t threads) {
     out_separate[i].resize(out[i].size());
     out_one[i].resize(out[i].size());
     kvring::AttentionEntry<Layout>& entry = entries[i];
-    entry.kv = pool.View(ids[i], 0);
+    entry.kv = *pool.View(ids[i], 0);
     entry.batch.queries_f32 = queries[i].data();
     entry.batch.out_f32 = out[i].data();
-    entry.batch.first_q_pos = pool.EndPos(ids[i]) - 1;
+    entry.batch.first_q_pos = *pool.EndPos(ids[i]) - 1;
     entry.batch.num_queries = 1;
     entry.batch.num_q_heads = kQHeads;
     one_entries[i] = entry;

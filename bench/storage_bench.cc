@@ -248,7 +248,7 @@ void BM_Fork(benchmark::State& state, uint64_t context) {
     pos += n;
   }
   if (!pool.Resize(id, 1).ok()) std::abort();
-  const uint64_t bytes = pool.RingBytesOf(id) + pool.Usage().block_bytes;
+  const uint64_t bytes = *pool.RingBytesOf(id) + pool.Usage().block_bytes;
   double best = 1e30;
   for (auto _ : state) {
     kvring::SequenceId fork;
@@ -281,11 +281,11 @@ void BM_PoolAppend(benchmark::State& state, uint64_t num_tokens) {
   double best = 1e30, best_cache = 1e30;
   uint64_t iteration = 0;
   for (auto _ : state) {
-    if (pool.EndPos(id) + num_tokens > kFlatContext) {
+    if (*pool.EndPos(id) + num_tokens > kFlatContext) {
       if (!pool.Clear(id).ok()) std::abort();
       cache.Clear();
     }
-    const uint64_t pos = pool.EndPos(id);
+    const uint64_t pos = *pool.EndPos(id);
     const auto pool_append = [&] {
       const auto start = std::chrono::steady_clock::now();
       for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {

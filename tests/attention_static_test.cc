@@ -203,7 +203,7 @@ void ManySequencesMatchOneCallEach() {
   const auto step = [&](kvring::SequenceId id, uint64_t n) {
     for (float& x : k) x = normal(rng);
     for (float& x : v) x = normal(rng);
-    const uint64_t pos = pool.EndPos(id);
+    const uint64_t pos = *pool.EndPos(id);
     for (size_t layer = 0; layer < 2; ++layer) {
       ASSERT_TRUE(pool.AppendF32(id, layer, pos, k.data(), v.data(), n).ok());
     }
@@ -228,14 +228,14 @@ void ManySequencesMatchOneCallEach() {
       std::vector<kvring::AttentionEntry<Layout>> entries;
       std::vector<std::vector<float>> q(ids.size()), alone(ids.size()), together(ids.size());
       for (size_t e = 0; e < ids.size(); ++e) {
-        const uint64_t end = pool.EndPos(ids[e]);
+        const uint64_t end = *pool.EndPos(ids[e]);
         const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(queries, end));
         q[e].resize(size_t{n} * 8 * 64);
         for (float& x : q[e]) x = normal(rng);
         alone[e].assign(q[e].size(), -1.0f);
         together[e].assign(q[e].size(), -2.0f);
         kvring::AttentionEntry<Layout> entry;
-        entry.kv = pool.View(ids[e], layer);
+        entry.kv = *pool.View(ids[e], layer);
         entry.batch.queries_f32 = q[e].data();
         entry.batch.out_f32 = alone[e].data();
         entry.batch.first_q_pos = end - n;
@@ -268,10 +268,10 @@ void ManySequencesMatchOneCallEach() {
   std::vector<kvring::AttentionEntry<Layout>> bad(2);
   std::vector<float> q(8 * 64, 1.0f), out(8 * 64, 7.0f);
   for (auto& entry : bad) {
-    entry.kv = pool.View(ids[0], 1);
+    entry.kv = *pool.View(ids[0], 1);
     entry.batch.queries_f32 = q.data();
     entry.batch.out_f32 = out.data();
-    entry.batch.first_q_pos = pool.EndPos(ids[0]) - 1;
+    entry.batch.first_q_pos = *pool.EndPos(ids[0]) - 1;
     entry.batch.num_queries = 1;
     entry.batch.num_q_heads = 8;
   }

@@ -322,6 +322,71 @@ TEST(KVCache, RollbackInTheMiddleOfAStepIsRefused) {
   EXPECT_EQ(cache.Rollback(1).EndPos(), 40u);
 }
 
+// An engine that failed between the layers of a step (here: after owner 0 of two) abandons it
+// and redoes it; the cache then stores exactly what a cache that never failed stores.
+TEST(KVCache, AnUnfinishedStepIsAbandonedAndRedoneBitIdentically) {
+  const LayerPlan plan = LayerPlan::Builder()
+                             .AddLayer(LayerSpec::Sliding(32, 2, 64))
+                             .AddLayer(LayerSpec::Global(2, 64))
+                             .SetContext(512)
+                             .SetBatch(8)
+                             .SetRollback(4)
+                             .SetLayout<FlashLayout>()
+                             .Build()
+                             .value();
+  KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();
+  KVCache<FlashLayout> twin = KVCache<FlashLayout>::Create(plan).value();
+  const auto rows_at = [](size_t layer, uint64_t pos, uint64_t n) {
+    std::vector<float> rows(n * 128);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      rows[i] = static_cast<float>((layer * 7919 + pos * 128 + i) * 2654435761u % 2001) / 1000.0f;
+    }
+    return rows;
+  };
+  const auto append = [&](KVCache<FlashLayout>* kv, size_t layer, uint64_t pos, uint64_t n) {
+    const std::vector<float> rows = rows_at(layer, pos, n);
+    return kv->AppendF32(layer, pos, rows.data(), rows.data(), n);
+  };
+  for (uint64_t pos = 0; pos < 120; pos += 8) {
+    for (size_t layer : {0, 1}) {
+      ASSERT_TRUE(append(&cache, layer, pos, 8).ok());
+      ASSERT_TRUE(append(&twin, layer, pos, 8).ok());
+    }
+  }
+  // Half a step: owner 0 at 128 (its ring wrapped past what the step overwrote), owner 1 at 120;
+  // then half of one again, in two appends of owner 1.
+  ASSERT_TRUE(append(&cache, 0, 120, 8).ok());
+  EXPECT_EQ(cache.Rollback(1).status(), Status::kWrongPosition);
+  RollbackResult abandoned = cache.AbandonStep();
+  ASSERT_TRUE(abandoned.ok());
+  EXPECT_EQ(abandoned.EndPos(), 120u);
+  EXPECT_EQ(cache.EndPos(0), 120u);
+  ASSERT_TRUE(append(&cache, 1, 120, 8).ok());
+  ASSERT_TRUE(append(&cache, 0, 120, 3).ok());
+  abandoned = cache.AbandonStep();
+  EXPECT_EQ(abandoned.EndPos(), 123u);  // the end every owner reached
+  EXPECT_EQ(cache.EndPos(1), 123u);
+  EXPECT_EQ(cache.AbandonStep().EndPos(), 123u);  // between steps: nothing to abandon
+  ASSERT_TRUE(cache.Rollback(3).ok());
+  for (uint64_t pos = 120; pos < 136; pos += 8) {
+    for (size_t layer : {0, 1}) {
+      ASSERT_TRUE(append(&cache, layer, pos, 8).ok());
+      ASSERT_TRUE(append(&twin, layer, pos, 8).ok());
+    }
+  }
+  std::vector<float> k(128), v(128), twin_k(128), twin_v(128);
+  for (size_t layer : {0, 1}) {
+    ASSERT_EQ(cache.FirstPos(layer), twin.FirstPos(layer));
+    ASSERT_EQ(cache.EndPos(layer), 136u);
+    for (uint64_t pos = cache.FirstPos(layer); pos < 136; ++pos) {
+      ASSERT_TRUE(cache.ReadRowF32(layer, pos, k.data(), v.data()).ok());
+      ASSERT_TRUE(twin.ReadRowF32(layer, pos, twin_k.data(), twin_v.data()).ok());
+      ASSERT_EQ(std::memcmp(k.data(), twin_k.data(), 128 * 4), 0) << layer << " " << pos;
+      ASSERT_EQ(std::memcmp(v.data(), twin_v.data(), 128 * 4), 0) << layer << " " << pos;
+    }
+  }
+}
+
 TEST(KVCache, RefusalsNameTheLayerAndTheValues) {
   const LayerPlan plan = PlanOf(SharedModel(), 100, 4, 3, Backend::kFlash, 32);
   KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(plan).value();

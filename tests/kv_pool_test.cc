@@ -9,9 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kvring/formats/int8.h"
@@ -88,9 +91,9 @@ TYPED_TEST(KVPoolTest, ForkSharesBlocksAndCopiesOnWrite) {
   EXPECT_EQ(after.shared_blocks, before.blocks_in_use);
   // The fork's first step copies the partly filled last block only, as ReserveBytes says.
   const SequenceId fork{1, 0};
-  EXPECT_EQ(model.Pool().ReserveBytes(fork, 1), after.block_bytes);
+  EXPECT_EQ(*model.Pool().ReserveBytes(fork, 1), after.block_bytes);
   ASSERT_TRUE(model.Step(1, 1, true));
-  EXPECT_EQ(model.Pool().ReserveBytes(fork, 1), 0u);
+  EXPECT_EQ(*model.Pool().ReserveBytes(fork, 1), 0u);
   after = model.Pool().Usage();
   EXPECT_EQ(after.blocks_in_use, before.blocks_in_use + 1);
   EXPECT_EQ(after.shared_blocks, before.blocks_in_use - 1);
@@ -145,7 +148,7 @@ TYPED_TEST(KVPoolTest, RefusalsNameTheFieldAndChangeNothing) {
   EXPECT_EQ(pool.Rollback(id, 5).status(), Status::kWrongPosition);
   ASSERT_TRUE(pool.AppendF32(id, 1, 8, k.data(), v.data(), 1).ok());
   ASSERT_TRUE(pool.AppendF32(id, 3, 8, k.data(), v.data(), 1).ok());
-  EXPECT_EQ(pool.EndPos(id), 9u);
+  EXPECT_EQ(*pool.EndPos(id), 9u);
   const RollbackResult too_far = pool.Rollback(id, 5);
   EXPECT_EQ(too_far.status(), Status::kRollbackTooFar);
   EXPECT_EQ(too_far.EndPos(), 9u);
@@ -182,10 +185,10 @@ TYPED_TEST(KVPoolTest, DecodingSequencesShrinkTheirRings) {
   const LayerPlan plan = PoolTestPlan<TypeParam>(Format::kBF16, 64);
   PoolModel<TypeParam> model(plan, PoolSpec{4ull << 20, 2, 0}, 13);
   ASSERT_TRUE(model.Add(64));
-  const uint64_t prefill = model.Pool().RingBytesOf(SequenceId{0, 0});
+  const uint64_t prefill = *model.Pool().RingBytesOf(SequenceId{0, 0});
   ASSERT_TRUE(model.Step(0, 64, true));
   model.Resize(0, 1);
-  const uint64_t decode = model.Pool().RingBytesOf(SequenceId{0, 0});
+  const uint64_t decode = *model.Pool().RingBytesOf(SequenceId{0, 0});
   EXPECT_LT(decode, prefill);
   EXPECT_EQ(decode, model.Pool().RingBytesFor(1));
   for (int i = 0; i < 40; ++i) ASSERT_TRUE(model.Step(0, 1, false));
@@ -222,7 +225,7 @@ TYPED_TEST(KVPoolTest, TileAtAddressesEveryHeldRowOfRingsAndBlocks) {
     }
     std::vector<float> k(2 * 32), v(2 * 32);
     for (size_t layer = 0; layer < 2; ++layer) {
-      const KVView<TypeParam> kv = pool.View(id, layer);
+      const KVView<TypeParam> kv = *pool.View(id, layer);
       const auto k_map = kv.layout.K();
       uint64_t tiles = 0;
       ForEachTile<kTile>(kv.first_pos, kv.end_pos, [&](uint64_t tile_pos) {
@@ -254,6 +257,126 @@ TYPED_TEST(KVPoolTest, TileAtAddressesEveryHeldRowOfRingsAndBlocks) {
       EXPECT_EQ(tiles, (kv.end_pos - TileStart(kv.first_pos, kTile) + kTile - 1) / kTile);
       if (layer == 1) EXPECT_TRUE(kv.Paged());
       if (layer == 0) EXPECT_GT(kv.first_pos, 0u);  // wrapped
+    }
+  }
+}
+
+// A small hybrid plan for the tests below: sliding owner 0, global owner 1 (paged).
+template <typename Layout>
+LayerPlan HalfStepPlan() {
+  return LayerPlan::Builder()
+      .AddLayer(LayerSpec::Sliding(32, 2, 64))
+      .AddLayer(LayerSpec::Global(2, 64))
+      .SetContext(1024)
+      .SetBatch(8)
+      .SetRollback(4)
+      .SetLayout<Layout>()
+      .Build()
+      .value();
+}
+
+// Rows of `num_tokens` tokens from `pos` of `layer`, different for every position and layer.
+std::vector<float> RowsAt(size_t layer, uint64_t pos, uint64_t num_tokens) {
+  std::vector<float> rows(num_tokens * 128);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint64_t x = (layer * 7919 + pos * 128 + i) * 2654435761u;
+    rows[i] = static_cast<float>(x % 2001) / 1000.0f - 1.0f;
+  }
+  return rows;
+}
+
+template <typename Layout>
+Result AppendAt(KVPool<Layout>* pool, SequenceId id, size_t layer, uint64_t pos, uint64_t n) {
+  const std::vector<float> rows = RowsAt(layer, pos, n);
+  return pool->AppendF32(id, layer, pos, rows.data(), rows.data(), n);
+}
+
+TYPED_TEST(KVPoolTest, QueriesOfAFreedSequenceAreRefusedNotAnsweredWithZero) {
+  KVPool<TypeParam> pool =
+      KVPool<TypeParam>::Create(HalfStepPlan<TypeParam>(), PoolSpec{8u << 20, 4, 64}).value();
+  SequenceId id, never{3, 0};
+  ASSERT_TRUE(pool.AddSequence(&id).ok());
+  ASSERT_TRUE(AppendAt(&pool, id, 0, 0, 5).ok());
+  ASSERT_TRUE(AppendAt(&pool, id, 1, 0, 5).ok());
+  EXPECT_EQ(*pool.EndPos(id), 5u);
+  EXPECT_EQ(*pool.EndPos(id, 1), 5u);
+  EXPECT_EQ(pool.View(id, 2).status(), Status::kBadArgument);
+  EXPECT_NE(pool.View(id, 2).Message().find("layers[2]"), std::string::npos);
+  EXPECT_EQ(pool.FirstPos(id, 7).status(), Status::kBadArgument);
+  ASSERT_TRUE(pool.Free(id).ok());
+  for (SequenceId dead : {id, never}) {
+    const std::string name = "sequence " + std::to_string(dead.index);
+    const std::vector<std::pair<const char*, Result>> queries = {
+        {"View", pool.View(dead, 0)},
+        {"EndPos", pool.EndPos(dead)},
+        {"EndPos(layer)", pool.EndPos(dead, 1)},
+        {"FirstPos", pool.FirstPos(dead, 0)},
+        {"BlocksOf", pool.BlocksOf(dead)},
+        {"RingBytesOf", pool.RingBytesOf(dead)},
+        {"ReserveBytes", pool.ReserveBytes(dead, 4)},
+        {"AbandonStep", pool.AbandonStep(dead)},
+    };
+    for (const auto& [query, result] : queries) {
+      EXPECT_EQ(result.status(), Status::kUnknownSequence) << query;
+      EXPECT_NE(result.Message().find(name), std::string::npos)
+          << query << ": " << result.Message();
+    }
+  }
+}
+
+// A step refused part way (the budget ran out at the paged layer) leaves the owners at
+// different ends; AbandonStep takes them back to the last end all reached, and the step
+// retried after room is made stores exactly what a pool that never ran out stores.
+TYPED_TEST(KVPoolTest, AStepRefusedPartWayIsAbandonedAndRetriedBitIdentically) {
+  const LayerPlan plan = HalfStepPlan<TypeParam>();
+  KVPool<TypeParam> twin = KVPool<TypeParam>::Create(plan, PoolSpec{64u << 20, 4, 64}).value();
+  const uint64_t ring_bytes = twin.RingBytesFor(8), block_bytes = twin.Usage().block_bytes;
+  KVPool<TypeParam> pool =
+      KVPool<TypeParam>::Create(plan, PoolSpec{2 * ring_bytes + 3 * block_bytes, 4, 64}).value();
+  SequenceId id, other, twin_id;
+  ASSERT_TRUE(pool.AddSequence(&id).ok());
+  ASSERT_TRUE(pool.AddSequence(&other).ok());
+  ASSERT_TRUE(twin.AddSequence(&twin_id).ok());
+  for (uint64_t pos = 0; pos < 64; pos += 8) {
+    for (size_t layer : {0, 1}) {
+      ASSERT_TRUE(AppendAt(&pool, id, layer, pos, 8).ok());
+      ASSERT_TRUE(AppendAt(&twin, twin_id, layer, pos, 8).ok());
+    }
+  }
+  for (uint64_t pos = 0; pos < 128; pos += 8) {  // the other sequence takes the last blocks
+    for (size_t layer : {0, 1}) ASSERT_TRUE(AppendAt(&pool, other, layer, pos, 8).ok());
+  }
+  const uint64_t blocks_before = pool.Usage().blocks_in_use;
+  // The step at 64: the ring takes it, the paged layer needs a block the budget lacks.
+  ASSERT_TRUE(AppendAt(&pool, id, 0, 64, 8).ok());
+  ASSERT_EQ(AppendAt(&pool, id, 1, 64, 8).status(), Status::kPoolExhausted);
+  EXPECT_EQ(*pool.EndPos(id, 0), 72u);
+  EXPECT_EQ(pool.Rollback(id, 8).status(), Status::kWrongPosition);
+  const RollbackResult abandoned = pool.AbandonStep(id);
+  ASSERT_TRUE(abandoned.ok()) << abandoned.Message();
+  EXPECT_EQ(abandoned.EndPos(), 64u);
+  EXPECT_EQ(*pool.EndPos(id, 0), 64u);
+  EXPECT_EQ(*pool.EndPos(id, 1), 64u);
+  EXPECT_EQ(pool.Usage().blocks_in_use, blocks_before);
+  EXPECT_EQ(pool.AbandonStep(id).EndPos(), 64u);  // between steps: nothing to abandon
+  // Room made, the step retried, and one more.
+  ASSERT_TRUE(pool.Free(other).ok());
+  for (uint64_t pos = 64; pos < 80; pos += 8) {
+    ASSERT_TRUE(pool.Reserve(id, 8).ok());
+    for (size_t layer : {0, 1}) {
+      ASSERT_TRUE(AppendAt(&pool, id, layer, pos, 8).ok());
+      ASSERT_TRUE(AppendAt(&twin, twin_id, layer, pos, 8).ok());
+    }
+  }
+  std::vector<float> k(128), v(128), twin_k(128), twin_v(128);
+  for (size_t layer : {0, 1}) {
+    ASSERT_EQ(*pool.FirstPos(id, layer), *twin.FirstPos(twin_id, layer));
+    ASSERT_EQ(*pool.EndPos(id, layer), 80u);
+    for (uint64_t pos = *pool.FirstPos(id, layer); pos < 80; ++pos) {
+      ASSERT_TRUE(pool.ReadRowF32(id, layer, pos, k.data(), v.data()).ok());
+      ASSERT_TRUE(twin.ReadRowF32(twin_id, layer, pos, twin_k.data(), twin_v.data()).ok());
+      ASSERT_EQ(std::memcmp(k.data(), twin_k.data(), 128 * 4), 0) << layer << " " << pos;
+      ASSERT_EQ(std::memcmp(v.data(), twin_v.data(), 128 * 4), 0) << layer << " " << pos;
     }
   }
 }

@@ -281,7 +281,7 @@ class Server {
   const Stats& GetStats() const { return stats_; }
   SequenceId Prefix() const { return prefix_; }
   uint64_t PrefixBytes() const {
-    return pool_.RingBytesOf(prefix_) + pool_.BlocksOf(prefix_) * pool_.Usage().block_bytes;
+    return *pool_.RingBytesOf(prefix_) + *pool_.BlocksOf(prefix_) * pool_.Usage().block_bytes;
   }
 
   // Prefills the system prompt into a sequence of its own, kept to the end: the requests that
@@ -399,7 +399,7 @@ class Server {
     uint64_t pos = r.pos, rings = 0;
     if (pos < prompt) {
       const uint64_t chunk = std::min(config_.batch, prompt - pos);
-      const uint64_t want = pool_.RingBytesFor(chunk), have = pool_.RingBytesOf(r.id);
+      const uint64_t want = pool_.RingBytesFor(chunk), have = *pool_.RingBytesOf(r.id);
       rings = want > have ? want - have : 0;
       const uint64_t chunks = (prompt - pos + config_.batch - 1) / config_.batch;
       if (steps <= chunks) {
@@ -444,9 +444,9 @@ class Server {
       // A fork costs its rings: it holds the system prompt's blocks by reference.
       ++stats_.forks;
       stats_.forks_taking_blocks += usage.blocks_in_use != before.blocks_in_use;
-      stats_.fork_shape_errors += pool_.EndPos(id) != system_positions_ ||
-                                  pool_.BlocksOf(id) != pool_.BlocksOf(prefix_) ||
-                                  usage.shared_blocks < pool_.BlocksOf(prefix_);
+      stats_.fork_shape_errors += *pool_.EndPos(id) != system_positions_ ||
+                                  *pool_.BlocksOf(id) != *pool_.BlocksOf(prefix_) ||
+                                  usage.shared_blocks < *pool_.BlocksOf(prefix_);
     }
     r->state = State::kRunning;
     running_.push_back(r);
@@ -506,8 +506,8 @@ class Server {
       if (!reserved.ok()) return Fail("a step's reservation", reserved);
       Sample();
       if (r->Prefilling()) {
-        const bool grown = pool_.RingBytesOf(r->id) > pool_.RingBytesFor(1);
-        stats_.ring_size_errors += pool_.RingBytesOf(r->id) < pool_.RingBytesFor(n);
+        const bool grown = *pool_.RingBytesOf(r->id) > pool_.RingBytesFor(1);
+        stats_.ring_size_errors += *pool_.RingBytesOf(r->id) < pool_.RingBytesFor(n);
         if (r->pos == (r->shared ? system_positions_ : 0)) stats_.rings_grown += grown;
         step_tokens_.insert(step_tokens_.end(), r->prompt.begin() + r->pos,
                             r->prompt.begin() + r->pos + n);
@@ -558,9 +558,10 @@ class Server {
       // The views after every append of the layer: an append may move a sequence's blocks.
       entries_.clear();
       for (const Slot& slot : slots_) {
+        const kvring::ValueResult<kvring::KVView<Layout>> view = pool_.View(slot.id, layer);
+        if (!view.ok()) return Fail("a view", view);
         entries_.push_back(kvring::AttentionEntry<Layout>{
-            pool_.View(slot.id, layer),
-            mini_engine::SpanQueries(model_, q, attn, slot.row, slot.span)});
+            *view, mini_engine::SpanQueries(model_, q, attn, slot.row, slot.span)});
       }
       const Result attended =
           kvring::AttentionMany(entries_.data(), entries_.size(), options_, workspace_, runner_);
@@ -589,7 +590,7 @@ class Server {
         // Decode reads window - 1 positions before each token: rings of one batch.
         const Result resized = pool_.Resize(r->id, 1);
         if (!resized.ok()) return Fail("the decode rings", resized);
-        stats_.ring_size_errors += pool_.RingBytesOf(r->id) != pool_.RingBytesFor(1);
+        stats_.ring_size_errors += *pool_.RingBytesOf(r->id) != pool_.RingBytesFor(1);
       }
       const float* row = logits_.data() + (slot.row + slot.span.num_tokens - 1) * vocab;
       r->tokens.push_back(mini_engine::ArgMax(row, vocab));
@@ -911,7 +912,7 @@ int Run(const Config& config) {
                     std::to_string(preempted_matched) +
                     " of them preempted and recomputed) against each run alone on flat storage: " +
                     std::to_string(matched_tokens) + " tokens and their logits bit-identical");
-  const uint64_t system_blocks = pool->BlocksOf(server.Prefix());
+  const uint64_t system_blocks = *pool->BlocksOf(server.Prefix());
   checks.Expect(
       stats.forks >= num_shared && stats.forks_taking_blocks == 0 && stats.fork_shape_errors == 0,
       std::to_string(stats.forks) + " forks of the system prompt's sequence (" +

@@ -1,6 +1,7 @@
-// kvring/kv_view.h: a read-only view of one layer's stored K and V, as RingKV, GlobalKV and
-// KVCache hand it to attention. Trivially copyable, never allocates; valid until the next
-// write to that layer (append, rollback, grow, clear) or its destruction.
+// kvring/kv_view.h: a read-only view of one layer's stored K and V, as RingKV, GlobalKV,
+// KVCache and KVPool hand it to attention, and the stamp that lets attention refuse a view its
+// storage has since changed (ViewStamp). Trivially copyable, never allocates; valid until the
+// next write to its storage or the storage's destruction.
 #ifndef KVRING_KV_VIEW_H_
 #define KVRING_KV_VIEW_H_
 
@@ -11,9 +12,134 @@
 #include "kvring/bf16.h"
 #include "kvring/formats/format.h"
 #include "kvring/index/positions.h"
+#include "kvring/status.h"
 #include "kvring/visibility.h"
 
 namespace kvring {
+
+// The calls that end the views a storage handed out (they move, free or overwrite rows).
+enum class ViewEnd : uint8_t {
+  kNone = 0,
+  kAppend,    // AppendF32 / AppendBF16 (a ring may overwrite, a block table may move)
+  kRollback,  // Rollback, AbandonStep
+  kClear,     // Clear
+  kGrow,      // KVCache::Grow, or an append that grew the rings
+  kRestore,   // a KVCache move-assigned over (a snapshot restored into it)
+  kFree,      // KVPool::Free
+  kResize,    // KVPool::Resize, or a Reserve or append that resized the rings
+  kReserve,   // KVPool::Reserve that took or copied blocks
+};
+
+// The epoch of a storage (a KVCache, or one sequence slot of a KVPool): every call that ends
+// views advances it and records itself, so that a stale view can name the call that ended
+// it. Lives at a fixed address for the storage's lifetime.
+struct ViewEpoch {
+  static constexpr uint64_t kHistory = 8;  // the calls remembered
+
+  uint64_t count = 0;
+  uint32_t generation = 0;       // a KVPool slot's: advanced when its sequence is freed
+  ViewEnd calls[kHistory] = {};  // calls[c % kHistory]: the call that made count c
+
+  void Advance(ViewEnd call) {
+    ++count;
+    calls[count % kHistory] = call;
+  }
+  // Returns the call that ended views taken at `taken` (< count), if still remembered.
+  ViewEnd EndedBy(uint64_t taken) const {
+    return count - taken <= kHistory ? calls[(taken + 1) % kHistory] : ViewEnd::kNone;
+  }
+};
+
+// What makes a view checkable: the epoch of its storage when it was taken, and which layer (and
+// pool sequence) it reads, for the refusal's message. A view whose epoch has moved on is stale:
+// the checked attention entry points refuse it (kStaleView) in O(1). epoch is null for views
+// that carry no stamp (RingKV, GlobalKV, views made by hand): those are not checked.
+struct ViewStamp {
+  const ViewEpoch* epoch = nullptr;
+  uint64_t count = 0;
+  uint64_t layer = 0;
+  uint32_t sequence = kNoSequence;  // the KVPool sequence's index; kNoSequence for a KVCache
+  uint32_t generation = 0;
+
+  static constexpr uint32_t kNoSequence = 0xFFFFFFFFu;
+
+  // Returns the stamp of a view of `layer` taken now from the storage of `epoch` (of pool
+  // sequence `sequence` and `generation`).
+  static ViewStamp Of(const ViewEpoch& epoch, uint64_t layer, uint32_t sequence = kNoSequence,
+                      uint32_t generation = 0) {
+    ViewStamp stamp;
+    stamp.epoch = &epoch;
+    stamp.count = epoch.count;
+    stamp.layer = layer;
+    stamp.sequence = sequence;
+    stamp.generation = generation;
+    return stamp;
+  }
+
+  // Returns whether the storage has not changed since the view was taken (true unstamped).
+  bool Current() const { return epoch == nullptr || epoch->count == count; }
+  // Returns the refusal of a stale view, naming the layer, the sequence and the call that
+  // ended it; kOk when Current(). O(1); does not allocate.
+  Result Check() const {
+    if (Current()) return Result();
+    if (sequence == kNoSequence) {
+      return Result::Refused(Status::kStaleView, CacheFormat(epoch->EndedBy(count)), layer);
+    }
+    const ViewEnd call = epoch->generation != generation ? ViewEnd::kFree : epoch->EndedBy(count);
+    return Result::Refused(Status::kStaleView, PoolFormat(call), layer, uint64_t{sequence},
+                           uint64_t{generation});
+  }
+
+ private:
+  static const char* CacheFormat(ViewEnd call) {
+    switch (call) {
+      case ViewEnd::kAppend:
+        return "view of layers[%llu]: the cache was appended to after the view was taken; take "
+               "views after the last write";
+      case ViewEnd::kRollback:
+        return "view of layers[%llu]: the cache was rolled back (Rollback or AbandonStep) after "
+               "the "
+               "view was taken";
+      case ViewEnd::kClear:
+        return "view of layers[%llu]: the cache was cleared after the view was taken";
+      case ViewEnd::kGrow:
+        return "view of layers[%llu]: the cache's rings grew (Grow, or an append of a larger "
+               "batch) after the view was taken";
+      case ViewEnd::kRestore:
+        return "view of layers[%llu]: another cache was moved into this one (a restore) after "
+               "the view was taken";
+      default:
+        return "view of layers[%llu]: the cache changed more than 8 times after the view was "
+               "taken";
+    }
+  }
+  static const char* PoolFormat(ViewEnd call) {
+    switch (call) {
+      case ViewEnd::kAppend:
+        return "view of layers[%llu] of sequence %llu (generation %llu): the sequence was "
+               "appended to after the view was taken; take views after the last write";
+      case ViewEnd::kRollback:
+        return "view of layers[%llu] of sequence %llu (generation %llu): the sequence was "
+               "rolled back (Rollback or AbandonStep) after the view was taken";
+      case ViewEnd::kClear:
+        return "view of layers[%llu] of sequence %llu (generation %llu): the sequence was "
+               "cleared after the view was taken";
+      case ViewEnd::kFree:
+        return "view of layers[%llu] of sequence %llu (generation %llu): the sequence was "
+               "freed after the view was taken";
+      case ViewEnd::kResize:
+        return "view of layers[%llu] of sequence %llu (generation %llu): the sequence's rings "
+               "were resized (Resize, or a Reserve or append of a larger batch) after the view "
+               "was taken";
+      case ViewEnd::kReserve:
+        return "view of layers[%llu] of sequence %llu (generation %llu): Reserve took or copied "
+               "blocks of the sequence after the view was taken";
+      default:
+        return "view of layers[%llu] of sequence %llu (generation %llu): the sequence changed "
+               "more than 8 times after the view was taken";
+    }
+  }
+};
 
 // Positions live in slot pos % num_slots (of block BlockOf(pos), for paged storage).
 // num_slots is a multiple of the layout's kTileSlots, so a position's lane in its tile is
@@ -42,6 +168,9 @@ struct KVView {
   // (v_int8), b * ScaleBlockStride() past each stream's scales. Entries for the blocks of
   // [first_pos, end_pos) must be valid.
   const uint32_t* blocks = nullptr;
+  // What lets attention refuse the view once its storage has changed (KVCache and KVPool
+  // views; unstamped views are not checked).
+  ViewStamp stamp;
 
   uint64_t NumSlots() const { return layout.Shape().num_slots; }
   // Returns where the scale of `slot` of `kv_head` sits in k_scales and v_scales.

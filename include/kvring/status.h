@@ -24,6 +24,7 @@ enum class [[nodiscard]] Status : uint8_t{
     kPoolExhausted,    // a KVPool's budget has no free block or room for rings: evict, preempt
                        // or wait, then retry
     kUnknownSequence,  // a KVPool SequenceId never added, or already freed
+    kStaleView,        // a view used after its storage changed (KVView::stamp)
 };
 
 // Returns the enumerator's name without the k, for messages ("WrongPosition").
@@ -53,6 +54,8 @@ inline const char* ToString(Status status) {
       return "PoolExhausted";
     case Status::kUnknownSequence:
       return "UnknownSequence";
+    case Status::kStaleView:
+      return "StaleView";
   }
   return "Invalid";
 }
@@ -125,6 +128,23 @@ class [[nodiscard]] RollbackResult : public Result {
 
  private:
   uint64_t end_pos_ = 0;
+};
+
+// The outcome of a query that can be refused (a KVPool query of a sequence that is not live):
+// a Result and, when it is ok, the value; value() is T() when refused. Converts to and compares
+// with Status as Result does.
+template <typename T>
+class [[nodiscard]] ValueResult : public Result {
+ public:
+  ValueResult(Result refusal) : Result(refusal) {}  // NOLINT: implicit on purpose
+  ValueResult(T value) : value_(value) {}           // NOLINT: implicit on purpose
+
+  const T& value() const { return value_; }
+  const T& operator*() const { return value_; }
+  const T* operator->() const { return &value_; }
+
+ private:
+  T value_{};
 };
 
 }  // namespace kvring

@@ -134,14 +134,14 @@ struct PagedHistory {
       chunk = chunk * 5 % 61 + 1;
     }
     // The test this serves needs a table out of order: the alternating appends make one.
-    const KVView<Layout> view = paged.pool.View(paged.id, 0);
+    const KVView<Layout> view = *paged.pool.View(paged.id, 0);
     bool in_order = true;
-    for (uint64_t i = 0; i < paged.pool.BlocksOf(paged.id); ++i) in_order &= view.blocks[i] == i;
-    KVRING_CHECK(view.Paged() && (!in_order || paged.pool.BlocksOf(paged.id) < 2));
+    for (uint64_t i = 0; i < *paged.pool.BlocksOf(paged.id); ++i) in_order &= view.blocks[i] == i;
+    KVRING_CHECK(view.Paged() && (!in_order || *paged.pool.BlocksOf(paged.id) < 2));
     return paged;
   }
   KVView<Layout> View(const Visibility& visibility) const {
-    KVView<Layout> view = pool.View(id, 0);
+    KVView<Layout> view = *pool.View(id, 0);
     view.visibility = visibility;
     return view;
   }

@@ -215,15 +215,15 @@ class PoolModel {
   void Check(size_t which) {
     const SequenceId id = live_[which];
     const Ref& ref = refs_[Key(id)];
-    KVRING_MODEL_EXPECT((pool_.EndPos(id)) == (ref.end));
+    KVRING_MODEL_EXPECT((*pool_.EndPos(id)) == (ref.end));
     for (size_t layer = 0; layer < pool_.NumLayers(); ++layer) {
       const size_t owner = pool_.Owner(layer);
       const LayerInfo& info = pool_.Plan().Layer(owner);
-      const KVView<Layout> view = pool_.View(id, layer);
+      const KVView<Layout> view = *pool_.View(id, layer);
       KVRING_MODEL_EXPECT((view.end_pos) == (ref.end));
       if (ref.end == 0) continue;
       const uint64_t first = view.visibility.FirstVisible(ref.end);
-      KVRING_MODEL_EXPECT((pool_.FirstPos(id, layer)) <= (first)) << "layer " << layer;
+      KVRING_MODEL_EXPECT((*pool_.FirstPos(id, layer)) <= (first)) << "layer " << layer;
       const size_t k_elems = size_t{info.spec.num_kv_heads} * info.spec.head_dim;
       const size_t v_elems = size_t{info.spec.num_kv_heads} * info.spec.VHeadDim();
       std::vector<float> k(k_elems), v(v_elems);
@@ -252,9 +252,9 @@ class PoolModel {
     uint64_t ring_bytes = 0;
     std::map<uint32_t, uint32_t> holders;
     for (const SequenceId id : live_) {
-      ring_bytes += pool_.RingBytesOf(id);
-      const KVView<Layout> view = pool_.View(id, 1);
-      for (uint64_t i = 0; i < pool_.BlocksOf(id); ++i) ++holders[view.blocks[i]];
+      ring_bytes += *pool_.RingBytesOf(id);
+      const KVView<Layout> view = *pool_.View(id, 1);
+      for (uint64_t i = 0; i < *pool_.BlocksOf(id); ++i) ++holders[view.blocks[i]];
     }
     KVRING_MODEL_EXPECT((usage.ring_bytes) == (ring_bytes));
     KVRING_MODEL_EXPECT((usage.blocks_in_use) == (holders.size()));

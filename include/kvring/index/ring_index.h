@@ -69,7 +69,14 @@ class RingIndex {
   // Returns kOk if the newest `num_tokens` positions may be discarded: at most the planned
   // headroom, at most what is held, and the `keep` positions before the new end still held.
   Status CheckRollback(uint64_t num_tokens) const {
-    if (num_tokens > max_rollback_ || num_tokens > NumHeld()) return Status::kRollbackTooFar;
+    if (num_tokens > max_rollback_) return Status::kRollbackTooFar;
+    return CheckDiscard(num_tokens);
+  }
+  // Returns kOk if the newest `num_tokens` positions may be discarded whatever the headroom:
+  // at most what is held, and the `keep` positions before the new end still held. Discarding
+  // the positions of an unfinished step always passes (its appends kept `keep` before it).
+  Status CheckDiscard(uint64_t num_tokens) const {
+    if (num_tokens > NumHeld()) return Status::kRollbackTooFar;
     const uint64_t new_end = end_pos_ - num_tokens;
     if (new_end - std::min(new_end, keep_) < first_pos_) return Status::kRollbackTooFar;
     return Status::kOk;
@@ -81,9 +88,9 @@ class RingIndex {
     if (first_pos_ > 0) limit = std::min(limit, NumHeld() - std::min(NumHeld(), keep_));
     return limit;
   }
-  // Records a rollback that CheckRollback allowed.
+  // Records a rollback that CheckRollback allowed, or a discard CheckDiscard allowed.
   void Rollback(uint64_t num_tokens) {
-    KVRING_DASSERT(CheckRollback(num_tokens) == Status::kOk);
+    KVRING_DASSERT(CheckDiscard(num_tokens) == Status::kOk);
     end_pos_ -= num_tokens;
   }
 

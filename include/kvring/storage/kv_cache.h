@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -32,8 +33,26 @@ class KVCache {
 
  public:
   KVCache() = default;
+  // Views of `other` stay current: they read the buffers this cache now owns.
   KVCache(KVCache&&) noexcept = default;
-  KVCache& operator=(KVCache&&) noexcept = default;
+  // A restore (`cache = std::move(snapshot)`): ends the views of both caches (ViewEnd::kRestore).
+  KVCache& operator=(KVCache&& other) noexcept {
+    if (this == &other) return *this;
+    std::unique_ptr<ViewEpoch> epoch = std::move(epoch_);
+    plan_ = std::move(other.plan_);
+    table_ = std::move(other.table_);
+    step_ = std::move(other.step_);
+    rings_ = std::move(other.rings_);
+    globals_ = std::move(other.globals_);
+    if (epoch == nullptr) {
+      epoch_ = std::move(other.epoch_);
+    } else {
+      epoch_ = std::move(epoch);
+    }
+    EndViews(ViewEnd::kRestore);
+    other.EndViews(ViewEnd::kRestore);
+    return *this;
+  }
 
   // Returns the cache of `plan`, or an Error: a plan for another backend or tile height, or
   // an allocation failure. Allocates exactly plan.TotalBytes() (zeroed, 64-byte aligned).
@@ -41,6 +60,7 @@ class KVCache {
     const Error unfit = detail::ValidatePlanFor<Layout>(plan, "cache");
     if (!unfit.field.empty()) return unfit;
     KVCache cache;
+    cache.epoch_ = std::make_unique<ViewEpoch>();
     cache.plan_ = plan;
     cache.table_ = detail::LayerTable::Of(plan, detail::Residence::kFlat);
     cache.step_ = detail::StepRule(cache.table_.Owners().size(), 0);
@@ -122,11 +142,16 @@ class KVCache {
   // Returns the format `layer`'s K and V are stored in (its owner's).
   Format GetFormat(size_t layer) const { return StorageOf(Owner(layer)).GetFormat(); }
 
-  // Returns the view `layer` attends over: its owner's storage under its own visibility.
+  // Returns the view `layer` attends over: its owner's storage under its own visibility. The
+  // view ends at the next call that writes the cache (an append to any layer, Rollback,
+  // Clear, Grow, a move-assignment into it) or at its destruction; attention refuses an ended
+  // view (kStaleView, naming the call) in O(1). O(1); does not allocate.
   KVView<Layout> View(size_t layer) const {
     const size_t owner = Owner(layer);  // checks `layer`
     const Visibility visibility = table_.Entry(layer).visibility;
-    return Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
+    KVView<Layout> view = Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
+    if (epoch_ != nullptr) view.stamp = ViewStamp::Of(*epoch_, layer);
+    return view;
   }
 
   // Discards the newest `num_tokens` positions of every owning layer, or of none, and returns
@@ -167,7 +192,24 @@ class KVCache {
       (void)result;
     }
     step_.Reset(end - num_tokens);
+    if (num_tokens != 0) EndViews(ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end - num_tokens);
+  }
+
+  // Abandons an unfinished step: every owning layer ahead of the lowest one goes back to its
+  // end, the last position every owner reached (a step refused part way leaves the owners at
+  // different ends, where Rollback is refused). The rows before it stay bit-identical.
+  // Between steps it changes nothing. Returns the end after the call. O(layers).
+  RollbackResult AbandonStep() {
+    if (!step_.InStep()) return RollbackResult(Status::kOk, step_.HighEnd());
+    const uint64_t end = StepOf().low_end;
+    for (size_t layer : table_.Owners()) {
+      detail::LayerStorage<Layout>& storage = StorageOf(layer);
+      if (storage.Index().EndPos() > end) storage.DiscardTo(end);
+    }
+    step_.Reset(end);
+    EndViews(ViewEnd::kRollback);
+    return RollbackResult(Status::kOk, end);
   }
 
   // Re-plans for appends of up to `batch` tokens and grows every ring whose capacity rises,
@@ -209,6 +251,7 @@ class KVCache {
     }
     for (auto& [index, ring] : grown) rings_[index] = std::move(ring);
     plan_ = std::move(grown_plan).value();
+    if (!grown.empty()) EndViews(ViewEnd::kGrow);
     return Status::kOk;
   }
 
@@ -216,6 +259,7 @@ class KVCache {
   // held positions only.
   Expected<KVCache> Copy() const {
     KVCache copy;
+    copy.epoch_ = std::make_unique<ViewEpoch>();
     copy.plan_ = plan_;
     copy.table_ = table_;
     copy.step_ = step_;
@@ -231,6 +275,7 @@ class KVCache {
     for (auto& ring : rings_) ring.Clear();
     for (auto& flat : globals_) flat.Clear();
     step_.Reset(0);
+    EndViews(ViewEnd::kClear);
   }
 
   // Returns the bytes of every K and V buffer and int8 scale: for each owning layer num_slots x
@@ -320,10 +365,19 @@ class KVCache {
     // The plan now holds this batch in every ring: no ring grows on its own.
     const Result appended =
         StorageOf(layer).Append(pos, k, v, num_tokens, strides, /*may_grow=*/false, layer);
-    if (appended.ok()) step_.RecordAppend(pos, num_tokens);
+    if (appended.ok()) {
+      step_.RecordAppend(pos, num_tokens);
+      EndViews(ViewEnd::kAppend);
+    }
     return appended;
   }
 
+  void EndViews(ViewEnd call) {
+    if (epoch_ != nullptr) epoch_->Advance(call);
+  }
+
+  // The epoch of this cache's views, on the heap so that a moved cache keeps its views current.
+  std::unique_ptr<ViewEpoch> epoch_;
   LayerPlan plan_;
   detail::LayerTable table_;
   detail::StepRule step_;

@@ -164,7 +164,7 @@ class KVPool {
     Sequence& sequence = sequences_.Get(id);
     paged_.ReleaseFrom(&sequence.blocks, 0);
     budget_.ChargeRings(sequence.ring_bytes, 0);
-    sequences_.Free(id);
+    sequences_.Free(id);  // ends its views (ViewEnd::kFree)
     return Status::kOk;
   }
 
@@ -173,6 +173,7 @@ class KVPool {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
     sequences_.Get(id).Clear(&paged_);
+    sequences_.EndViews(id, ViewEnd::kClear);
     return Status::kOk;
   }
 
@@ -195,13 +196,8 @@ class KVPool {
     const Result room = budget_.CheckRoom(source.ring_bytes, 0, paged_);
     if (!room.ok()) return room;
     Sequence sequence;
-    const Result copied = detail::RingSet<Layout>::Copied(source.rings, &sequence.rings);
+    const Result copied = source.ForkInto(&sequence);
     if (!copied.ok()) return copied;
-    sequence.batch = source.batch;
-    sequence.ring_bytes = source.ring_bytes;
-    sequence.paged_end = source.paged_end;
-    sequence.blocks = source.blocks;
-    sequence.step = source.step;
     paged_.Share(sequence.blocks);
     budget_.ChargeRings(0, sequence.ring_bytes);
     *fork = sequences_.Add(std::move(sequence));
@@ -239,6 +235,7 @@ class KVPool {
     sequence.ring_bytes = ring_bytes;
     sequence.rings = std::move(rings);
     sequence.batch = batch;
+    sequences_.EndViews(id, ViewEnd::kResize);
     return Status::kOk;
   }
 
@@ -272,17 +269,19 @@ class KVPool {
       const Result grown = Resize(id, num_tokens);
       if (!grown.ok()) return grown;
     }
-    if (paged_.Empty()) return Status::kOk;
-    const Result taken = TakeBlocks(&sequence, end, num_tokens, detail::kNoLayer);
+    if (paged_.Empty() || blocks == 0) return Status::kOk;
+    const Result taken = budget_.TakeBlocks(&paged_, &sequence.blocks, end, num_tokens, detail::kNoLayer);
     KVRING_DASSERT(taken.ok());  // the room was checked above
+    sequences_.EndViews(id, ViewEnd::kReserve);
     return taken;
   }
 
   // Returns the bytes Reserve(id, num_tokens) would take from the budget now (ring growth,
-  // new blocks, a shared block's copy), without taking them: for admission decisions. 0 for
-  // an id not live.
-  uint64_t ReserveBytes(SequenceId id, uint64_t num_tokens) const {
-    if (!sequences_.Check(id).ok()) return 0;
+  // new blocks, a shared block's copy), without taking them: for admission decisions.
+  // kUnknownSequence for an id not live.
+  ValueResult<uint64_t> ReserveBytes(SequenceId id, uint64_t num_tokens) const {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return known;
     const Sequence& sequence = sequences_.Get(id);
     uint64_t ring_growth = 0, blocks = 0;
     detail::PoolBudget<Layout>::StepCost(sequence, rings_, paged_, sequence.step.HighEnd(),
@@ -329,22 +328,45 @@ class KVPool {
           end);
     }
     sequence.Rollback(num_tokens, table_, &paged_);
+    if (num_tokens != 0) sequences_.EndViews(id, ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end - num_tokens);
   }
 
-  // Returns the position `id` has reached in every owning layer (0 for an unknown id). O(1)
-  // between steps, O(layers) inside one.
-  uint64_t EndPos(SequenceId id) const {
-    return sequences_.Check(id).ok() ? sequences_.Get(id).EndPos(table_) : 0;
+  // Abandons `id`'s unfinished step: every owning layer ahead of the lowest one goes back to
+  // its end, the last position every owner reached (a step refused part way, for example by
+  // kPoolExhausted, leaves the owners at different ends, where Rollback, Fork and shrinking
+  // Resize are refused). Releases the blocks past that end (Reserve again before retrying the
+  // step); the rows before it stay bit-identical. Between steps it changes nothing. Returns
+  // the end after the call; kUnknownSequence for an id not live. O(layers).
+  RollbackResult AbandonStep(SequenceId id) {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return RollbackResult(known, 0);
+    Sequence& sequence = sequences_.Get(id);
+    if (!sequence.step.InStep()) return RollbackResult(Status::kOk, sequence.step.HighEnd());
+    const uint64_t end = sequence.AbandonStep(table_, &paged_);
+    sequences_.EndViews(id, ViewEnd::kRollback);
+    return RollbackResult(Status::kOk, end);
   }
-  // Live range of `layer` (its owner's) in `id`: [FirstPos, EndPos). Requires a live id.
-  uint64_t FirstPos(SequenceId id, size_t layer) const {
-    const Sequence& sequence = sequences_.Live(id);
-    const detail::LayerEntry& entry = table_.OwnerEntry(layer);
-    return IsPaged(layer) ? 0 : sequence.rings[entry.storage].Index().FirstPos();
+
+  // Returns the position `id` has reached in every owning layer; kUnknownSequence for an id
+  // not live. O(1) between steps, O(layers) inside one.
+  ValueResult<uint64_t> EndPos(SequenceId id) const {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return known;
+    return sequences_.Get(id).EndPos(table_);
   }
-  uint64_t EndPos(SequenceId id, size_t layer) const {
-    return sequences_.Live(id).OwnerEnd(table_.OwnerEntry(layer));
+  // Live range of `layer` (its owner's) in `id`: [FirstPos, EndPos). kUnknownSequence for an
+  // id not live, kBadArgument for a layer past the model. O(1).
+  ValueResult<uint64_t> FirstPos(SequenceId id, size_t layer) const {
+    const Result known = CheckQuery(id, layer);
+    if (!known.ok()) return known;
+    if (IsPaged(layer)) return uint64_t{0};
+    return sequences_.Get(id).rings[table_.OwnerEntry(layer).storage].Index().FirstPos();
+  }
+  ValueResult<uint64_t> EndPos(SequenceId id, size_t layer) const {
+    const Result known = CheckQuery(id, layer);
+    if (!known.ok()) return known;
+    return sequences_.Get(id).OwnerEnd(table_.OwnerEntry(layer));
   }
   Format GetFormat(size_t layer) const {
     const detail::LayerEntry& entry = table_.OwnerEntry(layer);
@@ -367,29 +389,35 @@ class KVPool {
   }
 
   // Returns the view `layer` of `id` attends over: a ring's, or a paged layer's blocks
-  // (KVView::blocks), under the layer's own visibility. Valid until the next write to `id`
-  // (an append, rollback, resize, clear or free) or to a sequence sharing its blocks.
-  // Requires a live id (checked).
-  KVView<Layout> View(SequenceId id, size_t layer) const {
-    const Sequence& sequence = sequences_.Live(id);
-    const detail::LayerEntry& entry = table_.OwnerEntry(layer);
-    const Visibility visibility = table_.Entry(layer).visibility;
-    if (!IsPaged(layer)) return sequence.rings[entry.storage].View(visibility);
-    KVView<Layout> view;
-    paged_.FillView(entry.storage, sequence.blocks, sequence.paged_end[entry.storage], &view);
-    view.visibility = visibility;
+  // (KVView::blocks), under the layer's own visibility; kUnknownSequence for an id not live,
+  // kBadArgument for a layer past the model. The view ends at the next call that writes `id`
+  // (an append to any of its layers, Rollback, Clear, Resize, a Reserve that grows its rings
+  // or takes blocks, Free) or at the pool's destruction; attention refuses an ended view
+  // (kStaleView, naming the call) in O(1). Writes to other sequences, forks included, never
+  // end it. O(1); does not allocate.
+  ValueResult<KVView<Layout>> View(SequenceId id, size_t layer) const {
+    const Result known = CheckQuery(id, layer);
+    if (!known.ok()) return known;
+    KVView<Layout> view =
+        sequences_.Get(id).View(table_.OwnerEntry(layer), table_.Entry(layer).visibility, paged_);
+    view.stamp = ViewStamp::Of(sequences_.Epoch(id), layer, id.index, id.generation);
     return view;
   }
 
   // Returns the accounting now. O(1).
   PoolUsage Usage() const { return budget_.Usage(paged_, sequences_.NumLive()); }
-  // Returns the blocks `id`'s table holds (shared ones included); 0 for an unknown id.
-  uint64_t BlocksOf(SequenceId id) const {
-    return sequences_.Check(id).ok() ? sequences_.Get(id).blocks.Size() : 0;
+  // Returns the blocks `id`'s table holds (shared ones included); kUnknownSequence for an id
+  // not live.
+  ValueResult<uint64_t> BlocksOf(SequenceId id) const {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return known;
+    return uint64_t{sequences_.Get(id).blocks.Size()};
   }
-  // Returns the bytes `id`'s rings take now; 0 for an unknown id.
-  uint64_t RingBytesOf(SequenceId id) const {
-    return sequences_.Check(id).ok() ? sequences_.Get(id).ring_bytes : 0;
+  // Returns the bytes `id`'s rings take now; kUnknownSequence for an id not live.
+  ValueResult<uint64_t> RingBytesOf(SequenceId id) const {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return known;
+    return sequences_.Get(id).ring_bytes;
   }
   // Returns the reference count of block `block` (0: free), for tests and diagnostics.
   uint32_t BlockRefCount(uint32_t block) const { return paged_.Ids().RefCount(block); }
@@ -400,39 +428,19 @@ class KVPool {
  private:
   using Sequence = detail::PoolSequence<Layout>;
 
+  // The refusals of a per-layer query: kUnknownSequence, then kBadArgument for the layer.
+  Result CheckQuery(SequenceId id, size_t layer) const {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return known;
+    return table_.CheckLayer(layer);
+  }
+
   // The one read behind ReadRow, ReadRowInt8 and ReadRowF32: of `pos` of `layer` (its
   // owner's) in `id`.
   Result Read(SequenceId id, size_t layer, uint64_t pos, const detail::RowRead& read) const {
-    const Result known = sequences_.Check(id);
+    const Result known = CheckQuery(id, layer);
     if (!known.ok()) return known;
-    const Result in_model = table_.CheckLayer(layer);
-    if (!in_model.ok()) return in_model;
-    const Sequence& sequence = sequences_.Get(id);
-    const detail::LayerEntry& entry = table_.OwnerEntry(layer);
-    if (!IsPaged(layer)) return sequence.rings[entry.storage].Read(pos, read, layer);
-    const Result check = detail::CheckRowRead(GetFormat(layer), read, pos, 0,
-                                              sequence.paged_end[entry.storage], layer);
-    if (!check.ok()) return check;
-    uint64_t slot = 0;
-    paged_.RowsOf(entry.storage, sequence.blocks, pos, &slot).Read(slot, read);
-    return Status::kOk;
-  }
-
-  // Makes `sequence`'s table cover [pos, pos + num_tokens) with blocks of its own: takes the
-  // blocks it lacks and copies a block it shares with another sequence (only the last block
-  // of a table can be partly filled, so at most one). kPoolExhausted, changing nothing, when
-  // the budget cannot give them; the refusal names `layer` (kNoLayer: none).
-  Result TakeBlocks(Sequence* sequence, uint64_t pos, uint64_t num_tokens, uint64_t layer) {
-    const uint64_t blocks = paged_.BlocksToTake(sequence->blocks, pos, num_tokens);
-    if (blocks == 0) return Status::kOk;
-    if (!budget_.CheckRoom(0, blocks, paged_).ok()) {
-      return KVRING_DETAIL_REFUSED(layer, Status::kPoolExhausted,
-                                   "%llu tokens at %llu need %llu more blocks than the budget "
-                                   "can give; free, preempt or wait",
-                                   num_tokens, pos, blocks);
-    }
-    paged_.Cover(&sequence->blocks, pos, num_tokens);
-    return Status::kOk;
+    return sequences_.Get(id).Read(table_.OwnerEntry(layer), layer, pos, read, paged_);
   }
 
   template <typename T>
@@ -449,22 +457,9 @@ class KVPool {
         is_paged ? paged_.Spec(entry.storage).shape : rings_.Spec(entry.storage).shape;
     Result check = detail::CheckAppendRows(shape, pos, k, v, num_tokens, strides, layer);
     if (!check.ok()) return check;
-    const uint64_t end = sequence.OwnerEnd(entry);
-    if (pos != end) {
-      return Result::Refused(Status::kWrongPosition,
-                             "layers[%llu]: append at %llu, but its next position is %llu",
-                             uint64_t{layer}, pos, end);
-    }
-    const uint64_t context = plan_.Runtime().context;
-    if (num_tokens > context - pos) {
-      return Result::Refused(Status::kContextFull,
-                             "layers[%llu]: append at %llu of %llu tokens passes the context of "
-                             "%llu positions",
-                             uint64_t{layer}, pos, num_tokens, context);
-    }
-    const Result in_step =
-        sequence.step.CheckAppend(layer, pos, num_tokens, [&] { return sequence.Ends(table_); });
-    if (!in_step.ok()) return in_step;
+    const Result at =
+        sequence.CheckAppendAt(entry, layer, pos, num_tokens, plan_.Runtime().context, table_);
+    if (!at.ok()) return at;
     if (!is_paged) {
       if (num_tokens > sequence.batch) {
         const Result grown = Resize(id, num_tokens);
@@ -472,16 +467,20 @@ class KVPool {
       }
       const Result appended = sequence.rings[entry.storage].Append(pos, k, v, num_tokens, strides,
                                                                    /*may_grow=*/false, layer);
-      if (appended.ok()) sequence.step.RecordAppend(pos, num_tokens);
+      if (appended.ok()) {
+        sequence.step.RecordAppend(pos, num_tokens);
+        sequences_.EndViews(id, ViewEnd::kAppend);
+      }
       return appended;
     }
-    const Result blocks = TakeBlocks(&sequence, pos, num_tokens, layer);
+    const Result blocks = budget_.TakeBlocks(&paged_, &sequence.blocks, pos, num_tokens, layer);
     if (!blocks.ok()) return blocks;
     const uint64_t k_stride = strides.k != 0 ? strides.k : shape.KRowElements();
     const uint64_t v_stride = strides.v != 0 ? strides.v : shape.VRowElements();
     paged_.Write(entry.storage, sequence.blocks, pos, k, v, num_tokens, k_stride, v_stride);
     sequence.paged_end[entry.storage] += num_tokens;
     sequence.step.RecordAppend(pos, num_tokens);
+    sequences_.EndViews(id, ViewEnd::kAppend);
     return Status::kOk;
   }
 

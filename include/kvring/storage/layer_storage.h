@@ -223,6 +223,15 @@ class LayerStorage {
     return result;
   }
 
+  // Moves the end back to `end`, discarding this layer's part of an unfinished step (the
+  // owners' AbandonStep): always allowed, as the step's appends kept what queries before it
+  // read (checked in debug builds).
+  void DiscardTo(uint64_t end) {
+    KVRING_DASSERT(end <= index_.EndPos());
+    KVRING_DASSERT(index_.CheckDiscard(index_.EndPos() - end) == Status::kOk);
+    index_.Rollback(index_.EndPos() - end);
+  }
+
   void Clear() { index_.Clear(); }
 
   // Returns the slots that hold `capacity` positions in this layout, or 0 if `capacity` is

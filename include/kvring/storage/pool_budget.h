@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kvring/detail/checked_math.h"
+#include "kvring/index/block_table.h"
 #include "kvring/status.h"
 #include "kvring/storage/block_store.h"
 #include "kvring/storage/pool_sequence.h"
@@ -39,6 +40,24 @@ class PoolBudget {
                              "free, preempt or wait for a sequence",
                              budget_bytes_, in_use, wanted);
     }
+    return Status::kOk;
+  }
+
+  // Makes `table` cover [pos, pos + num_tokens) with blocks of its own: takes the blocks it
+  // lacks from `store` and copies a block it shares with another sequence (only the last
+  // block of a table can be partly filled, so at most one). kPoolExhausted, changing nothing,
+  // when the budget cannot give them; the refusal names `layer` (kNoLayer: none).
+  Result TakeBlocks(BlockStore<Layout>* store, BlockTable* table, uint64_t pos,
+                    uint64_t num_tokens, uint64_t layer) const {
+    const uint64_t blocks = store->BlocksToTake(*table, pos, num_tokens);
+    if (blocks == 0) return Status::kOk;
+    if (!CheckRoom(0, blocks, *store).ok()) {
+      return KVRING_DETAIL_REFUSED(layer, Status::kPoolExhausted,
+                                   "%llu tokens at %llu need %llu more blocks than the budget "
+                                   "can give; free, preempt or wait",
+                                   num_tokens, pos, blocks);
+    }
+    store->Cover(table, pos, num_tokens);
     return Status::kOk;
   }
 

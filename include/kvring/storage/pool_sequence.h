@@ -12,11 +12,15 @@
 
 #include "kvring/base.h"
 #include "kvring/index/block_table.h"
+#include "kvring/kv_view.h"
 #include "kvring/status.h"
 #include "kvring/storage/block_store.h"
+#include "kvring/storage/layer_rows.h"
 #include "kvring/storage/layer_storage.h"
 #include "kvring/storage/layer_table.h"
+#include "kvring/storage/ring_set.h"
 #include "kvring/storage/step_rule.h"
+#include "kvring/visibility.h"
 
 namespace kvring {
 namespace detail {
@@ -42,6 +46,58 @@ struct PoolSequence {
   // Returns the position every owner has reached. O(1) between steps, O(layers) inside one.
   uint64_t EndPos(const LayerTable& table) const {
     return step.InStep() ? Ends(table).low_end : step.HighEnd();
+  }
+  // Makes `fork` hold what this holds: a copy of the rings and of the block table (whose
+  // blocks the caller then shares). kOutOfMemory, leaving `fork` as it was, when a ring copy
+  // cannot allocate.
+  Result ForkInto(PoolSequence* fork) const {
+    const Result copied = RingSet<Layout>::Copied(rings, &fork->rings);
+    if (!copied.ok()) return copied;
+    fork->batch = batch;
+    fork->ring_bytes = ring_bytes;
+    fork->paged_end = paged_end;
+    fork->blocks = blocks;
+    fork->step = step;
+    return Status::kOk;
+  }
+  // Returns the view of the owner `entry` describes under `visibility` (unstamped).
+  KVView<Layout> View(const LayerEntry& entry, const Visibility& visibility,
+                      const BlockStore<Layout>& store) const {
+    if (entry.residence != Residence::kPaged) return rings[entry.storage].View(visibility);
+    KVView<Layout> view;
+    store.FillView(entry.storage, blocks, paged_end[entry.storage], &view);
+    view.visibility = visibility;
+    return view;
+  }
+  // Reads `pos` of the owner `entry` describes (`layer` names it in a refusal).
+  Result Read(const LayerEntry& entry, uint64_t layer, uint64_t pos, const RowRead& read,
+              const BlockStore<Layout>& store) const {
+    if (entry.residence != Residence::kPaged) return rings[entry.storage].Read(pos, read, layer);
+    const Result check = CheckRowRead(store.Spec(entry.storage).format, read, pos, 0,
+                                      paged_end[entry.storage], layer);
+    if (!check.ok()) return check;
+    uint64_t slot = 0;
+    store.RowsOf(entry.storage, blocks, pos, &slot).Read(slot, read);
+    return Status::kOk;
+  }
+  // Returns the refusals of an append to `layer` (of `entry`) at `pos` that the rows and the
+  // layer allowed: not at the owner's end (kWrongPosition), past the context (kContextFull),
+  // against the step rule (kWrongPosition). O(1) unless refused.
+  Result CheckAppendAt(const LayerEntry& entry, size_t layer, uint64_t pos, uint64_t num_tokens,
+                       uint64_t context, const LayerTable& table) const {
+    const uint64_t end = OwnerEnd(entry);
+    if (pos != end) {
+      return Result::Refused(Status::kWrongPosition,
+                             "layers[%llu]: append at %llu, but its next position is %llu",
+                             uint64_t{layer}, pos, end);
+    }
+    if (num_tokens > context - pos) {
+      return Result::Refused(Status::kContextFull,
+                             "layers[%llu]: append at %llu of %llu tokens passes the context of "
+                             "%llu positions",
+                             uint64_t{layer}, pos, num_tokens, context);
+    }
+    return step.CheckAppend(layer, pos, num_tokens, [&] { return Ends(table); });
   }
   // Returns kWrongPosition naming the owners behind and ahead, for a call refused in a step.
   Result MidStep(const LayerTable& table) const {
@@ -79,6 +135,18 @@ struct PoolSequence {
     for (uint64_t& paged : paged_end) paged -= num_tokens;
     store->ReleaseFrom(&blocks, blocks.EntriesFor(end));
     step.Reset(end);
+  }
+  // Moves every owner ahead of the lowest end back to it, abandoning an unfinished step, and
+  // releases the blocks the table no longer reaches; returns the new end. O(layers).
+  uint64_t AbandonStep(const LayerTable& table, BlockStore<Layout>* store) {
+    const uint64_t end = EndPos(table);
+    for (LayerStorage<Layout>& ring : rings) {
+      if (ring.Index().EndPos() > end) ring.DiscardTo(end);
+    }
+    for (uint64_t& paged : paged_end) paged = std::min(paged, end);
+    store->ReleaseFrom(&blocks, blocks.EntriesFor(end));
+    step.Reset(end);
+    return end;
   }
   // Forgets every position, keeping the rings and releasing every block.
   void Clear(BlockStore<Layout>* store) {

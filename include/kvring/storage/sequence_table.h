@@ -1,6 +1,7 @@
 // kvring/storage/sequence_table.h: the sequences of a KVPool by id: which slots are live,
 // which are free, and the generation that makes an id of a freed sequence stale even after
-// its slot serves a new one. Holds the pool's per-sequence state (`Sequence`) without
+// its slot serves a new one, and the epoch of each slot that ends the views of its sequence
+// (ViewStamp). Holds the pool's per-sequence state (`Sequence`) without
 // knowing what is in it.
 #ifndef KVRING_STORAGE_SEQUENCE_TABLE_H_
 #define KVRING_STORAGE_SEQUENCE_TABLE_H_
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kvring/base.h"
+#include "kvring/kv_view.h"
 #include "kvring/status.h"
 
 namespace kvring {
@@ -44,7 +46,7 @@ class SequenceTable {
   // Returns kOk for the id of a live sequence, else kUnknownSequence naming it.
   Result Check(SequenceId id) const {
     if (id.index >= slots_.size() || !slots_[id.index].live ||
-        slots_[id.index].generation != id.generation) {
+        slots_[id.index].epoch.generation != id.generation) {
       return Result::Refused(Status::kUnknownSequence,
                              "sequence %llu (generation %llu) is not live in this pool",
                              uint64_t{id.index}, uint64_t{id.generation});
@@ -60,10 +62,15 @@ class SequenceTable {
     KVRING_DASSERT(Check(id).ok());
     return slots_[id.index].sequence;
   }
-  // Returns the sequence of a live id; aborts on an id that is not (checked in every build).
-  const Sequence& Live(SequenceId id) const {
-    KVRING_CHECK(Check(id).ok());
-    return slots_[id.index].sequence;
+  // Returns the view epoch of live `id`'s slot (fixed address while the table lives).
+  const ViewEpoch& Epoch(SequenceId id) const {
+    KVRING_DASSERT(Check(id).ok());
+    return slots_[id.index].epoch;
+  }
+  // Ends the views of live `id` taken so far, naming `call` as what ended them.
+  void EndViews(SequenceId id, ViewEnd call) {
+    KVRING_DASSERT(Check(id).ok());
+    slots_[id.index].epoch.Advance(call);
   }
 
   // Makes `sequence` live in a free slot and returns its id. Requires !Full().
@@ -74,22 +81,24 @@ class SequenceTable {
     Slot& slot = slots_[index];
     slot.live = true;
     slot.sequence = std::move(sequence);
-    return SequenceId{index, slot.generation};
+    return SequenceId{index, slot.epoch.generation};
   }
-  // Frees live `id`: its slot's sequence is reset and its id refused from now on.
+  // Frees live `id`: its slot's sequence is reset, its id refused from now on and its views
+  // stale (ViewEnd::kFree), even after the slot serves a new sequence.
   void Free(SequenceId id) {
     KVRING_CHECK(Check(id).ok());
     Slot& slot = slots_[id.index];
     slot.live = false;
     slot.sequence = Sequence();
-    ++slot.generation;
+    slot.epoch.Advance(ViewEnd::kFree);
+    ++slot.epoch.generation;
     free_.push_back(id.index);
   }
 
  private:
   struct Slot {
     bool live = false;
-    uint32_t generation = 0;
+    ViewEpoch epoch;  // the slot's generation too; never reset, so views of freed ones stay stale
     Sequence sequence;
   };
 
