@@ -176,6 +176,7 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring,
   batch.first_q_pos = first_q_pos;
   batch.num_queries = shape.num_queries;
   batch.num_q_heads = shape.num_q_heads;
+  batch.head_dim = shape.head_dim;
   const kvring::KVView<Layout> kv = ring ? ring_kv.View(visibility) : flat_kv.View(visibility);
   kvring::AttentionBatch flat_batch = batch;
   flat_batch.out_f32 = out_flat.data();
@@ -431,6 +432,7 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring) {
   batch.first_q_pos = first_q_pos;
   batch.num_queries = shape.num_queries;
   batch.num_q_heads = shape.num_q_heads;
+  batch.head_dim = shape.head_dim;
   kvring::AttentionBatch flat_batch = batch, bf16_batch = batch;
   flat_batch.out_f32 = out_flat.data();
   bf16_batch.out_f32 = out_bf16.data();

@@ -126,6 +126,7 @@ void BM_DecodeMany(benchmark::State& state, bool paged, uint32_t threads) {
     entry.batch.first_q_pos = *pool.EndPos(ids[i]) - 1;
     entry.batch.num_queries = 1;
     entry.batch.num_q_heads = kQHeads;
+    entry.batch.head_dim = kHeadDim;
     one_entries[i] = entry;
     one_entries[i].batch.out_f32 = out_one[i].data();
   }
@@ -226,6 +227,7 @@ void BM_Paged(benchmark::State& state, uint32_t head_dim, uint32_t num_q_heads,
   batch.first_q_pos = end - num_queries;
   batch.num_queries = num_queries;
   batch.num_q_heads = num_q_heads;
+  batch.head_dim = head_dim;
   kvring::AttentionBatch paged_batch = batch;
   batch.out_f32 = out_flat.data();
   paged_batch.out_f32 = out_paged.data();

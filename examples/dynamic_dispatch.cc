@@ -52,6 +52,7 @@ int main() {
   batch.first_q_pos = 199;
   batch.num_queries = 1;
   batch.num_q_heads = kQHeads;
+  batch.head_dim = kDim;
   kvring::AttentionWorkspace workspace;  // reused by every call; grows on the first
   const kvring::Result result =
       kvring::Attention(view, batch, kvring::AttentionOptions(), workspace);

@@ -43,6 +43,7 @@ std::vector<float> Attend(const Problem& p, const History& history, const Storag
   batch.first_q_pos = p.first_q_pos;
   batch.num_queries = p.num_queries;
   batch.num_q_heads = p.num_kv_heads * p.group;
+  batch.head_dim = p.head_dim;
   kvring::AttentionOptions options;
   options.split_positions = 256;
   (void)history;
@@ -161,6 +162,7 @@ struct CheckedCall {
     batch.first_q_pos = p.first_q_pos;
     batch.num_queries = 1;
     batch.num_q_heads = p.num_kv_heads * p.group;
+    batch.head_dim = p.head_dim;
   }
   kvring::KVView<kvring::FlashLayout> View() const { return ring.View(p.visibility); }
   // Runs the call and expects it refused with `status` and a message holding each of `words`,
@@ -241,6 +243,7 @@ void ManySequencesMatchOneCallEach() {
         entry.batch.first_q_pos = end - n;
         entry.batch.num_queries = n;
         entry.batch.num_q_heads = 8;
+        entry.batch.head_dim = 64;
         kvring::AttentionWorkspace workspace;
         ASSERT_TRUE(hn_kvring::Attention(entry.kv, entry.batch, options, workspace).ok());
         entry.batch.out_f32 = together[e].data();
@@ -274,6 +277,7 @@ void ManySequencesMatchOneCallEach() {
     entry.batch.first_q_pos = *pool.EndPos(ids[0]) - 1;
     entry.batch.num_queries = 1;
     entry.batch.num_q_heads = 8;
+    entry.batch.head_dim = 64;
   }
   bad[1].batch.num_q_heads = 3;
   kvring::AttentionWorkspace workspace;
@@ -337,6 +341,16 @@ TEST(AttentionChecks, QHeadsThatAreNotAMultipleOfTheKVHeadsAreRefused) {
   call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"num_q_heads", "7", "2"});
   call.batch.num_q_heads = 0;
   call.ExpectRefused(call.View(), kvring::Status::kBadArgument, {"num_q_heads", "0"});
+}
+
+TEST(AttentionChecks, QueriesOfAnotherHeadSizeThanTheViewsAreRefused) {
+  CheckedCall call;  // queries [8][64] over a head_dim of 64: accepted; any other size is not
+  for (uint32_t head_dim : {0u, 32u, 128u}) {
+    call.batch.head_dim = head_dim;
+    call.ExpectRefused(
+        call.View(), kvring::Status::kBadArgument,
+        {"batch.head_dim", std::to_string(head_dim).c_str(), "view's head_dim is 64"});
+  }
 }
 
 TEST(AttentionChecks, MissingOrDoubledPointersAreRefused) {

@@ -178,6 +178,7 @@ kvring::AttentionBatch BatchOf(const Case& c, const Inputs& in, float* out) {
   batch.first_q_pos = c.first_q_pos;
   batch.num_queries = c.num_queries;
   batch.num_q_heads = c.NumQHeads();
+  batch.head_dim = c.head_dim;
   return batch;
 }
 
@@ -1292,6 +1293,7 @@ TEST(AttentionWork, SplitPointsDependOnPositionsOnly) {
   batch.first_q_pos = 5000;
   batch.num_queries = 1;
   batch.num_q_heads = 8;
+  batch.head_dim = 64;
   AttentionOptions options;
   options.split_positions = 1000;  // rounded up to 1024
   kv.k = reinterpret_cast<const BF16*>(q.data());

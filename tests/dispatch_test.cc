@@ -4,6 +4,7 @@
 // process (kvring allocates through it or calloc; the workspace through aligned new).
 #include "kvring/dispatch.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -130,6 +131,7 @@ void DecodeAllocatesNothing() {
       batch.first_q_pos = pos;
       batch.num_queries = 1;
       batch.num_q_heads = kQHeads;
+      batch.head_dim = kDim;
       const uint64_t before = g_allocations.load();
       const uint64_t floats_before = workspace.NumFloats();
       const kvring::Result result =
@@ -158,6 +160,7 @@ void DecodeAllocatesNothing() {
       batch.first_q_pos = pos - 1;
       batch.num_queries = 1;
       batch.num_q_heads = kQHeads;
+      batch.head_dim = kDim;
       ASSERT_TRUE(kvring::Attention(cache.View(layer), batch, options, reserved, runner).ok());
     }
   }
@@ -192,6 +195,7 @@ TEST(Dispatch, TheDispatchedCallMatchesTheReferenceAndRefusesBadCalls) {
   batch.first_q_pos = kEnd - 1;
   batch.num_queries = 1;
   batch.num_q_heads = kQHeads;
+  batch.head_dim = kDim;
   kvring::AttentionWorkspace workspace;
   ASSERT_TRUE(kvring::Attention(cache.View(0), batch, kvring::AttentionOptions(), workspace).ok());
   // The float64 reference over the BF16 rows the cache stores.
@@ -222,6 +226,157 @@ TEST(Dispatch, TheDispatchedCallMatchesTheReferenceAndRefusesBadCalls) {
   EXPECT_EQ(refused.status(), kvring::Status::kNotLive);
   EXPECT_NE(refused.Message().find("300"), std::string::npos) << refused.Message();
   EXPECT_NE(std::string(kvring::DispatchedTargetName()), "");
+}
+
+// A pool of 32 sequences of a sliding and a global layer, each prefilled to its own length.
+struct ManySequences {
+  kvring::KVPool<kvring::FlashLayout> pool;
+  std::vector<kvring::SequenceId> ids;
+  std::vector<float> rows;
+
+  explicit ManySequences(uint64_t context) {
+    const kvring::LayerPlan plan = kvring::LayerPlan::Builder()
+                                       .AddLayer(kvring::LayerSpec::Sliding(64, kKVHeads, kDim))
+                                       .AddLayer(kvring::LayerSpec::Global(kKVHeads, kDim))
+                                       .SetContext(context)
+                                       .SetBatch(32)
+                                       .SetLayout<kvring::FlashLayout>()
+                                       .Build()
+                                       .value();
+    pool = kvring::KVPool<kvring::FlashLayout>::Create(plan, kvring::PoolSpec{256u << 20, 32, 0})
+               .value();
+    std::mt19937 rng(11);
+    rows = Random(32 * size_t{kKVHeads} * kDim, rng);
+    for (uint64_t i = 0; i < 32; ++i) {
+      kvring::SequenceId id;
+      EXPECT_TRUE(pool.AddSequence(&id).ok());
+      const uint64_t length = 1 + i * 97 % (context / 2);
+      for (uint64_t pos = 0; pos < length; pos += 32)
+        Append(id, std::min<uint64_t>(32, length - pos));
+      EXPECT_TRUE(pool.Resize(id, 1).ok());  // decode from now on
+      ids.push_back(id);
+    }
+  }
+  void Append(kvring::SequenceId id, uint64_t num_tokens) {
+    const uint64_t pos = *pool.EndPos(id);
+    for (size_t layer = 0; layer < 2; ++layer) {
+      EXPECT_TRUE(pool.AppendF32(id, layer, pos, rows.data(), rows.data(), num_tokens).ok());
+    }
+  }
+};
+
+TEST(Dispatch, AManySequenceDecodeLoopAllocatesNothingAfterReservingTheBound) {
+  ManySequences many(2048);
+  kvring::ThreadPool threads(2);
+  const kvring::TaskRunner runner = threads.Runner();
+  kvring::AttentionOptions options;
+  options.split_positions = 128;  // many splits: partial states for every long sequence
+  kvring::AttentionBound bound;
+  bound.num_q_heads = kQHeads;
+  bound.context = 2048;
+  bound.max_entries = 32;
+  bound.num_threads = runner.NumThreads();
+  const kvring::ValueResult<uint64_t> floats =
+      kvring::AttentionWorkspaceFloats<kvring::FlashLayout>(
+          kvring::KVShape{0, kKVHeads, kDim, kDim}, options, bound);
+  ASSERT_TRUE(floats.ok()) << floats.Message();
+  kvring::AttentionWorkspace workspace;
+  ASSERT_TRUE(workspace.Reserve(*floats));
+  std::mt19937 rng(12);
+  const std::vector<float> q = Random(32 * size_t{kQHeads} * kDim, rng);
+  std::vector<float> out(q.size());
+  std::vector<kvring::AttentionEntry<kvring::FlashLayout>> entries(32);
+  for (int step = 0; step < 3; ++step) {
+    for (kvring::SequenceId id : many.ids) many.Append(id, 1);
+    for (size_t layer = 0; layer < 2; ++layer) {
+      for (size_t e = 0; e < 32; ++e) {
+        entries[e].kv = *many.pool.View(many.ids[e], layer);
+        kvring::AttentionBatch& batch = entries[e].batch;
+        batch.queries_f32 = q.data() + e * kQHeads * kDim;
+        batch.out_f32 = out.data() + e * kQHeads * kDim;
+        batch.first_q_pos = entries[e].kv.end_pos - 1;
+        batch.num_queries = 1;
+        batch.num_q_heads = kQHeads;
+        batch.head_dim = kDim;
+      }
+      const uint64_t before = g_allocations.load();
+      const kvring::Result result =
+          kvring::AttentionMany(entries.data(), entries.size(), options, workspace, runner);
+      EXPECT_EQ(g_allocations.load() - before, 0u) << "step " << step << " layer " << layer;
+      ASSERT_TRUE(result.ok()) << result.Message();
+      EXPECT_EQ(workspace.NumFloats(), *floats);
+    }
+  }
+  // The bound is what the largest call takes: 32 entries, each a query at the context's end.
+  ManySequences full(256);
+  for (kvring::SequenceId id : full.ids) full.Append(id, 256 - *full.pool.EndPos(id));
+  bound.context = 256;
+  const uint64_t full_floats = *kvring::AttentionWorkspaceFloats<kvring::FlashLayout>(
+      kvring::KVShape{0, kKVHeads, kDim, kDim}, options, bound);
+  for (size_t e = 0; e < 32; ++e) {
+    entries[e].kv = *full.pool.View(full.ids[e], 1);
+    entries[e].batch.first_q_pos = 255;
+  }
+  kvring::AttentionWorkspace grown;
+  ASSERT_TRUE(kvring::AttentionMany(entries.data(), entries.size(), options, grown, runner).ok());
+  EXPECT_EQ(grown.NumFloats(), full_floats);
+  // A bound no call could take is refused.
+  bound.num_q_heads = 3;
+  EXPECT_EQ(kvring::AttentionWorkspaceFloats<kvring::FlashLayout>(
+                kvring::KVShape{0, kKVHeads, kDim, kDim}, options, bound)
+                .status(),
+            kvring::Status::kBadArgument);
+}
+
+TEST(Dispatch, AManySequenceRefusalNamesItsEntry) {
+  ManySequences many(1024);
+  std::mt19937 rng(13);
+  const std::vector<float> q = Random(size_t{kQHeads} * kDim, rng);
+  std::vector<float> out(q.size(), 7.0f);
+  std::vector<kvring::AttentionEntry<kvring::FlashLayout>> entries(32);
+  for (size_t e = 0; e < 32; ++e) {
+    entries[e].kv = *many.pool.View(many.ids[e], 0);
+    entries[e].batch.queries_f32 = q.data();
+    entries[e].batch.out_f32 = out.data();
+    entries[e].batch.first_q_pos = entries[e].kv.end_pos - 1;
+    entries[e].batch.num_queries = 1;
+    entries[e].batch.num_q_heads = kQHeads;
+    entries[e].batch.head_dim = kDim;
+  }
+  kvring::AttentionWorkspace workspace;
+  kvring::AttentionBatch& bad = entries[17].batch;
+  bad.num_q_heads = 3;
+  kvring::Result refused =
+      kvring::AttentionMany(entries.data(), entries.size(), kvring::AttentionOptions(), workspace);
+  EXPECT_EQ(refused.status(), kvring::Status::kBadArgument);
+  EXPECT_EQ(refused.Entry(), 17u);
+  EXPECT_NE(refused.Message().find("entries[17]: batch.num_q_heads: 3"), std::string::npos)
+      << refused.Message();
+  // Queries laid out [8][64] against a head_dim of 128.
+  bad.num_q_heads = kQHeads;
+  bad.head_dim = 64;
+  refused =
+      kvring::AttentionMany(entries.data(), entries.size(), kvring::AttentionOptions(), workspace);
+  EXPECT_EQ(refused.status(), kvring::Status::kBadArgument);
+  EXPECT_NE(
+      refused.Message().find("entries[17]: batch.head_dim: 64, but the view's head_dim is 128"),
+      std::string::npos)
+      << refused.Message();
+  bad.head_dim = kDim;
+  // A view its sequence's append ended.
+  many.Append(many.ids[5], 1);
+  refused =
+      kvring::AttentionMany(entries.data(), entries.size(), kvring::AttentionOptions(), workspace);
+  EXPECT_EQ(refused.status(), kvring::Status::kStaleView);
+  EXPECT_EQ(refused.Entry(), 5u);
+  EXPECT_NE(refused.Message().find("entries[5]: view of layers[0] of sequence"), std::string::npos)
+      << refused.Message();
+  EXPECT_EQ(out[0], 7.0f);  // refused calls write nothing
+  entries[5].kv = *many.pool.View(many.ids[5], 0);
+  entries[5].batch.first_q_pos = entries[5].kv.end_pos - 1;
+  EXPECT_TRUE(
+      kvring::AttentionMany(entries.data(), entries.size(), kvring::AttentionOptions(), workspace)
+          .ok());
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ Result CheckOneQuery(const KVView<Layout>& view) {
   batch.first_q_pos = view.end_pos - 1;
   batch.num_queries = 1;
   batch.num_q_heads = 4;
+  batch.head_dim = 64;
   return CheckAttention(view, batch, AttentionOptions());
 }
 

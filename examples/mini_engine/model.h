@@ -234,6 +234,7 @@ inline kvring::AttentionBatch SpanQueries(const Model& model, const float* q, fl
   batch.first_q_pos = span.first_pos;
   batch.num_queries = static_cast<uint32_t>(span.num_tokens);
   batch.num_q_heads = model.config.num_q_heads;
+  batch.head_dim = model.config.head_dim;
   return batch;
 }
 

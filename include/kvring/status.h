@@ -83,6 +83,19 @@ class [[nodiscard]] Result {
     return result;
   }
 
+  // The entry index of a refusal that is not one of a many-sequence call's entries.
+  static constexpr uint64_t kNoEntry = ~uint64_t{0};
+
+  // Returns this refusal as that of entry `entry` of a many-sequence call (AttentionMany):
+  // Message() then starts "entries[<entry>]: ".
+  Result OfEntry(uint64_t entry) const {
+    Result result = *this;
+    result.entry_ = entry;
+    return result;
+  }
+  // Returns the entry a many-sequence call refused, or kNoEntry.
+  uint64_t Entry() const { return entry_; }
+
   bool ok() const { return status_ == Status::kOk; }
   Status status() const { return status_; }
   operator Status() const { return status_; }  // NOLINT: implicit on purpose
@@ -91,6 +104,7 @@ class [[nodiscard]] Result {
   std::string Message() const {
     std::string message = ToString(status_);
     if (format_ == nullptr) return message;
+    if (entry_ != kNoEntry) message += ": entries[" + std::to_string(entry_) + "]";
     char buffer[512];
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
@@ -115,6 +129,7 @@ class [[nodiscard]] Result {
   Status status_ = Status::kOk;
   const char* format_ = nullptr;  // static; nullptr: no detail
   uint64_t values_[4] = {0, 0, 0, 0};
+  uint64_t entry_ = kNoEntry;
 };
 
 // The outcome of a rollback: a Result, and the end position after the call (the new end, or

@@ -106,6 +106,12 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                            "%llu kv_heads",
                            batch.num_q_heads, shape.num_kv_heads);
   }
+  if (batch.head_dim != head_dim) {
+    return Result::Refused(Status::kBadArgument,
+                           "batch.head_dim: %llu, but the view's head_dim is %llu (query rows are "
+                           "[num_q_heads][head_dim]; set head_dim to the queries' head size)",
+                           uint64_t{batch.head_dim}, head_dim);
+  }
   if ((batch.queries_f32 == nullptr) == (batch.queries_bf16 == nullptr)) {
     return Result::Refused(Status::kBadArgument,
                            "batch: exactly one of queries_f32 and queries_bf16 must be set");

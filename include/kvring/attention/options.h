@@ -66,6 +66,7 @@ struct AttentionBatch {
   uint64_t first_q_pos = 0;
   uint32_t num_queries = 0;
   uint32_t num_q_heads = 0;     // a multiple of the view's num_kv_heads (MHA, GQA, MQA)
+  uint32_t head_dim = 0;        // elements of one query head: the view's head_dim (checked)
   uint64_t q_row_stride = 0;    // elements; 0: num_q_heads * head_dim
   uint64_t out_row_stride = 0;  // elements; 0: num_q_heads * v_head_dim (the output's)
 };

@@ -4,6 +4,7 @@
 #ifndef KVRING_ATTENTION_WORKSPACE_H_
 #define KVRING_ATTENTION_WORKSPACE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -11,10 +12,14 @@
 #include <type_traits>
 #include <utility>
 
+#include "kvring/attention/check.h"
 #include "kvring/attention/options.h"
 #include "kvring/attention/work.h"
 #include "kvring/base.h"
+#include "kvring/detail/checked_math.h"
 #include "kvring/kv_view.h"
+#include "kvring/layouts/kv_shape.h"
+#include "kvring/status.h"
 
 namespace kvring {
 
@@ -158,6 +163,70 @@ class AttentionManyWork {
   uint64_t* partial_begin_ = nullptr;
   uint64_t scratch_floats_ = 0;
 };
+
+// The largest attention calls an engine will make over views of one shape: what
+// AttentionWorkspaceFloats bounds.
+struct AttentionBound {
+  uint32_t num_q_heads = 0;  // q heads of every entry
+  uint32_t max_queries = 1;  // queries of one entry at most (1 for decode)
+  uint64_t context = 0;      // every query's position is below it
+  uint64_t max_entries = 1;  // entries of one AttentionMany at most (sequences of a step)
+  uint32_t num_threads = 1;  // the runner's NumThreads() (0: 1)
+};
+
+// Returns the floats of workspace in which every AttentionMany of up to bound.max_entries
+// entries, and every Attention call, runs without growing it: views of `shape` (ring, flat
+// or paged storage of Layout), up to bound.max_queries queries of bound.num_q_heads heads
+// each below bound.context, with `options`, on up to bound.num_threads threads. Reserve it
+// once (AttentionWorkspace::Reserve) and no step of a decode loop allocates. Exact for a call
+// of max_entries entries of max_queries queries each at the context's end (splits and rows
+// grow with positions and queries). Refuses (kBadArgument) a shape, options or bound no call
+// could take, with CheckAttention's message. O(1); does not allocate.
+template <typename Layout>
+ValueResult<uint64_t> AttentionWorkspaceFloats(const KVShape& shape,
+                                               const AttentionOptions& options,
+                                               const AttentionBound& bound) {
+  if (bound.max_queries == 0 || bound.max_entries == 0 || bound.max_entries > (1ull << 32) ||
+      bound.context < bound.max_queries) {
+    return Result::Refused(Status::kBadArgument,
+                           "bound: max_queries %llu and max_entries %llu must be positive (entries "
+                           "at most 2^32), and the context %llu at least max_queries",
+                           uint64_t{bound.max_queries}, bound.max_entries, bound.context);
+  }
+  // The worst entry: a global view of every position, its queries at the context's end. Its
+  // stream pointers are never read (planning reads shapes and positions only).
+  static const BF16 kUnread[1] = {};
+  KVShape worst_shape = shape;
+  worst_shape.num_slots =
+      (bound.context + Layout::kTileSlots - 1) / Layout::kTileSlots * Layout::kTileSlots;
+  KVView<Layout> kv;
+  kv.layout = Layout(worst_shape);
+  kv.k = kUnread;
+  kv.v = shape.v_head_dim != 0 ? kUnread : nullptr;
+  kv.end_pos = bound.context;
+  const float unread_query[1] = {};
+  float unread_out[1] = {};
+  AttentionBatch batch;
+  batch.queries_f32 = unread_query;
+  batch.out_f32 = unread_out;
+  batch.num_q_heads = bound.num_q_heads;
+  batch.head_dim = shape.head_dim;
+  // Partial states peak at the most queries that still split, scratch at the most queries.
+  batch.num_queries = std::min(bound.max_queries, options.max_split_queries);
+  if (batch.num_queries == 0) batch.num_queries = 1;
+  batch.first_q_pos = bound.context - batch.num_queries;
+  const Result check = CheckAttention(kv, batch, options);
+  if (!check.ok()) return check;
+  const uint64_t partial = AttentionWork::Plan(kv, batch, options).PartialFloats();
+  batch.num_queries = bound.max_queries;
+  batch.first_q_pos = bound.context - batch.num_queries;
+  const uint64_t scratch = AttentionWork::Plan(kv, batch, options).ScratchFloats();
+  const uint64_t threads = bound.num_threads == 0 ? 1 : bound.num_threads;
+  return detail::SaturatingAdd(
+      AttentionManyWork::HeaderFloats(bound.max_entries),
+      detail::SaturatingAdd(detail::SaturatingMul(bound.max_entries, partial),
+                            detail::SaturatingMul(scratch, threads)));
+}
 
 }  // namespace kvring
 

@@ -140,8 +140,10 @@ HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batc
 // (AttentionWork::Plan), runs all their work items as one list on `runner` (so that short
 // and long sequences share the threads), and gives each entry's output bit-identical to
 // Attention(entries[e].kv, entries[e].batch, options, ...). Checks every entry first
-// (CheckAttention) and returns the first refusal without writing anything; kOutOfMemory if
-// the workspace could not grow. Allocates only when the workspace grows.
+// (CheckAttention) and returns the first refusal, naming its entry (Result::Entry(), and
+// "entries[e]: " in the message), without writing anything; kOutOfMemory if the workspace
+// could not grow. Allocates only when the workspace grows: never once it holds
+// AttentionWorkspaceFloats of a bound these entries keep.
 template <class Layout>
 HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
                                 const AttentionOptions& options, AttentionWorkspace& workspace,
@@ -152,7 +154,7 @@ HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t nu
   }
   for (size_t e = 0; e < num_entries; ++e) {
     const Result check = CheckAttention(entries[e].kv, entries[e].batch, options);
-    if (!check.ok()) return check;
+    if (!check.ok()) return check.OfEntry(e);
 #if defined(KVRING_ATTENTION_NO_INT8)
     if (entries[e].kv.format == Format::kInt8) {
       return Result::Refused(Status::kBadArgument,

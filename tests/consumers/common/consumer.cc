@@ -228,6 +228,7 @@ struct Engine {
       batch.first_q_pos = pos;
       batch.num_queries = static_cast<uint32_t>(num_tokens);
       batch.num_q_heads = kQHeads;
+      batch.head_dim = kDim;
       const kvring::Result attended = kvring::Attention(
           cache.View(layer), batch, kvring::AttentionOptions(), workspace, runner);
       if (!attended.ok()) {
