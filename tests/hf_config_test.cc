@@ -1,8 +1,8 @@
-// Tests of tools/hf_config.h and kvring-plan's --config, --sweep and --tensor-parallel. The
+// Tests of kvring/hf_config.h and kvring-plan's --config, --sweep and --tensor-parallel. The
 // config files live in tests/configs/ (family files, one per preset in presets/, bad files in
 // bad/). Every expected kind, window, owner and capacity is worked out here by hand from the
 // file and the family's transformers rules (docs/configs.md), never copied from output.
-#include "hf_config.h"
+#include "kvring/hf_config.h"
 
 #include <gtest/gtest.h>
 

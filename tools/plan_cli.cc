@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "hf_config.h"
+#include "kvring/hf_config.h"
 #include "kvring/layer_plan.h"
 #include "kvring/layouts/flash_layout.h"
 #include "kvring/layouts/tiled_layout.h"

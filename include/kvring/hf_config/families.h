@@ -1,0 +1,136 @@
+// kvring/hf_config/families.h: the transformers families kvring reads config.json files of:
+// for each model_type, its configuration class, its defaults and the rules by which it fills
+// what a file leaves out (KV heads, head_dim, the layer pattern). Data only; the reading is in
+// kvring/hf_config.h. Each rule restates what the family's transformers configuration class
+// does with the keys; nothing here is taken from transformers' code.
+#ifndef KVRING_HF_CONFIG_FAMILIES_H_
+#define KVRING_HF_CONFIG_FAMILIES_H_
+
+#include <cstdint>
+#include <string>
+
+namespace kvring {
+namespace detail {
+namespace hf {
+
+inline constexpr uint64_t kMaxLayers = 100000;
+inline constexpr uint64_t kMaxDim = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxFileBytes = uint64_t{64} << 20;
+
+// A layer's attention as transformers' layer_types names it.
+enum class LayerType { kFull, kSliding, kChunked };
+
+inline const char* LayerTypeName(LayerType type) {
+  switch (type) {
+    case LayerType::kFull:
+      return "full_attention";
+    case LayerType::kSliding:
+      return "sliding_attention";
+    case LayerType::kChunked:
+      return "chunked_attention";
+  }
+  return "invalid";
+}
+
+// What a family's configuration class does when num_key_value_heads is absent or null.
+enum class KvHeadsRule {
+  kNoneMeansMha,      // class default None, then num_attention_heads: absent or null is MHA
+  kNumberNullIsMha,   // class default is one checkpoint's count (refused); null is MHA
+  kNumberNoNullRule,  // class default is one checkpoint's count (refused); null refused
+  kUnused,            // MLA: the latent replaces per-head K and V
+};
+
+// What a family does when head_dim is absent or null.
+enum class HeadDimRule {
+  kHiddenOverHeads,      // absent or null: hidden_size / num_attention_heads
+  kDefaultNullIsHidden,  // absent: the class default; null: hidden_size / num_attention_heads
+  kAbsentIsHidden,       // absent: hidden_size / num_attention_heads (the model's getattr); null
+                         // refused
+  kDefaultNoNull,        // absent: the class default; null refused
+  kAlwaysHidden,         // always hidden_size / num_attention_heads, whatever the file says
+  kUnused,               // MLA
+};
+
+// How a family fills layer_types when the file has none (or when it never reads them).
+enum class PatternRule {
+  kAllFull,          // no local attention
+  kAllSliding,       // every layer slides when sliding_window is not null (Mistral)
+  kEvenSliding,      // sliding on even layers (Gemma 2, GPT-OSS)
+  kSlidingPattern,   // full iff (i + 1) % sliding_window_pattern == 0 (Gemma 3, Cohere 2)
+  kEveryFifthFull,   // full iff (i + 1) % 5 == 0 (Gemma 3n)
+  kMaxWindowLayers,  // sliding iff use_sliding_window and i >= max_window_layers (Qwen 2, 3)
+  kNoRopeLayers,     // chunked iff no_rope_layers[i] == 1 (Llama 4)
+};
+
+struct Family {
+  const char* model_type;
+  const char* class_name;
+  uint64_t max_position_embeddings;  // the class default
+  KvHeadsRule kv_heads;
+  uint64_t kv_heads_default;  // the class default, quoted in messages
+  HeadDimRule head_dim;
+  uint64_t head_dim_default;
+  PatternRule pattern;
+  uint64_t sliding_window_default;  // 0: the family has no sliding window
+  uint64_t pattern_default;         // kSlidingPattern: sliding_window_pattern's default
+  bool reads_layer_types;
+  bool reads_chunk;       // attention_chunk_size (default 8192)
+  bool shares_kv;         // num_kv_shared_layers (default 15)
+  bool mla;               // kv_lora_rank (512) + qk_rope_head_dim (64)
+  const char* rule_text;  // the derived pattern, for messages
+};
+
+inline constexpr Family kFamilies[] = {
+    {"llama", "LlamaConfig", 2048, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kHiddenOverHeads, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"mistral", "MistralConfig", 131072, KvHeadsRule::kNumberNullIsMha, 8,
+     HeadDimRule::kHiddenOverHeads, 0, PatternRule::kAllSliding, 4096, 0, false, false, false,
+     false, "every layer slides when sliding_window is set"},
+    {"qwen2", "Qwen2Config", 32768, KvHeadsRule::kNumberNullIsMha, 32, HeadDimRule::kAbsentIsHidden,
+     0, PatternRule::kMaxWindowLayers, 4096, 0, true, false, false, false,
+     "sliding iff use_sliding_window and i >= max_window_layers"},
+    {"qwen3", "Qwen3Config", 32768, KvHeadsRule::kNumberNullIsMha, 32, HeadDimRule::kDefaultNoNull,
+     128, PatternRule::kMaxWindowLayers, 4096, 0, true, false, false, false,
+     "sliding iff use_sliding_window and i >= max_window_layers"},
+    {"gemma2", "Gemma2Config", 8192, KvHeadsRule::kNumberNoNullRule, 4, HeadDimRule::kDefaultNoNull,
+     256, PatternRule::kEvenSliding, 4096, 0, true, false, false, false,
+     "sliding on even layers, full on odd"},
+    {"gemma3_text", "Gemma3TextConfig", 131072, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kSlidingPattern, 4096, 6, true, false, false,
+     false, "full iff (i + 1) % sliding_window_pattern == 0"},
+    {"gemma3n_text", "Gemma3nTextConfig", 32768, KvHeadsRule::kNumberNoNullRule, 2,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryFifthFull, 512, 0, true, false, true,
+     false, "full iff (i + 1) % 5 == 0"},
+    {"llama4_text", "Llama4TextConfig", 131072, KvHeadsRule::kNumberNullIsMha, 8,
+     HeadDimRule::kDefaultNullIsHidden, 128, PatternRule::kNoRopeLayers, 0, 0, true, true, false,
+     false, "chunked iff no_rope_layers[i] == 1"},
+    {"gpt_oss", "GptOssConfig", 131072, KvHeadsRule::kNumberNullIsMha, 8,
+     HeadDimRule::kDefaultNullIsHidden, 64, PatternRule::kEvenSliding, 128, 0, true, false, false,
+     false, "sliding on even layers, full on odd"},
+    {"cohere2", "Cohere2Config", 8192, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAlwaysHidden, 0,
+     PatternRule::kSlidingPattern, 4096, 4, true, false, false, false,
+     "full iff (i + 1) % sliding_window_pattern == 0"},
+    {"deepseek_v3", "DeepseekV3Config", 4096, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)"},
+};
+
+// Multimodal checkpoints whose language model is configured under text_config.
+struct Wrapper {
+  const char* model_type;
+  const char* text_model_type;
+};
+inline constexpr Wrapper kWrappers[] = {
+    {"gemma3", "gemma3_text"}, {"gemma3n", "gemma3n_text"}, {"llama4", "llama4_text"}};
+
+inline const Family* FindFamily(const std::string& model_type) {
+  for (const Family& family : kFamilies) {
+    if (model_type == family.model_type) return &family;
+  }
+  return nullptr;
+}
+
+}  // namespace hf
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_HF_CONFIG_FAMILIES_H_

@@ -1,0 +1,322 @@
+// kvring/hf_config/layers.h: the attention of a config.json's layers as its family reads them:
+// KV heads, head_dim, and each layer's kind (from layer_types, or from the family's pattern),
+// and the keys a family never reads but a file may contradict it with. Part of
+// kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
+#ifndef KVRING_HF_CONFIG_LAYERS_H_
+#define KVRING_HF_CONFIG_LAYERS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvring/hf_config/families.h"
+#include "kvring/hf_config/scope.h"
+
+namespace kvring {
+namespace detail {
+namespace hf {
+
+// hidden_size / num_attention_heads, which several families take as head_dim.
+inline uint64_t HiddenOverHeads(const Scope& scope, uint64_t num_heads) {
+  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
+  if (hidden % num_heads != 0) {
+    scope.Fail("hidden_size", std::to_string(hidden) +
+                                  " is not a multiple of num_attention_heads " +
+                                  std::to_string(num_heads) + ", so head_dim is undefined");
+    return 1;
+  }
+  const uint64_t head_dim = hidden / num_heads;
+  if (head_dim > kMaxDim) {
+    scope.Fail("hidden_size", "makes head_dim too large");
+    return 1;
+  }
+  return head_dim;
+}
+
+inline uint64_t ReadKvHeads(const Scope& scope, uint64_t num_heads) {
+  const Family& family = scope.family();
+  const char* key = "num_key_value_heads";
+  const Json* value = scope.Find(key);
+  if (value == nullptr || value->is_null()) {
+    switch (family.kv_heads) {
+      case KvHeadsRule::kNoneMeansMha:
+        scope.Record(key, "num_attention_heads (" + std::to_string(num_heads) + ")");
+        return num_heads;
+      case KvHeadsRule::kNumberNullIsMha:
+        if (value != nullptr) return num_heads;  // null: the class's "None means MHA" rule
+        scope.Fail(key, "is missing; " + scope.ClassName() + "'s default " +
+                            std::to_string(family.kv_heads_default) +
+                            " is one checkpoint's count, not a rule (write the count, or null "
+                            "for one KV head per query head)");
+        return num_heads;
+      case KvHeadsRule::kNumberNoNullRule:
+        scope.Fail(key, std::string(value == nullptr ? "is missing" : "is null") + "; " +
+                            scope.ClassName() + "'s default " +
+                            std::to_string(family.kv_heads_default) +
+                            " is one checkpoint's count, not a rule (write the count)");
+        return num_heads;
+      case KvHeadsRule::kUnused:
+        return 0;
+    }
+  }
+  const uint64_t kv_heads = scope.ToUInt(key, *value, 1, num_heads);
+  if (num_heads % kv_heads != 0) {
+    scope.Fail(key, std::to_string(kv_heads) + " does not divide num_attention_heads " +
+                        std::to_string(num_heads) + " (each KV head serves a whole group)");
+  }
+  return kv_heads;
+}
+
+inline uint64_t ReadHeadDim(const Scope& scope, uint64_t num_heads) {
+  const Family& family = scope.family();
+  const char* key = "head_dim";
+  const Json* value = scope.Find(key);
+  const bool absent = value == nullptr;
+  const bool null = value != nullptr && value->is_null();
+  const auto derived = [&]() {
+    const uint64_t head_dim = HiddenOverHeads(scope, num_heads);
+    scope.Record(key, "hidden_size / num_attention_heads (" + std::to_string(head_dim) + ")");
+    return head_dim;
+  };
+  const auto default_dim = [&]() {
+    scope.Record(key, std::to_string(family.head_dim_default));
+    return family.head_dim_default;
+  };
+  switch (family.head_dim) {
+    case HeadDimRule::kHiddenOverHeads:
+      if (absent || null) return derived();
+      break;
+    case HeadDimRule::kDefaultNullIsHidden:
+      if (null) return derived();
+      if (absent) return default_dim();
+      break;
+    case HeadDimRule::kAbsentIsHidden:
+      if (absent) return derived();
+      if (null) {
+        scope.Fail(key, "is null; the model would have no head dimension");
+        return 1;
+      }
+      break;
+    case HeadDimRule::kDefaultNoNull:
+      if (absent) return default_dim();
+      if (null) {
+        scope.Fail(key, "is null; " + scope.ClassName() + " needs a number here");
+        return 1;
+      }
+      break;
+    case HeadDimRule::kAlwaysHidden: {
+      const uint64_t head_dim = HiddenOverHeads(scope, num_heads);
+      if (absent) {
+        scope.Record(key, "hidden_size / num_attention_heads (" + std::to_string(head_dim) + ")");
+      }
+      if (!absent && !null && scope.ToUInt(key, *value, 1, kMaxDim) != head_dim) {
+        scope.Fail(key, Show(*value) + " contradicts hidden_size / num_attention_heads = " +
+                            std::to_string(head_dim) + ", which " + scope.ClassName() +
+                            " always uses");
+      }
+      return head_dim;
+    }
+    case HeadDimRule::kUnused:
+      return 0;
+  }
+  return scope.ToUInt(key, *value, 1, kMaxDim);
+}
+
+// Returns the file's layer_types, or nullopt when absent or null (or after a failure).
+inline std::optional<std::vector<LayerType>> ReadLayerTypes(const Scope& scope,
+                                                            uint64_t num_layers) {
+  const char* key = "layer_types";
+  const Json* value = scope.Find(key);
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  if (!value->is_array()) {
+    scope.Fail(key, Mistyped(*value, "a list"));
+    return std::nullopt;
+  }
+  if (value->size() != num_layers) {
+    scope.Fail(key, "has " + std::to_string(value->size()) + " entries, but num_hidden_layers is " +
+                        std::to_string(num_layers));
+    return std::nullopt;
+  }
+  std::vector<LayerType> types;
+  for (size_t i = 0; i < value->size(); ++i) {
+    const Json& entry = (*value)[i];
+    bool found = false;
+    for (LayerType type : {LayerType::kFull, LayerType::kSliding, LayerType::kChunked}) {
+      if (entry.is_string() && entry.get<std::string>() == LayerTypeName(type)) {
+        types.push_back(type);
+        found = true;
+      }
+    }
+    if (!found) {
+      scope.Fail(std::string(key) + "[" + std::to_string(i) + "]",
+                 Show(entry) +
+                     " is not an attention kind kvring plans (full_attention, sliding_attention "
+                     "or chunked_attention)");
+      return std::nullopt;
+    }
+  }
+  return types;
+}
+
+// The kinds of the layers and the rule that gave them, for messages.
+struct Kinds {
+  std::vector<LayerType> types;
+  std::string source;  // "layer_types" or the class's rule
+};
+
+inline std::string KindOf(const Kinds& kinds, size_t i) {
+  return "layer " + std::to_string(i) + " is " + LayerTypeName(kinds.types[i]) + " (by " +
+         kinds.source + ")";
+}
+
+// Returns the pattern at `key` (sliding_window_pattern, or the _sliding_window_pattern that
+// newer transformers save beside layer_types), or 0 when the file has none.
+inline uint64_t ReadPattern(const Scope& scope, const char* key) {
+  const Json* value = scope.Find(key);
+  if (value == nullptr || value->is_null()) return 0;
+  return scope.ToUInt(key, *value, 1, kMaxLayers);
+}
+
+// Fills `types` (num_layers entries) by the Llama 4 rule: chunked iff no_rope_layers[i] == 1,
+// or, without that list, unless (i + 1) % no_rope_layer_interval == 0.
+inline void ReadNoRopeLayers(const Scope& scope, Kinds* kinds) {
+  std::vector<LayerType>& types = kinds->types;
+  const Json* list = scope.Find("no_rope_layers");
+  if (list != nullptr && !list->is_null() && !list->is_array()) {
+    scope.Fail("no_rope_layers", Mistyped(*list, "a list"));
+    return;
+  }
+  if (list == nullptr || list->is_null() || list->empty()) {
+    // Llama4TextConfig treats an empty list as absent: a NoPE (full) layer every interval.
+    const uint64_t interval = scope.OrDefault("no_rope_layer_interval", 4, 1, kMaxLayers);
+    for (size_t i = 0; i < types.size(); ++i) {
+      if ((i + 1) % interval != 0) types[i] = LayerType::kChunked;
+    }
+    kinds->source = std::string(scope.family().class_name) +
+                    "'s rule: chunked unless (i + 1) % no_rope_layer_interval == 0";
+    return;
+  }
+  if (list->size() != types.size()) {
+    scope.Fail("no_rope_layers", "has " + std::to_string(list->size()) +
+                                     " entries, but num_hidden_layers is " +
+                                     std::to_string(types.size()));
+    return;
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string key = "no_rope_layers[" + std::to_string(i) + "]";
+    if (scope.ToUInt(key, (*list)[i], 0, 1) == 1) types[i] = LayerType::kChunked;
+  }
+}
+
+// Returns the kinds of `num_layers` layers by the family's rule (a file without layer_types).
+inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers, bool qwen_sliding) {
+  const Family& family = scope.family();
+  Kinds kinds;
+  kinds.source = std::string(family.class_name) + "'s rule: " + family.rule_text;
+  std::vector<LayerType>& types = kinds.types;
+  types.assign(num_layers, LayerType::kFull);
+  switch (family.pattern) {
+    case PatternRule::kAllFull:
+      break;
+    case PatternRule::kAllSliding:
+      if (scope.NullableOrDefault("sliding_window", family.sliding_window_default, 1, UINT64_MAX)) {
+        types.assign(num_layers, LayerType::kSliding);
+      }
+      break;
+    case PatternRule::kEvenSliding:
+      for (size_t i = 0; i < num_layers; i += 2) types[i] = LayerType::kSliding;
+      break;
+    case PatternRule::kSlidingPattern: {
+      // Only sliding_window_pattern derives layer_types; _sliding_window_pattern is checked
+      // against the result (CheckForeignKeys), like any pattern the file states.
+      const Json* value = scope.Find("sliding_window_pattern");
+      if (value != nullptr && value->is_null()) {
+        scope.Fail("sliding_window_pattern",
+                   "is null; " + scope.ClassName() + " derives layer_types from a number");
+        break;
+      }
+      uint64_t pattern = ReadPattern(scope, "sliding_window_pattern");
+      if (pattern == 0) {
+        pattern = family.pattern_default;
+        scope.Record("sliding_window_pattern", std::to_string(pattern));
+      }
+      for (size_t i = 0; i < num_layers; ++i) {
+        if ((i + 1) % pattern != 0) types[i] = LayerType::kSliding;
+      }
+      break;
+    }
+    case PatternRule::kEveryFifthFull:
+      for (size_t i = 0; i < num_layers; ++i) {
+        if ((i + 1) % 5 != 0) types[i] = LayerType::kSliding;
+      }
+      break;
+    case PatternRule::kMaxWindowLayers: {
+      if (!qwen_sliding) break;
+      const uint64_t first_sliding = scope.OrDefault("max_window_layers", 28, 0, UINT64_MAX);
+      for (size_t i = first_sliding < num_layers ? first_sliding : num_layers; i < num_layers;
+           ++i) {
+        types[i] = LayerType::kSliding;
+      }
+      break;
+    }
+    case PatternRule::kNoRopeLayers:
+      ReadNoRopeLayers(scope, &kinds);
+      break;
+  }
+  return kinds;
+}
+
+// Refuses attention keys this family never reads when their values would change the plan:
+// transformers ignores them, but a file that states them contradicts its own model_type.
+inline void CheckForeignKeys(const Scope& scope, const Kinds& kinds) {
+  const Family& family = scope.family();
+  const std::string tail = ", so the file contradicts its model_type";
+  const auto foreign = [&](const char* key, bool read, const char* lacks) {
+    if (read || !scope.IsSet(key)) return;
+    scope.Fail(key, Show(*scope.Find(key)) + " is set, but " + scope.ClassName() + lacks + tail);
+  };
+  foreign("sliding_window", family.sliding_window_default != 0, " has no sliding window");
+  foreign("attention_chunk_size", family.reads_chunk, " has no chunked attention");
+  if (!family.shares_kv && scope.IsSet("num_kv_shared_layers") &&
+      *scope.Find("num_kv_shared_layers") != 0) {
+    scope.Fail("num_kv_shared_layers", Show(*scope.Find("num_kv_shared_layers")) + " is set, but " +
+                                           scope.ClassName() + " shares no KV between layers" +
+                                           tail);
+  }
+  foreign("kv_lora_rank", family.mla, " has no latent attention (MLA)");
+  if (!family.reads_layer_types) {
+    if (const auto types = ReadLayerTypes(scope, kinds.types.size())) {
+      for (size_t i = 0; i < types->size(); ++i) {
+        if ((*types)[i] != kinds.types[i]) {
+          scope.Fail("layer_types[" + std::to_string(i) + "]",
+                     std::string(LayerTypeName((*types)[i])) + ", but " + KindOf(kinds, i) +
+                         ", and " + scope.ClassName() + " does not read layer_types");
+          return;
+        }
+      }
+    }
+  }
+  // A pattern the file states (beside explicit layer_types, in a family that never reads it,
+  // or as the _sliding_window_pattern that transformers does not read) must describe the
+  // same layers.
+  for (const char* key : {"sliding_window_pattern", "_sliding_window_pattern"}) {
+    const uint64_t pattern = ReadPattern(scope, key);
+    if (pattern == 0) continue;
+    for (size_t i = 0; i < kinds.types.size(); ++i) {
+      const bool pattern_local = (i + 1) % pattern != 0;
+      if (pattern_local != (kinds.types[i] != LayerType::kFull)) {
+        scope.Fail(key, std::to_string(pattern) + " makes layer " + std::to_string(i) +
+                            (pattern_local ? " sliding_attention" : " full_attention") + ", but " +
+                            KindOf(kinds, i));
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace hf
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_HF_CONFIG_LAYERS_H_
