@@ -1,5 +1,5 @@
 # Builds the fuzz target TARGET with CXX (clang++) in BINARY_DIR and runs it for RUNS inputs
-# of at most MAX_LEN bytes (2048 unless given).
+# of at most MAX_LEN bytes (2048 unless given), from the files of SEED_DIR when given.
 if(NOT MAX_LEN)
   set(MAX_LEN 2048)
 endif()
@@ -18,6 +18,11 @@ foreach(step configure build)
   endif()
 endforeach()
 file(MAKE_DIRECTORY "${BINARY_DIR}/corpus")
+# SEED_DIR: files whose copies start the corpus (the config files, for the config reader).
+if(SEED_DIR)
+  file(GLOB_RECURSE seeds "${SEED_DIR}/*.json")
+  file(COPY ${seeds} DESTINATION "${BINARY_DIR}/corpus")
+endif()
 execute_process(COMMAND "${BINARY_DIR}/${TARGET}" -runs=${RUNS} -max_len=${MAX_LEN} -seed=1
                         "${BINARY_DIR}/corpus"
   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE out)
