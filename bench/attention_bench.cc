@@ -340,12 +340,12 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring,
   stamped.stamp = kvring::ViewStamp::Of(epoch, 0);
   double best_check = 1e30;
   for (int run = 0; run < 10; ++run) {
-    best_check = std::min(best_check,
-                          Seconds([&] {
-                            for (int i = 0; i < 1000; ++i) {
-                              benchmark::DoNotOptimize(kvring::CheckAttention(stamped, batch, options));
-                            }
-                          }) / 1000);
+    best_check = std::min(
+        best_check, Seconds([&] {
+                      for (int i = 0; i < 1000; ++i) {
+                        benchmark::DoNotOptimize(kvring::CheckAttention(stamped, batch, options));
+                      }
+                    }) / 1000);
   }
   state.counters["check_ns"] = best_check * 1e9;
   state.counters["check_share"] = best_check / best;

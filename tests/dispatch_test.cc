@@ -257,7 +257,9 @@ struct ManySequences {
       ids.push_back(id);
     }
   }
+  // Appends num_tokens (at most 32: the rows held) to both layers of `id`.
   void Append(kvring::SequenceId id, uint64_t num_tokens) {
+    ASSERT_LE(num_tokens, 32u);
     const uint64_t pos = *pool.EndPos(id);
     for (size_t layer = 0; layer < 2; ++layer) {
       EXPECT_TRUE(pool.AppendF32(id, layer, pos, rows.data(), rows.data(), num_tokens).ok());
@@ -309,7 +311,10 @@ TEST(Dispatch, AManySequenceDecodeLoopAllocatesNothingAfterReservingTheBound) {
   }
   // The bound is what the largest call takes: 32 entries, each a query at the context's end.
   ManySequences full(256);
-  for (kvring::SequenceId id : full.ids) full.Append(id, 256 - *full.pool.EndPos(id));
+  for (kvring::SequenceId id : full.ids) {
+    while (*full.pool.EndPos(id) < 256)
+      full.Append(id, std::min<uint64_t>(32, 256 - *full.pool.EndPos(id)));
+  }
   bound.context = 256;
   const uint64_t full_floats = *kvring::AttentionWorkspaceFloats<kvring::FlashLayout>(
       kvring::KVShape{0, kKVHeads, kDim, kDim}, options, bound);

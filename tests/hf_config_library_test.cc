@@ -66,18 +66,6 @@ ToolRun RunTool(const std::string& path) {
   return run;
 }
 
-const char* KindName(AttentionKind kind) {
-  switch (kind) {
-    case AttentionKind::kGlobal:
-      return "global";
-    case AttentionKind::kSliding:
-      return "sliding";
-    case AttentionKind::kChunked:
-      return "chunked";
-  }
-  return "?";
-}
-
 TEST(HfConfigLibrary, ReadsEveryConfigAsTheToolDoes) {
   const std::vector<std::string> files = ConfigFiles();
   ASSERT_GE(files.size(), 50u);
@@ -102,7 +90,7 @@ TEST(HfConfigLibrary, ReadsEveryConfigAsTheToolDoes) {
     for (size_t i = 0; i < model->layers.size(); ++i) {
       const LayerSpec& spec = model->layers[i];
       const nlohmann::json& layer = layers[i];
-      EXPECT_EQ(layer["kind"], KindName(spec.kind)) << i;
+      EXPECT_EQ(layer["kind"], ToString(spec.kind)) << i;
       EXPECT_EQ(layer["window"], spec.window) << i;
       EXPECT_EQ(layer["chunk"], spec.chunk) << i;
       EXPECT_EQ(layer["owner"], spec.kv_source < 0 ? int64_t(i) : int64_t{spec.kv_source}) << i;

@@ -270,7 +270,8 @@ class KVPool {
       if (!grown.ok()) return grown;
     }
     if (paged_.Empty() || blocks == 0) return Status::kOk;
-    const Result taken = budget_.TakeBlocks(&paged_, &sequence.blocks, end, num_tokens, detail::kNoLayer);
+    const Result taken =
+        budget_.TakeBlocks(&paged_, &sequence.blocks, end, num_tokens, detail::kNoLayer);
     KVRING_DASSERT(taken.ok());  // the room was checked above
     sequences_.EndViews(id, ViewEnd::kReserve);
     return taken;

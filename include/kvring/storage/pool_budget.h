@@ -47,8 +47,8 @@ class PoolBudget {
   // lacks from `store` and copies a block it shares with another sequence (only the last
   // block of a table can be partly filled, so at most one). kPoolExhausted, changing nothing,
   // when the budget cannot give them; the refusal names `layer` (kNoLayer: none).
-  Result TakeBlocks(BlockStore<Layout>* store, BlockTable* table, uint64_t pos,
-                    uint64_t num_tokens, uint64_t layer) const {
+  Result TakeBlocks(BlockStore<Layout>* store, BlockTable* table, uint64_t pos, uint64_t num_tokens,
+                    uint64_t layer) const {
     const uint64_t blocks = store->BlocksToTake(*table, pos, num_tokens);
     if (blocks == 0) return Status::kOk;
     if (!CheckRoom(0, blocks, *store).ok()) {
