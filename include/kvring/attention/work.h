@@ -17,6 +17,51 @@
 
 namespace kvring {
 
+// The most rows of one register block of the kernels (their TileShape never exceeds it).
+inline constexpr uint64_t kMaxRegisterRows = 8;
+
+// Where one thread's scratch holds what an item needs: offsets in floats from a 64-byte
+// aligned start (the kernels align the scratch they are given; ScratchFloats() adds the 16
+// floats that may take). The one layout the kernels and ScratchFloats() share.
+struct ItemScratchLayout {
+  uint64_t q_stride = 0;       // floats of one row's scaled query: head_dim, padded to 16
+  uint64_t acc_stride = 0;     // floats of one row's accumulators: v_head_dim, padded to 16
+  uint64_t lane_tables = 0;    // int32 lane offsets and their inverse: 2 x tile slots
+  uint64_t scores = 0;         // two tiles' scores of one register block
+  uint64_t dummy_acc = 0;      // the accumulators of a register block's padding rows
+  uint64_t q_rows = 0;         // per row, its scaled query
+  uint64_t acc_rows = 0;       // per row, its accumulators
+  uint64_t k_scale_lanes = 0;  // an int8 tile's K scales in the scores' lane order
+  uint64_t latent = 0;         // a latent view's values of two tiles ([slot][dim] BF16/int8)
+  uint64_t end = 0;            // floats used
+
+  // Returns the layout for tiles of `tile_slots` positions and items of up to `max_rows`
+  // rows; `latent`: the view has no V stream (its values are transposed from K).
+  static ItemScratchLayout Of(uint64_t tile_slots, uint64_t head_dim, uint64_t v_head_dim,
+                              uint64_t max_rows, bool latent) {
+    const auto round16 = [](uint64_t n) { return (n + 15) / 16 * 16; };
+    ItemScratchLayout layout;
+    layout.q_stride = round16(head_dim);
+    layout.acc_stride = round16(v_head_dim);
+    uint64_t at = 0;
+    const auto take = [&at](uint64_t floats) {
+      const uint64_t offset = at;
+      at += floats;
+      return offset;
+    };
+    layout.lane_tables = take(round16(2 * tile_slots));
+    layout.scores = take(2 * kMaxRegisterRows * tile_slots);
+    layout.dummy_acc = take(layout.acc_stride);
+    layout.q_rows = take(max_rows * layout.q_stride);
+    layout.acc_rows = take(max_rows * layout.acc_stride);
+    layout.k_scale_lanes = take(round16(tile_slots));
+    // Two tiles x tile_slots slots x acc_stride BF16 (or int8): tile_slots x acc_stride floats.
+    layout.latent = take(latent ? tile_slots * layout.acc_stride : 0);
+    layout.end = at;
+    return layout;
+  }
+};
+
 // One work item: the rows (query, q head) of one query block that share one kv_head, over the
 // positions [pos_begin, pos_end) (one KV split, or everything when the call does not split).
 struct AttentionItem {
@@ -146,15 +191,13 @@ class AttentionWork {
   // Returns the floats of scratch one thread needs to run items and merges (any alignment:
   // the kernels align it to 64 bytes themselves).
   uint64_t ScratchFloats() const {
-    const uint64_t tile = RoundUp16(tile_slots_);
-    const uint64_t acc = RoundUp16(v_head_dim_);
-    // A latent view's values: two tiles of [slot][dim] BF16 (LatentValues), one float per two.
-    const uint64_t latent = latent_ ? tile * acc : 0;
-    // (+ tile: an int8 tile's K scales in lane order.)
-    const uint64_t item = 16 + 2 * tile + 16 * tile + acc + tile + latent +
-                          uint64_t{MaxItemRows()} * (RoundUp16(head_dim_) + acc);
-    const uint64_t merge = 16 + 2 * acc;
+    const uint64_t item = 16 + ScratchLayout().end;  // + the alignment the kernels take
+    const uint64_t merge = 16 + 2 * RoundUp16(v_head_dim_);
     return item > merge ? item : merge;
+  }
+  // Returns where an item's scratch holds what (ItemScratchLayout).
+  ItemScratchLayout ScratchLayout() const {
+    return ItemScratchLayout::Of(tile_slots_, head_dim_, v_head_dim_, MaxItemRows(), latent_);
   }
   // Floats of one row's partial state: running max, running sum, then v_head_dim accumulators.
   uint64_t PartialRowFloats() const { return RoundUp16(v_head_dim_ + 2); }

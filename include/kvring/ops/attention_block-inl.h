@@ -1,0 +1,227 @@
+// kvring/ops/attention_block-inl.h: one register block of an attention item over one tile
+// (scores, online softmax, V accumulation; BlockTile), the padding of a block to a power of
+// two rows (WithRegisterBlock), a tile's addresses (TileRefs) and a latent view's values
+// (LatentValues). Used by the item runner, kvring/ops/attention_item-inl.h.
+
+// Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
+#if defined(KVRING_OPS_ATTENTION_BLOCK_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVRING_OPS_ATTENTION_BLOCK_INL_H_
+#undef KVRING_OPS_ATTENTION_BLOCK_INL_H_
+#else
+#define KVRING_OPS_ATTENTION_BLOCK_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "hwy/highway.h"
+#include "kvring/bf16.h"
+#include "kvring/detail/transpose.h"
+
+// After highway.h: the parts of the kernels a block puts together.
+#include "kvring/ops/attention_products-inl.h"
+#include "kvring/ops/attention_scores-inl.h"
+#include "kvring/ops/attention_softmax-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvring {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace attention_internal {
+
+// Scores, softmax and V accumulation of one register block of kRows rows over one tile.
+// `rows` has kRows entries; entries past num_real are padding (they repeat a real row's
+// query and write to a scratch accumulator nobody reads). `scored`: `scores` already holds
+// the tile's raw scores (TwoTileScoresPaired). T: the stored element, BF16 or int8; for int8,
+// k_scale_lanes holds the tile's K scales in the scores' lane order and v_scales its V scales
+// by offset (both unused for BF16). kNative: the item runs vdpbf16ps (ProductPath::kBF16Native,
+// the rows' queries in pairs: WriteQueryRow); else round_p: the BF16-product mode on the
+// widening path (kBF16Widened). The exact mode is neither, and has no branch of the others.
+template <size_t kRows, uint64_t kTile, bool kNative, typename T>
+HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t tile_pos,
+                          const T* HWY_RESTRICT k_tile, size_t dim_stride, const T* k_next,
+                          const PrefetchShape& ps, const T* HWY_RESTRICT v_tile, size_t v_stride,
+                          const float* HWY_RESTRICT k_scale_lanes,
+                          const float* HWY_RESTRICT v_scales, size_t head_dim, size_t v_head_dim,
+                          float soft_cap, const int32_t* lane_offsets,
+                          const int32_t* index_of_offset, float* HWY_RESTRICT scores,
+                          bool scored = false) {
+  const float* q[kRows];
+  const float* p[kRows];
+  float* acc[kRows];
+  float correction[kRows];
+  int32_t lo_off[kRows], hi_off[kRows];
+  bool active[kRows];
+  bool all_full = true, any_active = false;
+  for (size_t r = 0; r < kRows; ++r) {
+    q[r] = rows[r].q;
+    p[r] = scores + r * kTile;
+    acc[r] = rows[r].acc;
+    correction[r] = 0.0f;
+    const uint64_t lo = rows[r].lo > tile_pos ? rows[r].lo : tile_pos;
+    const uint64_t hi = rows[r].hi < tile_pos + kTile ? rows[r].hi : tile_pos + kTile;
+    active[r] = r < num_real && lo < hi;
+    lo_off[r] = active[r] ? static_cast<int32_t>(lo - tile_pos) : 0;
+    hi_off[r] = active[r] ? static_cast<int32_t>(hi - 1 - tile_pos) : -1;
+    if (r < num_real) {
+      any_active |= active[r];
+      all_full &= active[r] && lo_off[r] == 0 && hi_off[r] == static_cast<int32_t>(kTile) - 1;
+    }
+  }
+  if (!any_active) return;
+  if (!scored) {
+#if HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kNative) {
+      TileScoresNative<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+    } else {
+      TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+    }
+#else
+    static_assert(!kNative, "vdpbf16ps runs in the AVX3_DL target only");
+    TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
+#endif
+  }
+  if constexpr (std::is_same<T, int8_t>::value) {
+    // The score of a position is its K scale times q . q_int8 (exact folding of the format).
+    for (size_t r = 0; r < num_real; ++r) {
+      if (!active[r]) continue;
+      float* HWY_RESTRICT s = scores + r * kTile;
+      for (size_t i = 0; i < kTile; ++i) s[i] *= k_scale_lanes[i];
+    }
+  } else {
+    (void)k_scale_lanes;
+  }
+  for (size_t r = 0; r < num_real; ++r) {
+    if (!active[r]) continue;
+    correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
+                                      soft_cap, rows[r]);
+    // The BF16-product mode's V pass weighs positions by BF16 probabilities (the sum above
+    // took the f32 ones).
+#if HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kNative) {
+      PackProbabilityPairs<kTile>(scores + r * kTile);
+    } else if (round_p) {
+      RoundToBF16InPlace(scores + r * kTile, kTile);
+    }
+#else
+    if (round_p) RoundToBF16InPlace(scores + r * kTile, kTile);
+#endif
+  }
+#if HWY_TARGET == HWY_AVX3_DL
+  if constexpr (kNative) {
+    if (all_full) {
+      AccumulateTileNative<kRows, false, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, p, acc,
+                                                correction, 0, 0);
+      return;
+    }
+    for (size_t r = 0; r < num_real; ++r) {
+      if (!active[r]) continue;
+      AccumulateTileNative<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r], &acc[r],
+                                           &correction[r], lo_off[r], hi_off[r]);
+    }
+    return;
+  }
+#endif
+  if (all_full) {
+    AccumulateTile<kRows, false, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p,
+                                        index_of_offset, acc, correction, 0, 0);
+    return;
+  }
+  // A partly visible tile: each row reads only the V rows it sees, so that an invisible slot
+  // never enters its accumulator (the order over the visible ones is the full path's).
+  for (size_t r = 0; r < num_real; ++r) {
+    if (!active[r]) continue;
+    AccumulateTile<1, true, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, &p[r],
+                                   index_of_offset, &acc[r], &correction[r], lo_off[r], hi_off[r]);
+  }
+}
+
+// Calls fn(std::integral_constant<size_t, kRows>(), block) with the num_real (1 to 8) rows
+// at `rows` as a register block of kRows rows, num_real rounded up to a power of two: `block`
+// is `rows` itself, or `padded` (8 entries) whose extra rows repeat the last real query and
+// accumulate into `dummy_acc`; the real rows' states are copied back afterwards.
+template <class Fn>
+HWY_INLINE void WithRegisterBlock(Row* rows, size_t num_real, Row* padded, float* dummy_acc,
+                                  const Fn& fn) {
+  size_t k_rows = 1;
+  while (k_rows < num_real) k_rows *= 2;
+  Row* block = rows;
+  if (k_rows != num_real) {
+    for (size_t r = 0; r < k_rows; ++r) {
+      padded[r] = r < num_real ? rows[r] : rows[num_real - 1];
+      if (r >= num_real) padded[r].acc = dummy_acc;
+    }
+    block = padded;
+  }
+  switch (k_rows) {
+    case 1:
+      fn(std::integral_constant<size_t, 1>(), block);
+      break;
+    case 2:
+      fn(std::integral_constant<size_t, 2>(), block);
+      break;
+    case 4:
+      fn(std::integral_constant<size_t, 4>(), block);
+      break;
+    default:
+      fn(std::integral_constant<size_t, 8>(), block);
+      break;
+  }
+  if (block == padded) {
+    for (size_t r = 0; r < num_real; ++r) rows[r] = padded[r];
+  }
+}
+
+// The K and V of one tile of an item, its first position, the K to prefetch while its V is
+// accumulated (PrefetchShape), and for int8 its V scales by offset.
+template <typename T>
+struct TileRefs {
+  uint64_t pos = 0;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  const T* k_next = nullptr;
+  const float* v_scales = nullptr;
+};
+
+// The values of one tile of a latent view (MLA: no V stream, AttentionOptions::latent_v_dims):
+// dims [0, v_dims) of the tile's K, which both layouts store [dim][slot] (dims dim_stride
+// apart), transposed into dst[slot * v_dims + dim], the [slot][dim] rows AccumulateTile reads.
+// Exact (a copy), every slot of the tile: the V pass still reads only the visible rows.
+template <uint64_t kTile>
+HWY_INLINE void LatentValues(const BF16* HWY_RESTRICT k_tile, size_t dim_stride, size_t v_dims,
+                             BF16* HWY_RESTRICT dst) {
+  static_assert(kTile % 8 == 0, "tiles are whole 8 x 8 blocks");
+  const uint16_t* src = reinterpret_cast<const uint16_t*>(k_tile);
+  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
+  for (size_t d0 = 0; d0 < v_dims; d0 += 8) {
+    for (size_t s0 = 0; s0 < kTile; s0 += 8) {
+      detail::Transpose8x8(src + d0 * dim_stride + s0, dim_stride, out + s0 * v_dims + d0, v_dims);
+    }
+  }
+}
+
+// LatentValues of an int8 latent view: the tile's int8 K dims [0, v_dims) as [slot][dim]
+// rows (a copy; the values' scales are the K scales).
+template <uint64_t kTile>
+HWY_INLINE void LatentValues(const int8_t* HWY_RESTRICT k_tile, size_t dim_stride, size_t v_dims,
+                             int8_t* HWY_RESTRICT dst) {
+  for (size_t dim = 0; dim < v_dims; ++dim) {
+    const int8_t* HWY_RESTRICT row = k_tile + dim * dim_stride;
+    for (size_t slot = 0; slot < kTile; ++slot) dst[slot * v_dims + dim] = row[slot];
+  }
+}
+
+// Returns a 64-byte aligned pointer at or after `p`.
+HWY_INLINE float* Align64(float* p) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(p);
+  return reinterpret_cast<float*>((bits + 63) & ~uintptr_t{63});
+}
+
+}  // namespace attention_internal
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace kvring
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVRING_OPS_ATTENTION_BLOCK_INL_H_
