@@ -243,6 +243,18 @@ TYPED_TEST(ViewStampTest, ARefusalNamesTheFirstCallThatEndedTheView) {
   ExpectStale(in_step, {"AbandonStep", "layers[0]"}, "AbandonStep");
 }
 
+TYPED_TEST(ViewStampTest, ARestoreEndsTheViewsOfBothCaches) {
+  using Cache = KVCache<TypeParam>;
+  Cache cache = Cache::Create(StampPlan<TypeParam>()).value();
+  for (int i = 0; i < 5; ++i) CacheStep(&cache, 8);
+  Cache snapshot = cache.Copy().value();
+  const KVView<TypeParam> view = cache.View(1), snapshot_view = snapshot.View(1);
+  cache = std::move(snapshot);
+  ExpectStale(view, {"restore", "layers[1]"}, "the restored cache's view");
+  ExpectStale(snapshot_view, {"restore", "layers[1]"}, "the moved snapshot's view");
+  EXPECT_TRUE(CheckOneQuery(cache.View(1)).ok());
+}
+
 TEST(ViewStamp, AViewWithoutAStampIsNotChecked) {
   RingKV<FlashLayout> ring = RingKV<FlashLayout>::Create(StampPlan<FlashLayout>(), 0).value();
   const std::vector<float> rows = Rows(8);

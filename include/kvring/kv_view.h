@@ -24,7 +24,7 @@ enum class ViewEnd : uint8_t {
   kRollback,  // Rollback, AbandonStep
   kClear,     // Clear
   kGrow,      // KVCache::Grow, or an append that grew the rings
-  kRestore,   // a KVCache move-assigned over (a snapshot restored into it)
+  kRestore,   // a KVCache move-assignment, both sides (a snapshot restored into a cache)
   kFree,      // KVPool::Free
   kResize,    // KVPool::Resize, or a Reserve or append that resized the rings
   kReserve,   // KVPool::Reserve that took or copied blocks
@@ -98,16 +98,15 @@ struct ViewStamp {
                "views after the last write";
       case ViewEnd::kRollback:
         return "view of layers[%llu]: the cache was rolled back (Rollback or AbandonStep) after "
-               "the "
-               "view was taken";
+               "the view was taken";
       case ViewEnd::kClear:
         return "view of layers[%llu]: the cache was cleared after the view was taken";
       case ViewEnd::kGrow:
         return "view of layers[%llu]: the cache's rings grew (Grow, or an append of a larger "
                "batch) after the view was taken";
       case ViewEnd::kRestore:
-        return "view of layers[%llu]: another cache was moved into this one (a restore) after "
-               "the view was taken";
+        return "view of layers[%llu]: a restore moved the cache's contents (another cache was "
+               "move-assigned into it, or it into another) after the view was taken";
       default:
         return "view of layers[%llu]: the cache changed more than 8 times after the view was "
                "taken";

@@ -17,6 +17,12 @@
 
 namespace kvring {
 
+namespace detail {
+// Returns n rounded up to a multiple of 16 floats (64 bytes): every part of an item's scratch
+// and of a partial state starts on a cache line.
+inline constexpr uint64_t RoundUp16(uint64_t n) { return (n + 15) / 16 * 16; }
+}  // namespace detail
+
 // The most rows of one register block of the kernels (their TileShape never exceeds it).
 inline constexpr uint64_t kMaxRegisterRows = 8;
 
@@ -39,22 +45,21 @@ struct ItemScratchLayout {
   // rows; `latent`: the view has no V stream (its values are transposed from K).
   static ItemScratchLayout Of(uint64_t tile_slots, uint64_t head_dim, uint64_t v_head_dim,
                               uint64_t max_rows, bool latent) {
-    const auto round16 = [](uint64_t n) { return (n + 15) / 16 * 16; };
     ItemScratchLayout layout;
-    layout.q_stride = round16(head_dim);
-    layout.acc_stride = round16(v_head_dim);
+    layout.q_stride = detail::RoundUp16(head_dim);
+    layout.acc_stride = detail::RoundUp16(v_head_dim);
     uint64_t at = 0;
     const auto take = [&at](uint64_t floats) {
       const uint64_t offset = at;
       at += floats;
       return offset;
     };
-    layout.lane_tables = take(round16(2 * tile_slots));
+    layout.lane_tables = take(detail::RoundUp16(2 * tile_slots));
     layout.scores = take(2 * kMaxRegisterRows * tile_slots);
     layout.dummy_acc = take(layout.acc_stride);
     layout.q_rows = take(max_rows * layout.q_stride);
     layout.acc_rows = take(max_rows * layout.acc_stride);
-    layout.k_scale_lanes = take(round16(tile_slots));
+    layout.k_scale_lanes = take(detail::RoundUp16(tile_slots));
     // Two tiles x tile_slots slots x acc_stride BF16 (or int8): tile_slots x acc_stride floats.
     layout.latent = take(latent ? tile_slots * layout.acc_stride : 0);
     layout.end = at;
@@ -192,7 +197,7 @@ class AttentionWork {
   // the kernels align it to 64 bytes themselves).
   uint64_t ScratchFloats() const {
     const uint64_t item = 16 + ScratchLayout().end;  // + the alignment the kernels take
-    const uint64_t merge = 16 + 2 * RoundUp16(v_head_dim_);
+    const uint64_t merge = 16 + 2 * detail::RoundUp16(v_head_dim_);
     return item > merge ? item : merge;
   }
   // Returns where an item's scratch holds what (ItemScratchLayout).
@@ -200,7 +205,7 @@ class AttentionWork {
     return ItemScratchLayout::Of(tile_slots_, head_dim_, v_head_dim_, MaxItemRows(), latent_);
   }
   // Floats of one row's partial state: running max, running sum, then v_head_dim accumulators.
-  uint64_t PartialRowFloats() const { return RoundUp16(v_head_dim_ + 2); }
+  uint64_t PartialRowFloats() const { return detail::RoundUp16(v_head_dim_ + 2); }
   // Returns the floats of the partial-state buffer of a splitting plan (0 otherwise).
   uint64_t PartialFloats() const {
     return Splits() ? NumItems() * MaxItemRows() * PartialRowFloats() : 0;
@@ -227,8 +232,6 @@ class AttentionWork {
   const Visibility& GetVisibility() const { return visibility_; }
 
  private:
-  static uint64_t RoundUp16(uint64_t n) { return (n + 15) / 16 * 16; }
-
   Visibility visibility_;
   uint64_t tile_slots_ = 0;
   uint64_t first_q_pos_ = 0;
