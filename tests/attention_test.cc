@@ -1,4 +1,4 @@
-// Tests of kvring/ops/attention-inl.h (and views.h, attention.h, ops/append-inl.h) on every
+// Tests of kvring/ops/attention-inl.h (and views.h, attention.h, ops/bf16_convert-inl.h) on every
 // compiled Highway target, against the float64 reference of tests/reference/, over K/V
 // appended into RingKV and GlobalKV. With attention_tile_heights.cc (tile heights 8 and 32),
 // the test translation units that instantiate the kernels for all targets (foreach_target).
@@ -21,7 +21,7 @@
 #define HWY_TARGET_INCLUDE "tests/attention_test.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kvring/ops/append-inl.h"
+#include "kvring/ops/bf16_convert-inl.h"
 #include "kvring/ops/attention-inl.h"
 #include "reference/attention_wrappers-inl.h"
 

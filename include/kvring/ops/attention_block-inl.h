@@ -17,7 +17,6 @@
 
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
-#include "kvring/detail/transpose.h"
 
 // After highway.h: the parts of the kernels a block puts together.
 #include "kvring/ops/attention_products-inl.h"
@@ -82,15 +81,8 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
     TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_tile, ps, scores);
 #endif
   }
-  if constexpr (std::is_same<T, int8_t>::value) {
-    // The score of a position is its K scale times q . q_int8 (exact folding of the format).
-    for (size_t r = 0; r < num_real; ++r) {
-      if (!active[r]) continue;
-      float* HWY_RESTRICT s = scores + r * kTile;
-      for (size_t i = 0; i < kTile; ++i) s[i] *= k_scale_lanes[i];
-    }
-  } else {
-    (void)k_scale_lanes;
+  for (size_t r = 0; r < num_real; ++r) {
+    if (active[r]) ElementKernel<T>::template ScaleScores<kTile>(scores + r * kTile, k_scale_lanes);
   }
   for (size_t r = 0; r < num_real; ++r) {
     if (!active[r]) continue;
@@ -183,34 +175,6 @@ struct TileRefs {
   const T* k_next = nullptr;
   const float* v_scales = nullptr;
 };
-
-// The values of one tile of a latent view (MLA: no V stream, AttentionOptions::latent_v_dims):
-// dims [0, v_dims) of the tile's K, which both layouts store [dim][slot] (dims dim_stride
-// apart), transposed into dst[slot * v_dims + dim], the [slot][dim] rows AccumulateTile reads.
-// Exact (a copy), every slot of the tile: the V pass still reads only the visible rows.
-template <uint64_t kTile>
-HWY_INLINE void LatentValues(const BF16* HWY_RESTRICT k_tile, size_t dim_stride, size_t v_dims,
-                             BF16* HWY_RESTRICT dst) {
-  static_assert(kTile % 8 == 0, "tiles are whole 8 x 8 blocks");
-  const uint16_t* src = reinterpret_cast<const uint16_t*>(k_tile);
-  uint16_t* out = reinterpret_cast<uint16_t*>(dst);
-  for (size_t d0 = 0; d0 < v_dims; d0 += 8) {
-    for (size_t s0 = 0; s0 < kTile; s0 += 8) {
-      detail::Transpose8x8(src + d0 * dim_stride + s0, dim_stride, out + s0 * v_dims + d0, v_dims);
-    }
-  }
-}
-
-// LatentValues of an int8 latent view: the tile's int8 K dims [0, v_dims) as [slot][dim]
-// rows (a copy; the values' scales are the K scales).
-template <uint64_t kTile>
-HWY_INLINE void LatentValues(const int8_t* HWY_RESTRICT k_tile, size_t dim_stride, size_t v_dims,
-                             int8_t* HWY_RESTRICT dst) {
-  for (size_t dim = 0; dim < v_dims; ++dim) {
-    const int8_t* HWY_RESTRICT row = k_tile + dim * dim_stride;
-    for (size_t slot = 0; slot < kTile; ++slot) dst[slot * v_dims + dim] = row[slot];
-  }
-}
 
 // Returns a 64-byte aligned pointer at or after `p`.
 HWY_INLINE float* Align64(float* p) {

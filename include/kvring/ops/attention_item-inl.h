@@ -19,17 +19,15 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kvring/attention.h"
 #include "kvring/bf16.h"
-#include "kvring/detail/transpose.h"
 #include "kvring/kv_view.h"
 #include "kvring/views.h"
 
 // After highway.h: the parts of the kernels this file puts together.
-#include "kvring/ops/append-inl.h"
+#include "kvring/ops/bf16_convert-inl.h"
 #include "kvring/ops/attention_block-inl.h"
 #include "kvring/ops/attention_merge-inl.h"
 #include "kvring/ops/attention_products-inl.h"
@@ -51,6 +49,7 @@ class ItemRunner {
  public:
   static constexpr uint64_t kTile = Layout::kTileSlots;
   using Shape = TileShape<kTile>;
+  using Element = ElementKernel<T>;
   static_assert(Shape::kMaxRegRows <= kMaxRegisterRows, "the scratch holds 8 rows of scores");
 
   ItemRunner(const KVView<Layout>& kv, const AttentionBatch& batch, const AttentionOptions& options,
@@ -68,7 +67,7 @@ class ItemRunner {
         group_(work.Group()),
         num_rows_(size_t{item_.num_queries} * work.Group()) {
     path_ = kNative ? ProductPath::kBF16Native
-            : options.products == Products::kBF16 && std::is_same<T, BF16>::value
+            : options.products == Products::kBF16 && Element::kBF16Products
                 ? ProductPath::kBF16Widened
                 : ProductPath::kF32;
     const ItemScratchLayout layout = work.ScratchLayout();
@@ -85,12 +84,10 @@ class ItemRunner {
     k_scale_lanes_ = base + layout.k_scale_lanes;
     latent_values_ = work.Latent() ? reinterpret_cast<T*>(base + layout.latent) : nullptr;
     // The position offset of each score lane: BF16 pairs interleave even and odd positions
-    // (LoadPairs); int8 lanes are in their natural order (LoadInt8Halves).
+    // (LoadPairs); int8 lanes are in their natural order (LoadInt8Halves): ElementKernel.
     for (size_t v = 0; v < Shape::kVectors; ++v) {
       for (size_t j = 0; j < Shape::kLanes; ++j) {
-        const size_t offset = std::is_same<T, int8_t>::value
-                                  ? v * Shape::kLanes + j
-                                  : (v / 2) * 2 * Shape::kLanes + 2 * j + v % 2;
+        const size_t offset = Element::LaneOffset(v, j, Shape::kLanes);
         lane_offsets_[v * Shape::kLanes + j] = static_cast<int32_t>(offset);
         index_of_offset_[offset] = static_cast<int32_t>(v * Shape::kLanes + j);
       }
@@ -181,17 +178,13 @@ class ItemRunner {
     tile.k = k_base_ + at.k;
     if (latent_values_ != nullptr) {
       T* values = latent_values_ + (walk.latent_tiles++ % 2) * kTile * v_head_dim_;
-      LatentValues<kTile>(tile.k, walk.dim_stride, v_head_dim_, values);
+      Element::template LatentValues<kTile>(tile.k, walk.dim_stride, v_head_dim_, values);
       tile.v = values;
     } else {
       tile.v = v_base_ + at.v;
     }
-    if constexpr (std::is_same<T, int8_t>::value) {
-      // A tile's slots are consecutive, and so are their scales ([kv_head][slot]).
-      const float* k_scales = kv_.k_scales + at.scales;
-      for (size_t i = 0; i < kTile; ++i) k_scale_lanes_[i] = k_scales[lane_offsets_[i]];
-      tile.v_scales = work_.Latent() ? k_scales : kv_.v_scales + at.scales;
-    }
+    tile.v_scales = Element::template TileScales<kTile>(
+        kv_.k_scales, kv_.v_scales, at.scales, work_.Latent(), lane_offsets_, k_scale_lanes_);
     tile.k_next = KAfter(walk, tile_pos, 1);
     return tile;
   }
@@ -229,7 +222,7 @@ class ItemRunner {
   // (TwoTileScoresPaired), scoring both at once; each row still takes tile after tile.
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
 #if HWY_TARGET != HWY_SCALAR
-    if constexpr (kPairDims<kTile> && std::is_same<T, BF16>::value) {
+    if constexpr (kPairDims<kTile> && Element::kPairedScores) {
       float* second_scores = scores_ + Shape::kMaxRegRows * kTile;
       ForEachBlock(walk, [&](auto k_rows, Row* block, size_t num_real) {
         constexpr size_t kRows = decltype(k_rows)::value;
@@ -260,7 +253,7 @@ class ItemRunner {
     // Tiles whose scores pair dims go two at a time, the second held here. (Int8 tiles go
     // one at a time: the paired scoring widens BF16 pairs only.)
     const bool two_tiles =
-        kPairDims<kTile> && std::is_same<T, BF16>::value && dim_stride == kTile && !kNative;
+        kPairDims<kTile> && Element::kPairedScores && dim_stride == kTile && !kNative;
     TileRefs<T> held;
     bool holding = false;
     ForEachTile<kTile>(pos_begin, pos_end, [&](uint64_t tile_pos) {
@@ -300,7 +293,7 @@ class ItemRunner {
       FinalizeRow(state.m, state.l, state.acc,
                   options_.sinks != nullptr ? options_.sinks + q_head : nullptr, v_head_dim_,
                   dummy_acc_, batch_.out_f32 != nullptr ? batch_.out_f32 + dst : nullptr,
-                  batch_.out_bf16 != nullptr ? batch_.out_bf16 + dst : nullptr, AccOrderOf<T>());
+                  batch_.out_bf16 != nullptr ? batch_.out_bf16 + dst : nullptr, Element::kAccOrder);
     }
   }
 

@@ -65,8 +65,7 @@ HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptio
         m, l, acc, options.sinks != nullptr ? options.sinks + q_head : nullptr, v_head_dim, tmp,
         batch.out_f32 != nullptr ? batch.out_f32 + dst : nullptr,
         batch.out_bf16 != nullptr ? batch.out_bf16 + dst : nullptr,
-        work.ElementFormat() == Format::kInt8 ? attention_internal::AccOrder::kNatural
-                                              : attention_internal::AccOrder::kPermuted);
+        attention_internal::AccOrderOf(work.ElementFormat()));
   }
 }
 

@@ -34,7 +34,7 @@
 #include "kvring/bf16.h"
 
 // After highway.h: per-target helpers this file uses.
-#include "kvring/ops/append-inl.h"
+#include "kvring/ops/bf16_convert-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -329,7 +329,7 @@ constexpr bool kNativeTile = false;
 // dims dim_stride apart) takes on this target and CPU.
 template <typename T, uint64_t kTile>
 HWY_INLINE ProductPath PathOf(Products products, size_t dim_stride) {
-  if (products != Products::kBF16 || !std::is_same<T, BF16>::value) return ProductPath::kF32;
+  if (products != Products::kBF16 || !ElementKernel<T>::kBF16Products) return ProductPath::kF32;
   const bool native_shape = kNativeTile<kTile> && (kTile != 16 || dim_stride == 16);
   return native_shape && HasBF16Products() ? ProductPath::kBF16Native : ProductPath::kBF16Widened;
 }

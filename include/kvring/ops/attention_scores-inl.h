@@ -1,8 +1,8 @@
 // kvring/ops/attention_scores-inl.h: the tile scoring of kvring's attention kernels: raw
 // q . k scores of a register block of rows over one position-aligned tile (or two, paired on
 // the tiled layout), in a fixed order of dims, with the prefetch of the tile's V; and the
-// per-target basics the other parts share (register budget, tile shapes, BF16 pair loads,
-// FMA chains). Internal to kvring/ops/attention-inl.h (namespace attention_internal).
+// per-target basics the other parts share (register budget, tile shapes, FMA chains). Internal to
+// kvring/ops/attention-inl.h (namespace attention_internal).
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
 #if defined(KVRING_OPS_ATTENTION_SCORES_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -14,12 +14,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
 #include "kvring/kernel_limits.h"
+
+// After highway.h: the formats' traits.
+#include "kvring/ops/attention_format-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring {
@@ -55,42 +57,6 @@ struct TileShape {
 
 // Full f32 vectors of the target (V accumulators, and the halves paired scoring fills).
 using DV = hn::ScalableTag<float>;
-
-// Loads 2 * Lanes(df) consecutive BF16 at `p` as two f32 vectors: elements 0, 2, 4, ... in
-// `even` and 1, 3, 5, ... in `odd`. A shift and a mask: cheaper than PromoteTo, which
-// crosses lanes. BF16 -> f32 is exact.
-template <class DF>
-HWY_INLINE void LoadPairs(DF df, const BF16* HWY_RESTRICT p, hn::Vec<DF>& even, hn::Vec<DF>& odd) {
-  const hn::RebindToUnsigned<DF> du;
-  const auto bits = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
-  even = hn::BitCast(df, hn::ShiftLeft<16>(bits));
-  odd = hn::BitCast(df, hn::And(bits, hn::Set(du, 0xFFFF0000u)));
-}
-
-// Loads 2 * Lanes(df) consecutive int8 at `p` (Format::kInt8) as two f32 vectors in their
-// natural order: elements [0, Lanes) in `first` and [Lanes, 2 * Lanes) in `second` (each a
-// sign-extending widening load and a conversion, exact: |q| <= 127). Int8 tiles and
-// accumulators use this natural lane order; BF16 ones the even/odd order of LoadPairs.
-template <class DF>
-HWY_INLINE void LoadInt8Halves(DF df, const int8_t* HWY_RESTRICT p, hn::Vec<DF>& first,
-                               hn::Vec<DF>& second) {
-  const hn::Rebind<int8_t, DF> d8;
-  const hn::Rebind<int32_t, DF> d32;
-  const size_t lanes = hn::Lanes(df);
-  first = hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p)));
-  second = hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p + lanes)));
-}
-
-// The two vectors of 2 * Lanes(df) stored elements: LoadPairs for BF16, LoadInt8Halves for
-// int8 (see the lane orders there).
-template <class DF>
-HWY_INLINE void LoadElements(DF df, const BF16* HWY_RESTRICT p, hn::Vec<DF>& a, hn::Vec<DF>& b) {
-  LoadPairs(df, p, a, b);
-}
-template <class DF>
-HWY_INLINE void LoadElements(DF df, const int8_t* HWY_RESTRICT p, hn::Vec<DF>& a, hn::Vec<DF>& b) {
-  LoadInt8Halves(df, p, a, b);
-}
 
 // Prefetch: what the kernel fetches while working on a tile. Decode does little work per byte, and
 // flash K rows of one dim are num_slots apart, too many streams for the hardware prefetcher, so the
@@ -255,8 +221,7 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_REST
                            size_t dim_stride, size_t head_dim, const T* v_now,
                            const PrefetchShape& ps, float* HWY_RESTRICT scores) {
 #if HWY_TARGET != HWY_SCALAR
-  // (Int8 tiles score one dim per vector: the paired path widens BF16 pairs only.)
-  if constexpr (kPairDims<kTile> && std::is_same<T, BF16>::value) {
+  if constexpr (kPairDims<kTile> && ElementKernel<T>::kPairedScores) {
     if (dim_stride == kTile) {
       const BF16* const tiles[1] = {k_tile};
       const BF16* const v_tiles[1] = {v_now};
@@ -284,7 +249,7 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_REST
         PrefetchV(v_now, dim, ps);  // see PrefetchShape
         V even[Shape::kPairs], odd[Shape::kPairs];
         for (size_t p = 0; p < Shape::kPairs; ++p) {
-          LoadElements(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
+          ElementKernel<T>::Load(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
         }
         for (size_t r = 0; r < kRows; ++r) {
           const V qd = hn::Set(dk, q[r][dim]);

@@ -15,14 +15,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
 
 // After highway.h: per-target helpers this file uses.
 #include "hwy/contrib/math/math-inl.h"
-#include "kvring/ops/append-inl.h"
+#include "kvring/ops/bf16_convert-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -145,16 +144,12 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
       PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes, ps);
     }
     V pr[kRows];
-    if constexpr (std::is_same<T, int8_t>::value) {
-      const float scale = v_scales[off];
-      for (size_t r = 0; r < kRows; ++r) pr[r] = hn::Set(df, p[r][index] * scale);
-    } else {
-      (void)v_scales;
-      for (size_t r = 0; r < kRows; ++r) pr[r] = hn::Set(df, p[r][index]);
+    for (size_t r = 0; r < kRows; ++r) {
+      pr[r] = hn::Set(df, ElementKernel<T>::Weight(p[r][index], v_scales, off));
     }
     for (size_t ch = 0; ch < kChunks; ++ch) {
       V even, odd;
-      LoadElements(df, v_row + ch * 2 * lanes, even, odd);
+      ElementKernel<T>::Load(df, v_row + ch * 2 * lanes, even, odd);
       for (size_t r = 0; r < kRows; ++r) {
         even_acc[ch][r] = hn::MulAdd(pr[r], even, even_acc[ch][r]);
         odd_acc[ch][r] = hn::MulAdd(pr[r], odd, odd_acc[ch][r]);
@@ -200,16 +195,6 @@ HWY_INLINE void AccumulateTile(const T* HWY_RESTRICT v_tile, const float* HWY_RE
     AccumulateChunks<kRows, 1, kMasked, kTile>(dt, dim0, v_tile, v_scales, v_stride, k_next, ps, p,
                                                index_of_offset, acc, correction, lo_off, hi_off);
   }
-}
-
-// The order of a row's accumulators: BF16 V accumulates its dims permuted (PermutedIndex),
-// int8 V in their natural order (LoadInt8Halves).
-enum class AccOrder : uint8_t { kPermuted, kNatural };
-
-// Returns the accumulator order of stored elements of type T.
-template <typename T>
-constexpr AccOrder AccOrderOf() {
-  return std::is_same<T, int8_t>::value ? AccOrder::kNatural : AccOrder::kPermuted;
 }
 
 // Writes one output row from a row's merged state (max m, sum l, acc in `order`): divides by
