@@ -708,6 +708,19 @@ TEST(KVCache, CreateRejectsAPlanForAnotherLayout) {
       LayerPlan::Builder(SharedModel()).SetContext(100).SetElementType(ElementType::kF32).Build();
   ASSERT_TRUE(f32.ok());
   EXPECT_EQ(KVCache<FlashLayout>::Create(*f32).error().field, "runtime.element_type");
+  // So is one layer's accounting-only format: the plan counts it, the cache refuses it by name.
+  LayerSpec f16_global = LayerSpec::Global(2, 16);
+  f16_global.format = Format::kF16;
+  Expected<LayerPlan> f16 = LayerPlan::Builder()
+                                .AddLayer(LayerSpec::Sliding(8, 2, 16))
+                                .AddLayer(f16_global)
+                                .SetContext(100)
+                                .Build();
+  ASSERT_TRUE(f16.ok()) << f16.error().message;
+  const Error refused = KVCache<FlashLayout>::Create(*f16).error();
+  EXPECT_EQ(refused.field, "layers[1].format");
+  EXPECT_NE(refused.message.find("layers[1].format: f16 is for accounting only"), std::string::npos)
+      << refused.message;
 }
 
 TEST(KVCache, Int8PlansAllocateExactlyThePlansBytesScalesIncluded) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kvring/model_presets.h"
@@ -191,6 +192,52 @@ TEST(LayerPlan, ElementTypesScaleTheBytes) {
         << ToString(c.type);
     EXPECT_EQ(plan.TotalBytes(), FlashSlots(4096) * 8 * 128 * 2 * c.bytes) << ToString(c.type);
   }
+}
+
+TEST(LayerPlan, OneFormatVocabularyForStorageAndAccounting) {
+  // The runtime's element type is a Format; each format has its name and bytes, and the
+  // accounting-only ones are marked.
+  static_assert(std::is_same<ElementType, Format>::value, "ElementType is Format");
+  const struct {
+    Format format;
+    const char* name;
+    uint64_t element_bytes;
+    uint64_t row_bytes_of_128;
+    bool accounting_only;
+  } kCases[] = {{Format::kBF16, "bf16", 2, 256, false},
+                {Format::kInt8, "int8", 1, 132, false},
+                {Format::kF16, "f16", 2, 256, true},
+                {Format::kF32, "f32", 4, 512, true},
+                {Format::kFP8, "fp8", 1, 128, true}};
+  for (const auto& c : kCases) {
+    EXPECT_STREQ(ToString(c.format), c.name);
+    EXPECT_EQ(ElementBytes(c.format), c.element_bytes) << c.name;
+    EXPECT_EQ(RowBytes(c.format, 128), c.row_bytes_of_128) << c.name;
+    EXPECT_EQ(IsAccountingOnly(c.format), c.accounting_only) << c.name;
+  }
+  const Format outside = static_cast<Format>(42);
+  EXPECT_STREQ(ToString(outside), "invalid");
+  EXPECT_EQ(ElementBytes(outside), 0u);
+  EXPECT_EQ(RowBytes(outside, 128), 0u);
+  EXPECT_FALSE(IsAccountingOnly(outside));
+}
+
+TEST(LayerPlan, OneLayerCountedInAnAccountingOnlyFormat) {
+  // A what-if for one layer: the plan counts it in f32, its neighbours in their own formats.
+  LayerSpec f32 = LayerSpec::Global(8, 128);
+  f32.format = Format::kF32;
+  const LayerPlan plan = MustBuild(
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(8, 128)).AddLayer(f32).SetContext(4096));
+  EXPECT_EQ(plan.Layer(0).slot_bytes, 8u * 128 * 2 * 2);
+  EXPECT_EQ(plan.Layer(1).slot_bytes, 8u * 128 * 2 * 4);
+  EXPECT_EQ(plan.Layer(1).spec.format, Format::kF32);
+  // An accounting-only element type counts every layer in it (f16 here, the f32 layer too).
+  const LayerPlan f16 = MustBuild(LayerPlan::Builder()
+                                      .AddLayer(LayerSpec::Global(8, 128))
+                                      .AddLayer(f32)
+                                      .SetContext(4096)
+                                      .SetElementType(Format::kF16));
+  EXPECT_EQ(f16.Layer(1).slot_bytes, 8u * 128 * 2 * 2);
 }
 
 TEST(LayerPlan, Int8ElementTypeStoresEveryLayerInInt8WithItsScales) {

@@ -127,7 +127,7 @@ constexpr AttentionKind kKinds[] = {AttentionKind::kGlobal, AttentionKind::kSlid
 std::string ParseKindFormats(const std::string& list, Options* options) {
   const std::string option = "option --dtype: '" + list + "'";
   for (auto& format : options->kind_formats) format.reset();
-  options->runtime.element_type = ElementType::kBF16;
+  options->runtime.element_type = kvring::Format::kBF16;
   size_t start = 0;
   while (true) {
     const size_t comma = std::min(list.find(',', start), list.size());
@@ -295,8 +295,8 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
       std::string dtype;
       error = text(&dtype);
       bool found = false;
-      for (ElementType type : {ElementType::kBF16, ElementType::kF16, ElementType::kF32,
-                               ElementType::kFP8, ElementType::kInt8}) {
+      for (kvring::Format type : {kvring::Format::kBF16, kvring::Format::kF16, kvring::Format::kF32,
+                                  kvring::Format::kFP8, kvring::Format::kInt8}) {
         if (dtype == ToString(type)) {
           options->runtime.element_type = type;
           for (auto& format : options->kind_formats) format.reset();
@@ -402,7 +402,7 @@ std::string ShapeText(const LayerSpec& spec) {
 // Returns the name of what a layer's bytes count: its format (a consumer's is its owner's), or
 // the accounting-only element type that replaces every format.
 const char* FormatText(const LayerPlan& plan, const LayerInfo& layer) {
-  const ElementType type = plan.Runtime().element_type;
+  const kvring::Format type = plan.Runtime().element_type;
   return IsAccountingOnly(type) ? ToString(type) : ToString(layer.spec.format);
 }
 

@@ -1,10 +1,12 @@
 // kvring/kinds.h: the vocabulary every level names: how a layer's queries see earlier
 // positions (AttentionKind), the attention backend whose layout storage uses (Backend), and the
-// runtime's element type (ElementType). Names and byte counts only.
+// runtime's element type (ElementType, a Format). Names and byte counts only.
 #ifndef KVRING_KINDS_H_
 #define KVRING_KINDS_H_
 
 #include <cstdint>
+
+#include "kvring/formats/format.h"
 
 namespace kvring {
 
@@ -44,49 +46,12 @@ inline const char* ToString(Backend backend) {
   return "invalid";
 }
 
-// The runtime's element type. kBF16 counts every layer in its own format (LayerSpec::format);
-// kInt8 stores every layer as int8 with its scales, as LayerPlan::Builder::SetFormat(
-// Format::kInt8) does. kF16, kF32 and kFP8 are for what-if accounting only: every element
-// counted at ElementBytes(type), no scales; KVCache refuses them.
-enum class ElementType : uint8_t { kBF16, kF16, kF32, kFP8, kInt8 };
-
-inline const char* ToString(ElementType type) {
-  switch (type) {
-    case ElementType::kBF16:
-      return "bf16";
-    case ElementType::kF16:
-      return "f16";
-    case ElementType::kF32:
-      return "f32";
-    case ElementType::kFP8:
-      return "fp8";
-    case ElementType::kInt8:
-      return "int8";
-  }
-  return "invalid";
-}
-
-// Returns the bytes of one element of `type` (int8: 1, its scales aside), or 0 for a value
-// outside the enum.
-inline uint64_t ElementBytes(ElementType type) {
-  switch (type) {
-    case ElementType::kBF16:
-    case ElementType::kF16:
-      return 2;
-    case ElementType::kF32:
-      return 4;
-    case ElementType::kFP8:
-    case ElementType::kInt8:
-      return 1;
-  }
-  return 0;
-}
-
-// Returns whether `type` is for what-if accounting only (kF16, kF32, kFP8): no layer format
-// stores it, and KVCache refuses a plan of it.
-inline bool IsAccountingOnly(ElementType type) {
-  return type == ElementType::kF16 || type == ElementType::kF32 || type == ElementType::kFP8;
-}
+// The runtime's element type, a Format (kvring/formats/format.h): kBF16 counts and stores
+// every layer in its own format (LayerSpec::format); kInt8 stores every layer as int8 with
+// its scales, as LayerPlan::Builder::SetFormat(Format::kInt8) does; an accounting-only format
+// (kF16, kF32, kFP8) counts every element at ElementBytes(type), no scales, and storage
+// refuses it. (ElementType names what Format names; kept for the code that spells it so.)
+using ElementType = Format;
 
 }  // namespace kvring
 

@@ -37,6 +37,11 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
       return Result::Refused(Status::kBadArgument,
                              "view: an int8 view's v_int8 and v_scales are both set or both null");
     }
+  } else if (IsAccountingOnly(kv.format)) {
+    return Result::Refused(Status::kBadArgument,
+                           "view.format: %llu is for accounting only (kvring::Format kF16, kF32 "
+                           "or kFP8): kernels read bf16 or int8",
+                           static_cast<uint64_t>(kv.format));
   } else if (kv.format != Format::kBF16) {
     return Result::Refused(Status::kBadArgument, "view.format: %llu is not a kvring::Format",
                            static_cast<uint64_t>(kv.format));

@@ -85,8 +85,8 @@ class LayerPlan::Builder {
     return *this;
   }
   // kInt8 stores every layer in int8, as SetFormat(Format::kInt8); kF16, kF32, kFP8 are for
-  // accounting only (see ElementType).
-  Builder& SetElementType(ElementType element_type) {
+  // accounting only (IsAccountingOnly).
+  Builder& SetElementType(Format element_type) {
     runtime_.element_type = element_type;
     return *this;
   }
@@ -141,7 +141,7 @@ inline std::vector<LayerSpec> LayerPlan::Builder::SpecsWithFormats() const {
   // element_type kInt8 stands for SetFormat(Format::kInt8); Build() refuses it against an
   // explicit SetFormat of another format.
   std::optional<Format> every_layer = format_;
-  if (!every_layer && runtime_.element_type == ElementType::kInt8) every_layer = Format::kInt8;
+  if (!every_layer && runtime_.element_type == Format::kInt8) every_layer = Format::kInt8;
   std::vector<LayerSpec> specs = specs_;
   for (LayerSpec& spec : specs) {
     const size_t kind = static_cast<size_t>(spec.kind);
@@ -173,7 +173,7 @@ inline Expected<std::vector<LayerSpec>> LayerPlan::Builder::ValidatedSpecs() con
     return detail::FieldError("format.kind", to_string(bad_format_kind_),
                               "is not a kvring::AttentionKind (given to SetFormat)");
   }
-  if (runtime_.element_type == ElementType::kInt8 && format_ && *format_ != Format::kInt8) {
+  if (runtime_.element_type == Format::kInt8 && format_ && *format_ != Format::kInt8) {
     return detail::FieldError("runtime.element_type", "int8",
                               std::string("stores every layer in int8, but SetFormat asks ") +
                                   ToString(*format_) + " for every layer; give one");
@@ -187,7 +187,7 @@ inline Expected<std::vector<LayerSpec>> LayerPlan::Builder::ValidatedSpecs() con
   }
   if (IsAccountingOnly(runtime_.element_type)) {
     for (size_t i = 0; i < specs.size(); ++i) {
-      if (specs[i].format == Format::kBF16) continue;
+      if (specs[i].format != Format::kInt8) continue;  // counted in the element type
       return detail::FieldError("runtime.element_type", ToString(runtime_.element_type),
                                 "is for accounting only and counts no scales, but " +
                                     detail::LayerField(i, "format") + " is " +

@@ -39,21 +39,18 @@ inline uint64_t CapacityFor(uint64_t span, uint64_t context, const RuntimeSpec& 
 }
 
 // Sets *k_bytes and *v_bytes to the bytes of one position of `spec` (every kv_head, in its
-// format; for an accounting-only `type`, at ElementBytes(type) an element), or returns false
-// on overflow.
-inline bool SlotBytes(const LayerSpec& spec, ElementType type, uint64_t* k_bytes,
+// format; for an accounting-only runtime element type, in that format), or returns false on
+// overflow.
+inline bool SlotBytes(const LayerSpec& spec, Format element_type, uint64_t* k_bytes,
                       uint64_t* v_bytes) {
-  if (IsAccountingOnly(type)) {
-    return CheckedMul(spec.KElementsPerSlot(), kvring::ElementBytes(type), k_bytes) &&
-           CheckedMul(spec.VElementsPerSlot(), kvring::ElementBytes(type), v_bytes);
-  }
+  const Format format = IsAccountingOnly(element_type) ? element_type : spec.format;
   if (spec.IsLatent()) {
-    *k_bytes = RowBytes(spec.format, spec.latent_dim);  // one stream, one "kv_head"
+    *k_bytes = RowBytes(format, spec.latent_dim);  // one stream, one "kv_head"
     *v_bytes = 0;
     return true;
   }
-  return CheckedMul(spec.num_kv_heads, RowBytes(spec.format, spec.head_dim), k_bytes) &&
-         CheckedMul(spec.num_kv_heads, RowBytes(spec.format, spec.VHeadDim()), v_bytes);
+  return CheckedMul(spec.num_kv_heads, RowBytes(format, spec.head_dim), k_bytes) &&
+         CheckedMul(spec.num_kv_heads, RowBytes(format, spec.VHeadDim()), v_bytes);
 }
 
 }  // namespace detail

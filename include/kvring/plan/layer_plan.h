@@ -29,8 +29,8 @@ struct LayerInfo {
   // Bytes of one position, every kv_head, in the layer's format (spec.format; a consumer's is
   // its owner's): K is num_kv_heads * RowBytes(format, head_dim) (MLA: RowBytes(format,
   // latent_dim), one stream), V num_kv_heads * RowBytes(format, v_head_dim) (MLA: 0). An int8
-  // row counts its 4-byte scale. With an accounting-only element type, elements *
-  // ElementBytes(type) instead.
+  // row counts its 4-byte scale. With an accounting-only element type, the same in that
+  // format instead.
   uint64_t k_slot_bytes = 0;
   uint64_t v_slot_bytes = 0;
   uint64_t slot_bytes = 0;     // k_slot_bytes + v_slot_bytes

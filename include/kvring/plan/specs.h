@@ -102,7 +102,7 @@ struct RuntimeSpec {
   uint32_t tile_rows = 16;  // kTiled only: TiledLayout<kTileRows>
   uint64_t num_sequences = 1;
   // kBF16: the layers' formats; kInt8: every layer int8; kF16, kF32, kFP8: accounting only.
-  ElementType element_type = ElementType::kBF16;
+  Format element_type = Format::kBF16;
 };
 
 }  // namespace kvring

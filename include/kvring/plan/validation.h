@@ -73,7 +73,7 @@ inline Error ValidateRuntime(const RuntimeSpec& runtime) {
   }
   if (kvring::ElementBytes(runtime.element_type) == 0) {
     return FieldError("runtime.element_type", to_string(static_cast<int>(runtime.element_type)),
-                      "is not a kvring::ElementType");
+                      "is not a kvring::Format");
   }
   return Error{};
 }

@@ -53,8 +53,12 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
     return FieldError("context", "0", "is invalid: the context must be at least 1");
   }
   if (spec.format != Format::kBF16 && spec.format != Format::kInt8) {
-    return FieldError("format", to_string(static_cast<int>(spec.format)),
-                      "is invalid: storage holds bf16 or int8");
+    return FieldError("format",
+                      IsAccountingOnly(spec.format) ? ToString(spec.format)
+                                                    : to_string(static_cast<int>(spec.format)),
+                      IsAccountingOnly(spec.format)
+                          ? "is for accounting only: storage holds bf16 or int8"
+                          : "is invalid: storage holds bf16 or int8");
   }
   if (shape.num_slots == 0 || shape.num_slots % Layout::kSlotAlignment != 0) {
     return FieldError("shape.num_slots", to_string(shape.num_slots),
@@ -74,7 +78,8 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
 
 // Returns an Error unless `plan` can be stored in `Layout` by a KVCache or KVPool (`what`:
 // "cache" or "pool", for the message): a plan with layers, for this layout's backend and tile,
-// whose element type is stored (not accounting-only); else an empty field.
+// whose element type and layers' formats are stored (not accounting-only); else an empty
+// field.
 template <typename Layout>
 Error ValidatePlanFor(const LayerPlan& plan, const char* what) {
   const RuntimeSpec& runtime = plan.Runtime();
@@ -96,6 +101,14 @@ Error ValidatePlanFor(const LayerPlan& plan, const char* what) {
     return FieldError(
         "runtime.tile_rows", std::to_string(runtime.tile_rows),
         "does not match the layout's tile of " + std::to_string(Layout::kSlotAlignment) + " rows");
+  }
+  for (size_t i = 0; i < plan.NumLayers(); ++i) {
+    const Format format = plan.Layer(i).spec.format;
+    if (IsAccountingOnly(format)) {
+      return FieldError(
+          LayerField(i, "format"), ToString(format),
+          std::string("is for accounting only: a kvring ") + what + " holds bf16 or int8");
+    }
   }
   return Error{};
 }
