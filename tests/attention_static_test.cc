@@ -422,6 +422,9 @@ TEST(AttentionChecks, Int8ViewsWithoutTheirElementsOrScalesAreRefused) {
   kvring::KVView<kvring::FlashLayout> bad_format = view;
   bad_format.format = static_cast<kvring::Format>(9);
   call.ExpectRefused(bad_format, kvring::Status::kBadArgument, {"format", "9"});
+  kvring::KVView<kvring::FlashLayout> f32 = view;
+  f32.format = kvring::Format::kF32;  // counted by plans, read by no kernel
+  call.ExpectRefused(f32, kvring::Status::kBadArgument, {"view.format: 3", "accounting only"});
 }
 
 TEST(AttentionChecks, ACheckedPlanNamesTheRefusalForEnginesThatRunItemsThemselves) {

@@ -122,6 +122,28 @@ TYPED_TEST(KVPoolTest, RefusalsNameTheFieldAndChangeNothing) {
   Expected<KVPool<TypeParam>> other_layout = KVPool<TypeParam>::Create(
       PoolTestPlan<TiledLayout<32>>(Format::kBF16, 8), PoolSpec{1 << 20, 4, 0});
   EXPECT_FALSE(other_layout.ok());
+  // Accounting-only formats: planned, never stored (the element type, or one layer's).
+  const auto accounting_plan = [](Format element_type, Format global_format) {
+    LayerSpec global = LayerSpec::Global(1, 32);
+    global.format = global_format;
+    return LayerPlan::Builder()
+        .AddLayer(LayerSpec::Sliding(24, 2, 16))
+        .AddLayer(global)
+        .SetContext(320)
+        .SetElementType(element_type)
+        .SetLayout<TypeParam>()
+        .Build();
+  };
+  const Expected<LayerPlan> f16 = accounting_plan(Format::kF16, Format::kBF16);
+  ASSERT_TRUE(f16.ok()) << f16.error().message;
+  EXPECT_EQ(KVPool<TypeParam>::Create(*f16, PoolSpec{1 << 20, 4, 0}).error().field,
+            "runtime.element_type");
+  const Expected<LayerPlan> fp8 = accounting_plan(Format::kBF16, Format::kFP8);
+  ASSERT_TRUE(fp8.ok()) << fp8.error().message;
+  const Error fp8_layer = KVPool<TypeParam>::Create(*fp8, PoolSpec{1 << 20, 4, 0}).error();
+  EXPECT_EQ(fp8_layer.field, "layers[1].format");
+  EXPECT_NE(fp8_layer.message.find("fp8 is for accounting only: a kvring pool"), std::string::npos)
+      << fp8_layer.message;
 
   PoolModel<TypeParam> model(plan, PoolSpec{8ull << 20, 2, 0}, 5);
   KVPool<TypeParam>& pool = model.Pool();
