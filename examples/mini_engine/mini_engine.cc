@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -22,6 +21,7 @@
 #include "mini_engine/checks.h"
 #include "mini_engine/kernels.h"
 #include "mini_engine/model.h"
+#include "mini_engine/options.h"
 
 namespace mini_engine {
 namespace {
@@ -49,122 +49,38 @@ struct Config {
   uint64_t split_positions = kvring::AttentionOptions().split_positions;  // decode KV splits
 };
 
-bool ParseUint(const char* text, uint64_t* value) {
-  char* end = nullptr;
-  const unsigned long long parsed = std::strtoull(text, &end, 10);  // NOLINT(runtime/int)
-  if (end == text || *end != '\0') return false;
-  *value = parsed;
-  return true;
-}
-
-void PrintUsage() {
-  std::printf(
-      "usage: mini_engine [--option=value ...]\n"
-      "  --backend=flash|tiled  kvring layout and kernels (default flash)\n"
-      "  --format=bf16|int8     every layer's K/V format (default bf16); int8 also compares\n"
-      "                         its decode with a BF16 cache's (KL, token agreement)\n"
-      "  --products=f32|bf16    attention products (default f32, exact); bf16 runs every\n"
-      "                         check in kvring's BF16-product mode and compares its decode\n"
-      "                         with the exact mode's (KL, token agreement)\n"
-      "  --prompt=N             first prompt's tokens (300)\n"
-      "  --decode=N             tokens generated greedily after it (2048)\n"
-      "  --batch=N              planned prefill batch (32)\n"
-      "  --window=N             sliding layers' window (64)\n"
-      "  --draft=N              draft tokens per speculative round = planned rollback (4)\n"
-      "  --suffix=N             second turn's tokens after the restored snapshot (48)\n"
-      "  --continuation=N       tokens generated after it and in conversation 2 (256)\n"
-      "  --prompt2=N            conversation 2's prompt, prefilled in larger batches (384)\n"
-      "  --grow-factor=N        conversation 2's batch is batch * N (4)\n"
-      "  --threads=N            attention threads (1)\n"
-      "  --k-outliers=N         scale four K channels of each kv_head by N (off)\n"
-      "  --split-positions=N    KV split length of decode calls (kvring's default, 2048)\n"
-      "  --seed=N               weights and prompts (1)\n");
-}
-
-// Returns false (after printing why) on a bad command line.
+// Returns false (after printing why) on a bad command line; prints the usage on --help.
 bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return true;
-    }
-    const size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
-      std::fprintf(stderr, "mini_engine: expected --option=value, got '%s'\n", arg.c_str());
-      return false;
-    }
-    const std::string name = arg.substr(2, eq - 2), text = arg.substr(eq + 1);
-    if (name == "format") {
-      if (text != "bf16" && text != "int8") {
-        std::fprintf(stderr, "mini_engine: --format must be bf16 or int8\n");
-        return false;
-      }
-      config->format = text;
-      continue;
-    }
-    if (name == "products") {
-      if (text != "f32" && text != "bf16") {
-        std::fprintf(stderr, "mini_engine: --products must be f32 or bf16\n");
-        return false;
-      }
-      config->products = text;
-      continue;
-    }
-    if (name == "backend") {
-      if (text != "flash" && text != "tiled") {
-        std::fprintf(stderr, "mini_engine: --backend must be flash or tiled\n");
-        return false;
-      }
-      config->backend = text;
-      continue;
-    }
-    uint64_t value = 0;
-    if (!ParseUint(text.c_str(), &value)) {
-      std::fprintf(stderr, "mini_engine: --%s needs a number, got '%s'\n", name.c_str(),
-                   text.c_str());
-      return false;
-    }
-    if (name == "prompt") {
-      config->prompt = value;
-    } else if (name == "decode") {
-      config->decode = value;
-    } else if (name == "batch") {
-      config->batch = value;
-    } else if (name == "window") {
-      config->model.window = value;
-    } else if (name == "draft") {
-      config->draft = value;
-    } else if (name == "suffix") {
-      config->suffix = value;
-    } else if (name == "continuation") {
-      config->continuation = value;
-    } else if (name == "prompt2") {
-      config->prompt2 = value;
-    } else if (name == "grow-factor") {
-      config->grow_factor = value;
-    } else if (name == "threads") {
-      config->threads = static_cast<uint32_t>(value);
-    } else if (name == "k-outliers") {
-      config->model.k_outliers = value;
-    } else if (name == "split-positions") {
-      config->split_positions = value;
-    } else if (name == "seed") {
-      config->model.seed = static_cast<uint32_t>(value);
-    } else {
-      std::fprintf(stderr, "mini_engine: unknown option --%s (see --help)\n", name.c_str());
-      return false;
-    }
-  }
-  if (config->prompt < 1 || config->decode < 2 || config->batch < 1 || config->model.window < 1 ||
-      config->draft < 1 || config->suffix < 1 || config->continuation < 1 || config->prompt2 < 1 ||
-      config->grow_factor < 2 || config->threads < 1) {
-    std::fprintf(stderr,
-                 "mini_engine: prompt, batch, window, draft, suffix, continuation, prompt2 and "
-                 "threads must be >= 1, decode and grow-factor >= 2\n");
-    return false;
-  }
-  return true;
+  Options options("mini_engine");
+  options.Choice("backend", {"flash", "tiled"}, &config->backend,
+                 "kvring layout and kernels (default flash)");
+  options.Choice("format", {"bf16", "int8"}, &config->format,
+                 "every layer's K/V format (default bf16); int8 also compares\n"
+                 "its decode with a BF16 cache's (KL, token agreement)");
+  options.Choice("products", {"f32", "bf16"}, &config->products,
+                 "attention products (default f32, exact); bf16 runs every\n"
+                 "check in kvring's BF16-product mode and compares its decode\n"
+                 "with the exact mode's (KL, token agreement)");
+  options.Number("prompt", &config->prompt, "first prompt's tokens (300)", 1);
+  options.Number("decode", &config->decode, "tokens generated greedily after it (2048)", 2);
+  options.Number("batch", &config->batch, "planned prefill batch (32)", 1);
+  options.Number("window", &config->model.window, "sliding layers' window (64)", 1);
+  options.Number("draft", &config->draft,
+                 "draft tokens per speculative round = planned rollback (4)", 1);
+  options.Number("suffix", &config->suffix, "second turn's tokens after the restored snapshot (48)",
+                 1);
+  options.Number("continuation", &config->continuation,
+                 "tokens generated after it and in conversation 2 (256)", 1);
+  options.Number("prompt2", &config->prompt2,
+                 "conversation 2's prompt, prefilled in larger batches (384)", 1);
+  options.Number("grow-factor", &config->grow_factor, "conversation 2's batch is batch * N (4)", 2);
+  options.Number("threads", &config->threads, "attention threads (1)", 1);
+  options.Number("k-outliers", &config->model.k_outliers,
+                 "scale four K channels of each kv_head by N (off)");
+  options.Number("split-positions", &config->split_positions,
+                 "KV split length of decode calls (kvring's default, 2048)");
+  options.Number("seed", &config->model.seed, "weights and prompts (1)");
+  return options.Parse(argc, argv, help);
 }
 
 // The positions one sequence may reach in any phase of the run: kvring's logical limit T.
@@ -736,10 +652,7 @@ int main(int argc, char** argv) {
   mini_engine::Config config;
   bool help = false;
   if (!mini_engine::ParseArgs(argc, argv, &config, &help)) return 2;
-  if (help) {
-    mini_engine::PrintUsage();
-    return 0;
-  }
+  if (help) return 0;
   return config.backend == "tiled" ? mini_engine::Run<mini_engine::Tiled>(config)
                                    : mini_engine::Run<kvring::FlashLayout>(config);
 }

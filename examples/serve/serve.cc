@@ -17,7 +17,6 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <random>
 #include <string>
@@ -29,6 +28,7 @@
 #include "mini_engine/checks.h"
 #include "mini_engine/kernels.h"
 #include "mini_engine/model.h"
+#include "mini_engine/options.h"
 
 namespace serve {
 namespace {
@@ -67,117 +67,51 @@ struct Config {
   std::string csv;                 // memory and requests per step, if set
 };
 
-bool ParseUint(const char* text, uint64_t* value) {
-  char* end = nullptr;
-  const unsigned long long parsed = std::strtoull(text, &end, 10);  // NOLINT(runtime/int)
-  if (end == text || *end != '\0') return false;
-  *value = parsed;
-  return true;
-}
-
-void PrintUsage() {
-  std::printf(
-      "usage: serve [--option=value ...]\n"
-      "  --backend=flash|tiled  kvring layout and kernels (default flash)\n"
-      "  --requests=N           requests generated (64)\n"
-      "  --system-prompt=N      tokens of the shared system prompt (192)\n"
-      "  --shared-percent=N     requests that start with it, in percent (80)\n"
-      "  --min-prompt=N         a prompt's own tokens, after any system prompt: from (8)\n"
-      "  --max-prompt=N         ... to (96)\n"
-      "  --min-generate=N       tokens a request generates: from (4)\n"
-      "  --max-generate=N       ... to (128)\n"
-      "  --arrival-gap=N        steps between arrivals, uniform from 0 to N (3)\n"
-      "  --batch=N              prefill chunk: prompt tokens a request runs per step (64)\n"
-      "  --budget-kib=N         the pool's budget of K/V bytes, in KiB (6144)\n"
-      "  --block-slots=N        positions per block of the global layers (layout's default)\n"
-      "  --lookahead=N          steps of growth of the running requests an admission must\n"
-      "                         leave room for (16); at least 1\n"
-      "  --threads=N            attention threads (1)\n"
-      "  --split-positions=N    KV split length of decode calls (128)\n"
-      "  --window=N             sliding layers' window (64)\n"
-      "  --seed=N               weights, requests and arrivals (1)\n"
-      "  --csv=FILE             write memory in use, running and waiting requests per step\n");
-}
-
-// Returns false (after printing why) on a bad command line.
+// Returns false (after printing why) on a bad command line; prints the usage on --help.
 bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      *help = true;
-      return true;
-    }
-    const size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
-      std::fprintf(stderr, "serve: expected --option=value, got '%s'\n", arg.c_str());
-      return false;
-    }
-    const std::string name = arg.substr(2, eq - 2), text = arg.substr(eq + 1);
-    if (name == "backend") {
-      if (text != "flash" && text != "tiled") {
-        std::fprintf(stderr, "serve: --backend must be flash or tiled\n");
-        return false;
-      }
-      config->backend = text;
-      continue;
-    }
-    if (name == "csv") {
-      config->csv = text;
-      continue;
-    }
-    uint64_t value = 0;
-    if (!ParseUint(text.c_str(), &value)) {
-      std::fprintf(stderr, "serve: --%s needs a number, got '%s'\n", name.c_str(), text.c_str());
-      return false;
-    }
-    if (name == "requests") {
-      config->requests = value;
-    } else if (name == "system-prompt") {
-      config->system_prompt = value;
-    } else if (name == "shared-percent") {
-      config->shared_percent = value;
-    } else if (name == "min-prompt") {
-      config->min_prompt = value;
-    } else if (name == "max-prompt") {
-      config->max_prompt = value;
-    } else if (name == "min-generate") {
-      config->min_generate = value;
-    } else if (name == "max-generate") {
-      config->max_generate = value;
-    } else if (name == "arrival-gap") {
-      config->arrival_gap = value;
-    } else if (name == "batch") {
-      config->batch = value;
-    } else if (name == "budget-kib") {
-      config->budget_kib = value;
-    } else if (name == "block-slots") {
-      config->block_slots = value;
-    } else if (name == "lookahead") {
-      config->lookahead = value;
-    } else if (name == "threads") {
-      config->threads = static_cast<uint32_t>(value);
-    } else if (name == "split-positions") {
-      config->split_positions = value;
-    } else if (name == "window") {
-      config->model.window = value;
-    } else if (name == "seed") {
-      config->model.seed = static_cast<uint32_t>(value);
-    } else {
-      std::fprintf(stderr, "serve: unknown option --%s (see --help)\n", name.c_str());
-      return false;
-    }
-  }
+  mini_engine::Options options("serve");
+  options.Choice("backend", {"flash", "tiled"}, &config->backend,
+                 "kvring layout and kernels (default flash)");
+  options.Number("requests", &config->requests, "requests generated (64)", 1);
+  options.Number("system-prompt", &config->system_prompt,
+                 "tokens of the shared system prompt (192)");
+  options.Number("shared-percent", &config->shared_percent,
+                 "requests that start with it, in percent (80)", 0, 100);
   // Every prompt has a token of its own, so that a fork prefills at least one and every
   // request has the logits of its first token.
-  if (config->requests < 1 || config->min_prompt < 1 || config->min_prompt > config->max_prompt ||
-      config->min_generate < 1 || config->min_generate > config->max_generate ||
-      config->shared_percent > 100 || config->batch < 1 || config->lookahead < 1 ||
-      config->threads < 1 || config->model.window < 1) {
-    std::fprintf(stderr,
-                 "serve: requests, min-prompt, min-generate, batch, lookahead, threads and window "
-                 "must be >= 1, min-prompt <= max-prompt, min-generate <= max-generate and "
-                 "shared-percent <= 100\n");
-    return false;
+  options.Number("min-prompt", &config->min_prompt,
+                 "a prompt's own tokens, after any system prompt: from (8)", 1);
+  options.Number("max-prompt", &config->max_prompt, "... to (96)", 1);
+  options.Number("min-generate", &config->min_generate, "tokens a request generates: from (4)", 1);
+  options.Number("max-generate", &config->max_generate, "... to (128)", 1);
+  options.Number("arrival-gap", &config->arrival_gap,
+                 "steps between arrivals, uniform from 0 to N (3)");
+  options.Number("batch", &config->batch,
+                 "prefill chunk: prompt tokens a request runs per step (64)", 1);
+  options.Number("budget-kib", &config->budget_kib,
+                 "the pool's budget of K/V bytes, in KiB (6144)");
+  options.Number("block-slots", &config->block_slots,
+                 "positions per block of the global layers (layout's default)");
+  options.Number("lookahead", &config->lookahead,
+                 "steps of growth of the running requests an admission must\n"
+                 "leave room for (16); at least 1",
+                 1);
+  options.Number("threads", &config->threads, "attention threads (1)", 1);
+  options.Number("split-positions", &config->split_positions,
+                 "KV split length of decode calls (128)");
+  options.Number("window", &config->model.window, "sliding layers' window (64)", 1);
+  options.Number("seed", &config->model.seed, "weights, requests and arrivals (1)");
+  options.Text("csv", "FILE", &config->csv,
+               "write memory in use, running and waiting requests per step");
+  if (!options.Parse(argc, argv, help)) return false;
+  if (*help) return true;
+  if (config->min_prompt > config->max_prompt) {
+    return options.Refuse("--min-prompt=" + std::to_string(config->min_prompt) +
+                          " is above --max-prompt=" + std::to_string(config->max_prompt));
+  }
+  if (config->min_generate > config->max_generate) {
+    return options.Refuse("--min-generate=" + std::to_string(config->min_generate) +
+                          " is above --max-generate=" + std::to_string(config->max_generate));
   }
   return true;
 }
@@ -1017,10 +951,7 @@ int main(int argc, char** argv) {
   serve::Config config;
   bool help = false;
   if (!serve::ParseArgs(argc, argv, &config, &help)) return 2;
-  if (help) {
-    serve::PrintUsage();
-    return 0;
-  }
+  if (help) return 0;
   return config.backend == "tiled" ? serve::Run<mini_engine::Tiled>(config)
                                    : serve::Run<kvring::FlashLayout>(config);
 }
