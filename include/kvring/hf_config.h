@@ -66,7 +66,9 @@ struct Spans {
   uint64_t chunk = 0;
 };
 
-inline Spans ReadSpans(const Scope& scope, const Kinds& kinds, bool qwen_sliding,
+// `qwen_window`: for a family of PatternRule::kMaxWindowLayers, its sliding_window, set
+// exactly when use_sliding_window is true (the caller refuses a null one before this).
+inline Spans ReadSpans(const Scope& scope, const Kinds& kinds,
                        const std::optional<uint64_t>& qwen_window) {
   const Family& family = scope.family();
   Spans spans;
@@ -77,7 +79,7 @@ inline Spans ReadSpans(const Scope& scope, const Kinds& kinds, bool qwen_sliding
         scope.Fail(layer_key,
                    "is sliding_attention, but " + scope.ClassName() + " has no sliding_window");
       } else if (family.pattern == PatternRule::kMaxWindowLayers) {
-        if (!qwen_sliding || !qwen_window) {
+        if (!qwen_window) {
           scope.Fail(layer_key, "is sliding_attention, but use_sliding_window is false, so " +
                                     scope.ClassName() + " drops sliding_window");
         } else {
@@ -195,7 +197,7 @@ inline void Interpret(const Scope& scope, HfModel* model) {
     kinds = DeriveKinds(scope, num_layers, qwen_sliding);
   }
   if (scope.Failed()) return;
-  const Spans spans = ReadSpans(scope, kinds, qwen_sliding, qwen_window);
+  const Spans spans = ReadSpans(scope, kinds, qwen_window);
   const LayerSpec shape = ReadShape(scope, num_heads);
   if (scope.Failed()) return;
   for (LayerType type : kinds.types) {

@@ -187,9 +187,7 @@ struct KVView {
   bool Paged() const { return blocks != nullptr; }
   // Returns the block of the store that holds the tile of `pos` (0 unless paged). `pos` may
   // lie before first_pos inside the first held tile.
-  uint64_t BlockOf(uint64_t pos) const {
-    return blocks != nullptr ? blocks[BlockIndexOf(pos, NumSlots())] : 0;
-  }
+  uint64_t BlockOf(uint64_t pos) const { return BlockOfPos(blocks, pos, NumSlots()); }
   // Elements (and scales) between the starts of consecutive blocks of a paged store.
   uint64_t KBlockStride() const { return layout.K().RequiredSpanSize(); }
   uint64_t VBlockStride() const { return layout.V().RequiredSpanSize(); }

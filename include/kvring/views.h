@@ -64,8 +64,7 @@ class TileAddresser {
   // before the view's first position) lives.
   TileOffsets operator()(uint64_t tile_pos) const {
     const uint64_t slot = SlotOfPos(tile_pos, shape_.num_slots);
-    const uint64_t block =
-        blocks_ != nullptr ? blocks_[BlockIndexOf(tile_pos, shape_.num_slots)] : 0;
+    const uint64_t block = BlockOfPos(blocks_, tile_pos, shape_.num_slots);
     TileOffsets at;
     at.k = block * k_block_ + k_(slot, kv_head_, 0);
     at.v = block * v_block_ + v_(slot, kv_head_, 0);

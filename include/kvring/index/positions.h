@@ -16,6 +16,12 @@ constexpr uint64_t SlotOfPos(uint64_t pos, uint64_t num_slots) { return pos % nu
 // Returns the entry of a block table whose block holds `pos` (blocks of `block_slots`).
 constexpr uint64_t BlockIndexOf(uint64_t pos, uint64_t block_slots) { return pos / block_slots; }
 
+// Returns the block that holds `pos` in the block table `blocks` (blocks of `block_slots`), or
+// 0 for storage that is not paged (`blocks` null: one run of slots).
+inline uint64_t BlockOfPos(const uint32_t* blocks, uint64_t pos, uint64_t block_slots) {
+  return blocks != nullptr ? blocks[BlockIndexOf(pos, block_slots)] : 0;
+}
+
 // Returns the blocks of `block_slots` that hold positions [0, positions).
 constexpr uint64_t BlocksFor(uint64_t positions, uint64_t block_slots) {
   return positions / block_slots + (positions % block_slots != 0);

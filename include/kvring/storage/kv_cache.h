@@ -310,13 +310,17 @@ class KVCache {
     return true;
   }
 
-  // Calls fn with the RingKV or GlobalKV of owning layer `layer`.
+  // Calls fn with the RingKV or GlobalKV of owning layer `layer` of `self` (const or not).
+  template <class Self, typename Fn>
+  static decltype(auto) VisitIn(Self& self, size_t layer, Fn&& fn) {
+    const detail::LayerEntry& entry = self.table_.Entry(layer);
+    KVRING_DASSERT(entry.owner == layer);
+    return entry.residence == detail::Residence::kFlat ? fn(self.globals_[entry.storage])
+                                                       : fn(self.rings_[entry.storage]);
+  }
   template <typename Fn>
   decltype(auto) Visit(size_t layer, Fn&& fn) const {
-    const detail::LayerEntry& entry = table_.Entry(layer);
-    KVRING_DASSERT(entry.owner == layer);
-    return entry.residence == detail::Residence::kFlat ? fn(globals_[entry.storage])
-                                                       : fn(rings_[entry.storage]);
+    return VisitIn(*this, layer, std::forward<Fn>(fn));
   }
 
   // The one read behind ReadRow, ReadRowInt8 and ReadRowF32.
@@ -332,14 +336,20 @@ class KVCache {
                             [this](size_t layer) { return StorageOf(layer).Index().EndPos(); });
   }
 
-  // Returns the storage of owning layer `layer`.
+  // Returns the storage of owning layer `layer` (const as the cache is).
   const detail::LayerStorage<Layout>& StorageOf(size_t layer) const {
-    return Visit(layer, [](const auto& kv) -> const detail::LayerStorage<Layout>& {
-      return static_cast<const detail::OwnedLayerKV<Layout>&>(kv).storage_;
-    });
+    return VisitIn(
+        *this, layer, [](const auto& kv) -> const auto& { return OwnedStorage(kv); });
   }
   detail::LayerStorage<Layout>& StorageOf(size_t layer) {
-    return const_cast<detail::LayerStorage<Layout>&>(std::as_const(*this).StorageOf(layer));
+    return VisitIn(
+        *this, layer, [](auto& kv) -> auto& { return OwnedStorage(kv); });
+  }
+  static const detail::LayerStorage<Layout>& OwnedStorage(const detail::OwnedLayerKV<Layout>& kv) {
+    return kv.storage_;
+  }
+  static detail::LayerStorage<Layout>& OwnedStorage(detail::OwnedLayerKV<Layout>& kv) {
+    return kv.storage_;
   }
 
   template <typename T>
