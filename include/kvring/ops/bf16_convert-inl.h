@@ -1,15 +1,15 @@
-// kvring/ops/append-inl.h: vectorised f32 -> BF16 conversion with round to nearest even (NaN
-// stays NaN), bit-identical to kvring::BF16FromF32, for engines that write K/V (or read BF16
-// attention output) from f32 rows. Highway per-target code: include it after hwy/highway.h's
+// kvring/ops/bf16_convert-inl.h: vectorised f32 -> BF16 conversion with round to nearest even
+// (NaN stays NaN), bit-identical to kvring::BF16FromF32, for engines that write K/V (or read
+// BF16 attention output) from f32 rows. Highway per-target code: include it after hwy/highway.h's
 // foreach_target.h in a dispatch unit, or include and call it (static dispatch).
 // Highway 1.0.3's DemoteTo(bf16 <- f32) truncates, hence the integer rounding here.
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
-#if defined(KVRING_OPS_APPEND_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KVRING_OPS_APPEND_INL_H_
-#undef KVRING_OPS_APPEND_INL_H_
+#if defined(KVRING_OPS_BF16_CONVERT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVRING_OPS_BF16_CONVERT_INL_H_
+#undef KVRING_OPS_BF16_CONVERT_INL_H_
 #else
-#define KVRING_OPS_APPEND_INL_H_
+#define KVRING_OPS_BF16_CONVERT_INL_H_
 #endif
 
 #include <cstddef>
@@ -84,4 +84,4 @@ static HWY_INLINE HWY_MAYBE_UNUSED void RoundToBF16InPlace(float* HWY_RESTRICT x
 }  // namespace kvring
 HWY_AFTER_NAMESPACE();
 
-#endif  // KVRING_OPS_APPEND_INL_H_
+#endif  // KVRING_OPS_BF16_CONVERT_INL_H_
