@@ -97,13 +97,16 @@ TEST(TiledLayout, KIsTilesOfDimByRow) {
 }
 
 // Every path of the K transposition (detail/transpose.h): AVX2 whole tiles and 32-token
-// streams, AVX2 16 x 16 blocks, 8 x 8 blocks (SSE2 or plain C++) and the scalar edges, the
-// AVX2 ones turned off by the test hook, against the element-by-element rule, for f32 and
-// BF16 rows of many shapes, strides and destination offsets.
+// streams, AVX2 16 x 16 blocks, 8 x 8 blocks (SSE2, and the plain C++ of other
+// architectures) and the scalar edges, each turned on or off by the test hooks, against the
+// element-by-element rule, for f32 and BF16 rows of many shapes, strides and destination
+// offsets.
 template <typename T>
 void CheckTransposePaths() {
-  for (bool avx2 : {true, false}) {
+  for (int path = 0; path < 3; ++path) {
+    const bool avx2 = path == 0, sse2 = path != 2;
     detail::TransposeAvx2Allowed() = avx2;
+    detail::TransposeSse2Allowed() = sse2;
     for (uint64_t tokens : {1u, 7u, 8u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 100u}) {
       for (uint64_t dims : {16u, 24u, 64u, 72u}) {
         for (uint64_t dst_stride : {16u, 32u, 128u, 160u}) {
@@ -133,8 +136,9 @@ void CheckTransposePaths() {
                 for (uint64_t t = 0; t < written; ++t) {
                   ASSERT_EQ(dst[d * dst_stride + t].bits,
                             detail::ToBF16(src[t * src_stride + d]).bits)
-                      << "avx2 " << avx2 << " tokens " << written << " dims " << dims << " stride "
-                      << dst_stride << " stream " << stream << " offset " << offset;
+                      << "avx2 " << avx2 << " sse2 " << sse2 << " tokens " << written << " dims "
+                      << dims << " stride " << dst_stride << " stream " << stream << " offset "
+                      << offset;
                 }
               }
             }
@@ -144,11 +148,37 @@ void CheckTransposePaths() {
     }
   }
   detail::TransposeAvx2Allowed() = true;
+  detail::TransposeSse2Allowed() = true;
 }
 
 TEST(Transpose, EveryPathWritesEveryElementOfF32AndBF16Rows) {
   CheckTransposePaths<float>();
   CheckTransposePaths<BF16>();
+}
+
+TEST(Transpose, BothPathsOfTheBlocksMoveEveryElement) {
+  // The 8 x 8 (16-bit) and 16 x 16 (8-bit) blocks, SSE2 and plain C++, with strides past the
+  // block (a row of K in a layout), against the element-by-element rule.
+  for (bool sse2 : {true, false}) {
+    detail::TransposeSse2Allowed() = sse2;
+    std::vector<uint16_t> src16(8 * 40), dst16(8 * 24, 0);
+    for (size_t i = 0; i < src16.size(); ++i) src16[i] = static_cast<uint16_t>(i * 2654435761u);
+    detail::Transpose8x8(src16.data(), 40, dst16.data(), 24);
+    std::vector<uint8_t> src8(16 * 48), dst8(16 * 32, 0);
+    for (size_t i = 0; i < src8.size(); ++i) src8[i] = static_cast<uint8_t>(i * 40503u >> 3);
+    detail::Transpose16x16Bytes(src8.data(), 48, dst8.data(), 32);
+    for (uint64_t d = 0; d < 16; ++d) {
+      for (uint64_t t = 0; t < 16; ++t) {
+        if (d < 8 && t < 8) {
+          ASSERT_EQ(dst16[d * 24 + t], src16[t * 40 + d]) << "sse2 " << sse2;
+        }
+        ASSERT_EQ(dst8[d * 32 + t], src8[t * 48 + d]) << "sse2 " << sse2;
+      }
+      // Past the block, nothing is written.
+      for (uint64_t t = 16; t < 32; ++t) ASSERT_EQ(dst8[d * 32 + t], 0) << "sse2 " << sse2;
+    }
+  }
+  detail::TransposeSse2Allowed() = true;
 }
 
 }  // namespace

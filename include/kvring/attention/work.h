@@ -26,9 +26,9 @@ inline constexpr uint64_t RoundUp16(uint64_t n) { return (n + 15) / 16 * 16; }
 // The most rows of one register block of the kernels (their TileShape never exceeds it).
 inline constexpr uint64_t kMaxRegisterRows = 8;
 
-// Where one thread's scratch holds what an item needs: offsets in floats from a 64-byte
-// aligned start (the kernels align the scratch they are given; ScratchFloats() adds the 16
-// floats that may take). The one layout the kernels and ScratchFloats() share.
+// Where one thread's scratch holds what an item or a merge needs: offsets in floats from a
+// 64-byte aligned start (the kernels align the scratch they are given; ScratchFloats() adds
+// the 16 floats that may take). The one layout the kernels and ScratchFloats() share.
 struct ItemScratchLayout {
   uint64_t q_stride = 0;       // floats of one row's scaled query: head_dim, padded to 16
   uint64_t acc_stride = 0;     // floats of one row's accumulators: v_head_dim, padded to 16
@@ -39,7 +39,12 @@ struct ItemScratchLayout {
   uint64_t acc_rows = 0;       // per row, its accumulators
   uint64_t k_scale_lanes = 0;  // an int8 tile's K scales in the scores' lane order
   uint64_t latent = 0;         // a latent view's values of two tiles ([slot][dim] BF16/int8)
-  uint64_t end = 0;            // floats used
+  uint64_t end = 0;            // floats an item uses
+  // A merge (run after the items, in the same scratch): one row's combined accumulators and
+  // its output before a BF16 conversion.
+  uint64_t merge_acc = 0;
+  uint64_t merge_out = 0;
+  uint64_t merge_end = 0;  // floats a merge uses
 
   // Returns the layout for tiles of `tile_slots` positions and items of up to `max_rows`
   // rows; `latent`: the view has no V stream (its values are transposed from K).
@@ -63,6 +68,10 @@ struct ItemScratchLayout {
     // Two tiles x tile_slots slots x acc_stride BF16 (or int8): tile_slots x acc_stride floats.
     layout.latent = take(latent ? tile_slots * layout.acc_stride : 0);
     layout.end = at;
+    at = 0;
+    layout.merge_acc = take(layout.acc_stride);
+    layout.merge_out = take(layout.acc_stride);
+    layout.merge_end = at;
     return layout;
   }
 };
@@ -196,9 +205,9 @@ class AttentionWork {
   // Returns the floats of scratch one thread needs to run items and merges (any alignment:
   // the kernels align it to 64 bytes themselves).
   uint64_t ScratchFloats() const {
-    const uint64_t item = 16 + ScratchLayout().end;  // + the alignment the kernels take
-    const uint64_t merge = 16 + 2 * detail::RoundUp16(v_head_dim_);
-    return item > merge ? item : merge;
+    const ItemScratchLayout layout = ScratchLayout();
+    // + the alignment the kernels take.
+    return 16 + (layout.end > layout.merge_end ? layout.end : layout.merge_end);
   }
   // Returns where an item's scratch holds what (ItemScratchLayout).
   ItemScratchLayout ScratchLayout() const {

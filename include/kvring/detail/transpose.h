@@ -47,10 +47,28 @@ inline void StoreFence() {
 #endif
 }
 
+// Whether the SSE2 blocks (Transpose8x8, Transpose16x16Bytes) run where the compiler offers
+// SSE2: tests turn it off to run their plain C++ blocks, the path of every other
+// architecture, on an x86 machine. Not thread-safe to change.
+inline bool& TransposeSse2Allowed() {
+  static bool allowed = true;
+  return allowed;
+}
+
+// Writes dst[d * dst_stride + t] = src[t * src_stride + d] for t, d < kN: the plain C++ block
+// behind every SIMD one.
+template <uint64_t kN, typename E>
+inline void TransposeBlockPlain(const E* src, uint64_t src_stride, E* dst, uint64_t dst_stride) {
+  for (uint64_t d = 0; d < kN; ++d) {
+    for (uint64_t t = 0; t < kN; ++t) dst[d * dst_stride + t] = src[t * src_stride + d];
+  }
+}
+
 // Writes dst[d * dst_stride + t] = src[t * src_stride + d] for t, d < 8 (uint16_t elements).
 inline void Transpose8x8(const uint16_t* src, uint64_t src_stride, uint16_t* dst,
                          uint64_t dst_stride) {
 #if defined(__SSE2__)
+  if (!TransposeSse2Allowed()) return TransposeBlockPlain<8>(src, src_stride, dst, dst_stride);
   __m128i r[8];
   for (uint64_t t = 0; t < 8; ++t) {
     r[t] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + t * src_stride));
@@ -75,9 +93,7 @@ inline void Transpose8x8(const uint16_t* src, uint64_t src_stride, uint16_t* dst
                      _mm_unpackhi_epi64(b[i], b[i + 4]));
   }
 #else
-  for (uint64_t d = 0; d < 8; ++d) {
-    for (uint64_t t = 0; t < 8; ++t) dst[d * dst_stride + t] = src[t * src_stride + d];
-  }
+  TransposeBlockPlain<8>(src, src_stride, dst, dst_stride);
 #endif
 }
 
@@ -85,6 +101,7 @@ inline void Transpose8x8(const uint16_t* src, uint64_t src_stride, uint16_t* dst
 inline void Transpose16x16Bytes(const uint8_t* src, uint64_t src_stride, uint8_t* dst,
                                 uint64_t dst_stride) {
 #if defined(__SSE2__)
+  if (!TransposeSse2Allowed()) return TransposeBlockPlain<16>(src, src_stride, dst, dst_stride);
   __m128i a[16], b[16];
   for (uint64_t t = 0; t < 16; ++t) {
     a[t] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + t * src_stride));
@@ -103,9 +120,7 @@ inline void Transpose16x16Bytes(const uint8_t* src, uint64_t src_stride, uint8_t
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + d * dst_stride), a[d]);
   }
 #else
-  for (uint64_t d = 0; d < 16; ++d) {
-    for (uint64_t t = 0; t < 16; ++t) dst[d * dst_stride + t] = src[t * src_stride + d];
-  }
+  TransposeBlockPlain<16>(src, src_stride, dst, dst_stride);
 #endif
 }
 

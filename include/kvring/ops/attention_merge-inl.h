@@ -39,8 +39,11 @@ HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptio
   const size_t v_head_dim = work.VHeadDim();
   const size_t num_rows = size_t{item.num_queries} * group;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  float* acc = attention_internal::Align64(scratch);
-  float* tmp = acc + (v_head_dim + 15) / 16 * 16;
+  const ItemScratchLayout layout = work.ScratchLayout();
+  float* base = attention_internal::Align64(scratch);
+  KVRING_DASSERT(static_cast<uint64_t>(base - scratch) + layout.merge_end <= work.ScratchFloats());
+  float* acc = base + layout.merge_acc;
+  float* tmp = base + layout.merge_out;
   for (size_t row = 0; row < num_rows; ++row) {
     float m = neg_inf;
     for (uint32_t split = 0; split < work.NumSplits(); ++split) {
