@@ -5,12 +5,15 @@
 #ifndef KVRING_EXAMPLES_MINI_ENGINE_OPTIONS_H_
 #define KVRING_EXAMPLES_MINI_ENGINE_OPTIONS_H_
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,21 +33,15 @@ class Options {
     options_.push_back(std::move(option));
   }
 
-  // --name=N: a decimal number in [min, max].
-  void Number(const char* name, uint64_t* field, const char* help, uint64_t min = 0,
-              uint64_t max = std::numeric_limits<uint64_t>::max()) {
+  // --name=N: a decimal number in [min, max] (max: at most what the field holds).
+  template <typename Field>
+  void Number(const char* name, Field* field, const char* help, uint64_t min = 0,
+              uint64_t max = std::numeric_limits<Field>::max()) {
+    static_assert(std::is_unsigned<Field>::value, "a number option sets an unsigned field");
     Option option = Make(name, help);
-    option.number = field;
+    option.set_number = [field](uint64_t value) { *field = static_cast<Field>(value); };
     option.min = min;
-    option.max = max;
-    options_.push_back(std::move(option));
-  }
-  void Number(const char* name, uint32_t* field, const char* help, uint32_t min = 0,
-              uint32_t max = std::numeric_limits<uint32_t>::max()) {
-    Option option = Make(name, help);
-    option.number32 = field;
-    option.min = min;
-    option.max = max;
+    option.max = std::min<uint64_t>(max, std::numeric_limits<Field>::max());
     options_.push_back(std::move(option));
   }
 
@@ -111,10 +108,9 @@ class Options {
     std::string name;
     std::string help;
     std::string value_name = "N";
-    std::vector<std::string> choices;  // a choice's values
-    std::string* text = nullptr;       // a choice or a text
-    uint64_t* number = nullptr;
-    uint32_t* number32 = nullptr;
+    std::vector<std::string> choices;          // a choice's values
+    std::string* text = nullptr;               // a choice or a text
+    std::function<void(uint64_t)> set_number;  // a number: sets the field (<= max)
     uint64_t min = 0;
     uint64_t max = 0;
   };
@@ -163,11 +159,7 @@ class Options {
     if (parsed > option.max) {
       return Refuse(given + " is above its maximum, " + std::to_string(option.max));
     }
-    if (option.number != nullptr) {
-      *option.number = parsed;
-    } else {
-      *option.number32 = static_cast<uint32_t>(parsed);  // <= max, which fits
-    }
+    option.set_number(parsed);
     return true;
   }
 
