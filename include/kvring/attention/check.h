@@ -15,19 +15,12 @@
 
 namespace kvring {
 
-// Returns kOk when attending `batch` over `kv` with `options` is well defined, else a
-// kStaleView (a view whose storage changed since it was taken: KVView::stamp), a
-// kBadArgument (shapes, head ratio, dims, pointers, strides, options) or kNotLive (a query
-// whose K/V the view does not hold, or whose visible positions it no longer holds) whose
-// message names the field and the values. O(1); every attention entry point calls it first
-// and changes nothing when it refuses. Does not allocate.
+namespace detail {
+
+// The view's streams for its format: their pointers set (k, and int8's scales), V's both or
+// neither.
 template <typename Layout>
-Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
-                      const AttentionOptions& options) {
-  const Result current = kv.stamp.Check();
-  if (!current.ok()) return current;
-  const KVShape& shape = kv.layout.Shape();
-  const uint64_t head_dim = shape.head_dim;
+Result CheckViewStreams(const KVView<Layout>& kv) {
   if (kv.format == Format::kInt8) {
     if (kv.k_int8 == nullptr || kv.k_scales == nullptr) {
       return Result::Refused(Status::kBadArgument,
@@ -48,6 +41,16 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
   } else if (kv.k == nullptr) {
     return Result::Refused(Status::kBadArgument, "view.k: is null");
   }
+  return Result();
+}
+
+// The view's shape (kv_heads, head dims the kernels serve, V or a latent view's values, tiles
+// of slots, the range it holds); sets *v_head_dim to the values' dims.
+template <typename Layout>
+Result CheckViewShape(const KVView<Layout>& kv, const AttentionOptions& options,
+                      uint64_t* v_head_dim) {
+  const KVShape& shape = kv.layout.Shape();
+  const uint64_t head_dim = shape.head_dim;
   if (shape.num_kv_heads == 0) {
     return Result::Refused(Status::kBadArgument, "view: has 0 kv_heads");
   }
@@ -58,19 +61,19 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                            head_dim, kAttentionDimMultiple, kAttentionDimMultiple,
                            kMaxAttentionHeadDim);
   }
-  uint64_t v_head_dim = shape.v_head_dim;
+  *v_head_dim = shape.v_head_dim;
   if (!kv.HasV()) {
     if (shape.v_head_dim != 0) {
       return Result::Refused(Status::kBadArgument,
                              "view.v: is null, but the view's v_head_dim is %llu",
                              shape.v_head_dim);
     }
-    v_head_dim = options.latent_v_dims;
-    if (!IsAttentionDim(v_head_dim) || v_head_dim > head_dim) {
+    *v_head_dim = options.latent_v_dims;
+    if (!IsAttentionDim(*v_head_dim) || *v_head_dim > head_dim) {
       return Result::Refused(Status::kBadArgument,
                              "options.latent_v_dims: %llu is not a multiple of %llu from %llu "
                              "to the head_dim %llu (a view without V reads its values from K)",
-                             v_head_dim, kAttentionDimMultiple, kAttentionDimMultiple, head_dim);
+                             *v_head_dim, kAttentionDimMultiple, kAttentionDimMultiple, head_dim);
     }
   } else {
     if (options.latent_v_dims != 0) {
@@ -78,10 +81,10 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                              "options.latent_v_dims: %llu must be 0 for a view with V",
                              options.latent_v_dims);
     }
-    if (!IsAttentionDim(v_head_dim)) {
+    if (!IsAttentionDim(*v_head_dim)) {
       return Result::Refused(
           Status::kBadArgument, "view v_head_dim: %llu is not a multiple of %llu from %llu to %llu",
-          v_head_dim, kAttentionDimMultiple, kAttentionDimMultiple, kMaxAttentionHeadDim);
+          *v_head_dim, kAttentionDimMultiple, kAttentionDimMultiple, kMaxAttentionHeadDim);
     }
   }
   if (kv.NumSlots() == 0 || kv.NumSlots() % Layout::kTileSlots != 0) {
@@ -95,6 +98,11 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                            "view: holds [%llu, %llu), more than its %llu slots", kv.first_pos,
                            kv.end_pos, kv.NumSlots());
   }
+  return Result();
+}
+
+// The options' values: finite soft cap and scale, a Products.
+inline Result CheckAttentionOptions(const AttentionOptions& options) {
   if (!(options.soft_cap >= 0.0f) || !std::isfinite(options.soft_cap) ||
       !std::isfinite(options.scale)) {
     return Result::Refused(Status::kBadArgument,
@@ -105,6 +113,15 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                            "options.products: %llu is neither Products::kF32 (0) nor kBF16 (1)",
                            static_cast<uint64_t>(options.products));
   }
+  return Result();
+}
+
+// The batch against the view's shape: q heads per kv_head, head dim, one query and one
+// output pointer, strides of at least a row; then its queries against the positions held.
+template <typename Layout>
+Result CheckBatch(const KVView<Layout>& kv, const AttentionBatch& batch, uint64_t v_head_dim) {
+  const KVShape& shape = kv.layout.Shape();
+  const uint64_t head_dim = shape.head_dim;
   if (batch.num_q_heads == 0 || batch.num_q_heads % shape.num_kv_heads != 0) {
     return Result::Refused(Status::kBadArgument,
                            "batch.num_q_heads: %llu is not a positive multiple of the view's "
@@ -156,6 +173,29 @@ Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
                            batch.first_q_pos, first_visible, kv.first_pos, kv.end_pos);
   }
   return Result();
+}
+
+}  // namespace detail
+
+// Returns kOk when attending `batch` over `kv` with `options` is well defined, else a
+// kStaleView (a view whose storage changed since it was taken: KVView::stamp), a
+// kBadArgument (shapes, head ratio, dims, pointers, strides, options) or kNotLive (a query
+// whose K/V the view does not hold, or whose visible positions it no longer holds) whose
+// message names the field and the values. O(1); every attention entry point calls it first
+// and changes nothing when it refuses. Does not allocate.
+template <typename Layout>
+Result CheckAttention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                      const AttentionOptions& options) {
+  const Result current = kv.stamp.Check();
+  if (!current.ok()) return current;
+  const Result streams = detail::CheckViewStreams(kv);
+  if (!streams.ok()) return streams;
+  uint64_t v_head_dim = 0;
+  const Result view = detail::CheckViewShape(kv, options, &v_head_dim);
+  if (!view.ok()) return view;
+  const Result set = detail::CheckAttentionOptions(options);
+  if (!set.ok()) return set;
+  return detail::CheckBatch(kv, batch, v_head_dim);
 }
 
 }  // namespace kvring

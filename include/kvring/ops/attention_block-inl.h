@@ -29,6 +29,30 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace attention_internal {
 
+// Which rows of a register block see the tile at `tile_pos`, and which of its offsets each
+// sees: [lo_off[r], hi_off[r]] (rows past num_real, the block's padding, see none).
+template <size_t kRows, uint64_t kTile>
+struct TileRows {
+  int32_t lo_off[kRows], hi_off[kRows];
+  bool active[kRows];
+  bool all_full = true;  // every real row sees the whole tile
+  bool any_active = false;
+
+  HWY_INLINE TileRows(const Row* rows, size_t num_real, uint64_t tile_pos) {
+    for (size_t r = 0; r < kRows; ++r) {
+      const uint64_t lo = rows[r].lo > tile_pos ? rows[r].lo : tile_pos;
+      const uint64_t hi = rows[r].hi < tile_pos + kTile ? rows[r].hi : tile_pos + kTile;
+      active[r] = r < num_real && lo < hi;
+      lo_off[r] = active[r] ? static_cast<int32_t>(lo - tile_pos) : 0;
+      hi_off[r] = active[r] ? static_cast<int32_t>(hi - 1 - tile_pos) : -1;
+      if (r < num_real) {
+        any_active |= active[r];
+        all_full &= active[r] && lo_off[r] == 0 && hi_off[r] == static_cast<int32_t>(kTile) - 1;
+      }
+    }
+  }
+};
+
 // Scores, softmax and V accumulation of one register block of kRows rows over one tile.
 // `rows` has kRows entries; entries past num_real are padding (they repeat a real row's
 // query and write to a scratch accumulator nobody reads). `scored`: `scores` already holds
@@ -46,29 +70,18 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
                           float soft_cap, const int32_t* lane_offsets,
                           const int32_t* index_of_offset, float* HWY_RESTRICT scores,
                           bool scored = false) {
+  const TileRows<kRows, kTile> seen(rows, num_real, tile_pos);
+  if (!seen.any_active) return;
   const float* q[kRows];
   const float* p[kRows];
   float* acc[kRows];
   float correction[kRows];
-  int32_t lo_off[kRows], hi_off[kRows];
-  bool active[kRows];
-  bool all_full = true, any_active = false;
   for (size_t r = 0; r < kRows; ++r) {
     q[r] = rows[r].q;
     p[r] = scores + r * kTile;
     acc[r] = rows[r].acc;
     correction[r] = 0.0f;
-    const uint64_t lo = rows[r].lo > tile_pos ? rows[r].lo : tile_pos;
-    const uint64_t hi = rows[r].hi < tile_pos + kTile ? rows[r].hi : tile_pos + kTile;
-    active[r] = r < num_real && lo < hi;
-    lo_off[r] = active[r] ? static_cast<int32_t>(lo - tile_pos) : 0;
-    hi_off[r] = active[r] ? static_cast<int32_t>(hi - 1 - tile_pos) : -1;
-    if (r < num_real) {
-      any_active |= active[r];
-      all_full &= active[r] && lo_off[r] == 0 && hi_off[r] == static_cast<int32_t>(kTile) - 1;
-    }
   }
-  if (!any_active) return;
   if (!scored) {
 #if HWY_TARGET == HWY_AVX3_DL
     if constexpr (kNative) {
@@ -82,12 +95,10 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
 #endif
   }
   for (size_t r = 0; r < num_real; ++r) {
-    if (active[r]) ElementKernel<T>::template ScaleScores<kTile>(scores + r * kTile, k_scale_lanes);
-  }
-  for (size_t r = 0; r < num_real; ++r) {
-    if (!active[r]) continue;
-    correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, lo_off[r], hi_off[r],
-                                      soft_cap, rows[r]);
+    if (!seen.active[r]) continue;
+    ElementKernel<T>::template ScaleScores<kTile>(scores + r * kTile, k_scale_lanes);
+    correction[r] = SoftmaxRow<kTile>(scores + r * kTile, lane_offsets, seen.lo_off[r],
+                                      seen.hi_off[r], soft_cap, rows[r]);
     // The BF16-product mode's V pass weighs positions by BF16 probabilities (the sum above
     // took the f32 ones).
 #if HWY_TARGET == HWY_AVX3_DL
@@ -102,20 +113,20 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
   }
 #if HWY_TARGET == HWY_AVX3_DL
   if constexpr (kNative) {
-    if (all_full) {
+    if (seen.all_full) {
       AccumulateTileNative<kRows, false, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, p, acc,
                                                 correction, 0, 0);
       return;
     }
     for (size_t r = 0; r < num_real; ++r) {
-      if (!active[r]) continue;
+      if (!seen.active[r]) continue;
       AccumulateTileNative<1, true, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, &p[r], &acc[r],
-                                           &correction[r], lo_off[r], hi_off[r]);
+                                           &correction[r], seen.lo_off[r], seen.hi_off[r]);
     }
     return;
   }
 #endif
-  if (all_full) {
+  if (seen.all_full) {
     AccumulateTile<kRows, false, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p,
                                         index_of_offset, acc, correction, 0, 0);
     return;
@@ -123,9 +134,10 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
   // A partly visible tile: each row reads only the V rows it sees, so that an invisible slot
   // never enters its accumulator (the order over the visible ones is the full path's).
   for (size_t r = 0; r < num_real; ++r) {
-    if (!active[r]) continue;
+    if (!seen.active[r]) continue;
     AccumulateTile<1, true, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, &p[r],
-                                   index_of_offset, &acc[r], &correction[r], lo_off[r], hi_off[r]);
+                                   index_of_offset, &acc[r], &correction[r], seen.lo_off[r],
+                                   seen.hi_off[r]);
   }
 }
 

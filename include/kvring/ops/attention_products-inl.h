@@ -34,8 +34,8 @@
 #include "kvring/bf16.h"
 
 // After highway.h: per-target helpers this file uses.
-#include "kvring/ops/bf16_convert-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
+#include "kvring/ops/bf16_convert-inl.h"
 
 #if HWY_TARGET == HWY_AVX3_DL
 #include <immintrin.h>
@@ -119,6 +119,98 @@ constexpr bool kNativeTile = kTile % 32 == 0 || kTile == 16;
 static HWY_INLINE HWY_MAYBE_UNUSED __m512bh AsBH(__m512i v) { return (__m512bh)v; }
 static HWY_INLINE HWY_MAYBE_UNUSED __m256bh AsBH(__m256i v) { return (__m256bh)v; }
 
+// TileScoresNative of a 16-slot tile (TiledLayout<16>: dims dim_stride == 16 apart).
+template <size_t kRows>
+static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void TileScoresNative16(
+    const float* const* q, const BF16* k_tile, size_t /*dim_stride*/, size_t head_dim,
+    const BF16* v_now, const PrefetchShape& ps, float* scores) {
+  const uint16_t* k = reinterpret_cast<const uint16_t*>(k_tile);
+  const size_t pairs = head_dim / 2;
+  // Dims d and d + 1 of a 16-slot tile fill one vector: slot s of dim d at s, of d + 1 at
+  // 16 + s. Lane j < 8 takes even slot 2j, lane 8 + j odd slot 2j + 1 (TileShape<16>).
+  // (Element 2L of the permutation takes slot s of dim d, element 2L + 1 slot s of d + 1.)
+  alignas(64) static constexpr uint16_t kIndex[32] = {0,  16, 2,  18, 4,  20, 6,  22, 8,  24, 10,
+                                                      26, 12, 28, 14, 30, 1,  17, 3,  19, 5,  21,
+                                                      7,  23, 9,  25, 11, 27, 13, 29, 15, 31};
+  const __m512i perm = _mm512_load_si512(kIndex);
+  constexpr size_t kAtOnce = AtOnce(kRows);
+  for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
+    __m512 acc[kAtOnce][kRows];
+    for (size_t s = 0; s < kAtOnce; ++s) {
+      for (size_t r = 0; r < kRows; ++r) acc[s][r] = _mm512_setzero_ps();
+    }
+    for (size_t pair0 = 0; pair0 < pairs; pair0 += kDimSplit) {
+      for (size_t s = 0; s < kAtOnce; ++s) {
+        const size_t pair = pair0 + s0 + s;
+        PrefetchV(v_now, 2 * pair, ps);
+        PrefetchV(v_now, 2 * pair + 1, ps);
+        const __m512i kv = _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(k + pair * 32));
+        for (size_t r = 0; r < kRows; ++r) {
+          const __m512i qp = _mm512_castps_si512(_mm512_set1_ps(q[r][pair]));
+          acc[s][r] = _mm512_dpbf16_ps(acc[s][r], AsBH(kv), AsBH(qp));
+        }
+      }
+    }
+    for (size_t r = 0; r < kRows; ++r) {
+      float* out = scores + r * 16;
+      __m512 sum = acc[0][r];
+      if (s0 != 0) sum = _mm512_add_ps(_mm512_loadu_ps(out), sum);
+      for (size_t s = 1; s < kAtOnce; ++s) sum = _mm512_add_ps(sum, acc[s][r]);
+      _mm512_storeu_ps(out, sum);
+    }
+  }
+}
+
+// TileScoresNative of a tile of kTile >= 32 slots (flash, TiledLayout<32> and <64>).
+template <size_t kRows, uint64_t kTile>
+static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void TileScoresNativeWide(
+    const float* const* q, const BF16* k_tile, size_t dim_stride, size_t head_dim,
+    const BF16* v_now, const PrefetchShape& ps, float* scores) {
+  const uint16_t* k = reinterpret_cast<const uint16_t*>(k_tile);
+  const size_t pairs = head_dim / 2;
+  // Each 32 slots of dims d and d + 1 give the even slots' and the odd slots' pairs.
+  constexpr size_t kChunks = static_cast<size_t>(kTile) / 32;
+  constexpr size_t kAtOnce = AtOnce(kRows * 2 * kChunks);
+  for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
+    __m512 acc[kAtOnce][kRows][2 * kChunks];
+    for (size_t s = 0; s < kAtOnce; ++s) {
+      for (size_t r = 0; r < kRows; ++r) {
+        for (size_t i = 0; i < 2 * kChunks; ++i) acc[s][r][i] = _mm512_setzero_ps();
+      }
+    }
+    for (size_t pair0 = 0; pair0 < pairs; pair0 += kDimSplit) {
+      for (size_t s = 0; s < kAtOnce; ++s) {
+        const size_t pair = pair0 + s0 + s;
+        const uint16_t* row = k + 2 * pair * dim_stride;
+        PrefetchV(v_now, 2 * pair, ps);
+        PrefetchV(v_now, 2 * pair + 1, ps);
+        __m512i even[kChunks], odd[kChunks];
+        for (size_t c = 0; c < kChunks; ++c) {
+          const __m512i a = _mm512_loadu_si512(row + 32 * c);
+          const __m512i b = _mm512_loadu_si512(row + dim_stride + 32 * c);
+          KVRING_PAIR_ROWS_512(a, b, even[c], odd[c]);
+        }
+        for (size_t r = 0; r < kRows; ++r) {
+          const __m512i qp = _mm512_castps_si512(_mm512_set1_ps(q[r][pair]));
+          for (size_t c = 0; c < kChunks; ++c) {
+            acc[s][r][2 * c] = _mm512_dpbf16_ps(acc[s][r][2 * c], AsBH(even[c]), AsBH(qp));
+            acc[s][r][2 * c + 1] = _mm512_dpbf16_ps(acc[s][r][2 * c + 1], AsBH(odd[c]), AsBH(qp));
+          }
+        }
+      }
+    }
+    for (size_t r = 0; r < kRows; ++r) {
+      for (size_t i = 0; i < 2 * kChunks; ++i) {
+        float* out = scores + r * kTile + i * 16;
+        __m512 sum = acc[0][r][i];
+        if (s0 != 0) sum = _mm512_add_ps(_mm512_loadu_ps(out), sum);
+        for (size_t s = 1; s < kAtOnce; ++s) sum = _mm512_add_ps(sum, acc[s][r][i]);
+        _mm512_storeu_ps(out, sum);
+      }
+    }
+  }
+}
+
 // TileScores on vdpbf16ps: raw scores of kRows rows for one tile, in the lane order of
 // TileShape. q[r]: the row's BF16 pairs (WriteQueryRow). The dim pairs sum in kDimSplit
 // interleaved partial sums (pair % kDimSplit), each from zero, added in order: a row's bits do
@@ -127,84 +219,10 @@ template <size_t kRows, uint64_t kTile>
 static KVRING_BF16_PRODUCTS_TARGET HWY_NOINLINE void TileScoresNative(
     const float* const* q, const BF16* k_tile, size_t dim_stride, size_t head_dim,
     const BF16* v_now, const PrefetchShape& ps, float* scores) {
-  const uint16_t* k = reinterpret_cast<const uint16_t*>(k_tile);
-  const size_t pairs = head_dim / 2;
   if constexpr (kTile == 16) {
-    // Dims d and d + 1 of a 16-slot tile fill one vector: slot s of dim d at s, of d + 1 at
-    // 16 + s. Lane j < 8 takes even slot 2j, lane 8 + j odd slot 2j + 1 (TileShape<16>).
-    // (Element 2L of the permutation takes slot s of dim d, element 2L + 1 slot s of d + 1.)
-    alignas(64) static constexpr uint16_t kIndex[32] = {0,  16, 2,  18, 4,  20, 6,  22, 8,  24, 10,
-                                                        26, 12, 28, 14, 30, 1,  17, 3,  19, 5,  21,
-                                                        7,  23, 9,  25, 11, 27, 13, 29, 15, 31};
-    const __m512i perm = _mm512_load_si512(kIndex);
-    constexpr size_t kAtOnce = AtOnce(kRows);
-    for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
-      __m512 acc[kAtOnce][kRows];
-      for (size_t s = 0; s < kAtOnce; ++s) {
-        for (size_t r = 0; r < kRows; ++r) acc[s][r] = _mm512_setzero_ps();
-      }
-      for (size_t pair0 = 0; pair0 < pairs; pair0 += kDimSplit) {
-        for (size_t s = 0; s < kAtOnce; ++s) {
-          const size_t pair = pair0 + s0 + s;
-          PrefetchV(v_now, 2 * pair, ps);
-          PrefetchV(v_now, 2 * pair + 1, ps);
-          const __m512i kv = _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(k + pair * 32));
-          for (size_t r = 0; r < kRows; ++r) {
-            const __m512i qp = _mm512_castps_si512(_mm512_set1_ps(q[r][pair]));
-            acc[s][r] = _mm512_dpbf16_ps(acc[s][r], AsBH(kv), AsBH(qp));
-          }
-        }
-      }
-      for (size_t r = 0; r < kRows; ++r) {
-        float* out = scores + r * kTile;
-        __m512 sum = acc[0][r];
-        if (s0 != 0) sum = _mm512_add_ps(_mm512_loadu_ps(out), sum);
-        for (size_t s = 1; s < kAtOnce; ++s) sum = _mm512_add_ps(sum, acc[s][r]);
-        _mm512_storeu_ps(out, sum);
-      }
-    }
+    TileScoresNative16<kRows>(q, k_tile, dim_stride, head_dim, v_now, ps, scores);
   } else {
-    // Each 32 slots of dims d and d + 1 give the even slots' and the odd slots' pairs.
-    constexpr size_t kChunks = static_cast<size_t>(kTile) / 32;
-    constexpr size_t kAtOnce = AtOnce(kRows * 2 * kChunks);
-    for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
-      __m512 acc[kAtOnce][kRows][2 * kChunks];
-      for (size_t s = 0; s < kAtOnce; ++s) {
-        for (size_t r = 0; r < kRows; ++r) {
-          for (size_t i = 0; i < 2 * kChunks; ++i) acc[s][r][i] = _mm512_setzero_ps();
-        }
-      }
-      for (size_t pair0 = 0; pair0 < pairs; pair0 += kDimSplit) {
-        for (size_t s = 0; s < kAtOnce; ++s) {
-          const size_t pair = pair0 + s0 + s;
-          const uint16_t* row = k + 2 * pair * dim_stride;
-          PrefetchV(v_now, 2 * pair, ps);
-          PrefetchV(v_now, 2 * pair + 1, ps);
-          __m512i even[kChunks], odd[kChunks];
-          for (size_t c = 0; c < kChunks; ++c) {
-            const __m512i a = _mm512_loadu_si512(row + 32 * c);
-            const __m512i b = _mm512_loadu_si512(row + dim_stride + 32 * c);
-            KVRING_PAIR_ROWS_512(a, b, even[c], odd[c]);
-          }
-          for (size_t r = 0; r < kRows; ++r) {
-            const __m512i qp = _mm512_castps_si512(_mm512_set1_ps(q[r][pair]));
-            for (size_t c = 0; c < kChunks; ++c) {
-              acc[s][r][2 * c] = _mm512_dpbf16_ps(acc[s][r][2 * c], AsBH(even[c]), AsBH(qp));
-              acc[s][r][2 * c + 1] = _mm512_dpbf16_ps(acc[s][r][2 * c + 1], AsBH(odd[c]), AsBH(qp));
-            }
-          }
-        }
-      }
-      for (size_t r = 0; r < kRows; ++r) {
-        for (size_t i = 0; i < 2 * kChunks; ++i) {
-          float* out = scores + r * kTile + i * 16;
-          __m512 sum = acc[0][r][i];
-          if (s0 != 0) sum = _mm512_add_ps(_mm512_loadu_ps(out), sum);
-          for (size_t s = 1; s < kAtOnce; ++s) sum = _mm512_add_ps(sum, acc[s][r][i]);
-          _mm512_storeu_ps(out, sum);
-        }
-      }
-    }
+    TileScoresNativeWide<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_now, ps, scores);
   }
 }
 
