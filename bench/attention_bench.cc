@@ -523,6 +523,10 @@ void RegisterAll() {
       // MLA (DeepSeek): 16 q heads (a tensor-parallel slice of 128) on one 576-element latent,
       // values its first 512 elements.
       {"Decode", 576, 16, 1, 1, 4096, 1, 512},
+      // Gemma 4 31B: a global layer (32 q heads on 4 kv_heads of 512) and a sliding one (on 16
+      // kv_heads of 256) at its window of 1024.
+      {"Decode", 512, 32, 4, 1, 4096, 1},
+      {"Decode", 256, 32, 16, 1, 1024, 1},
   };
   // The BF16-product mode: the compute-bound shapes (prefill 512 over 1024 at D256,
   // decode GQA 16/2, MLA decode) and memory-bound decode GQA 8/4, which must not slow down.
