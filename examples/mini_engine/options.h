@@ -24,7 +24,7 @@ class Options {
   // `program` prefixes the usage line and every message.
   explicit Options(std::string program) : program_(std::move(program)) {}
 
-  // --name=one|two|...: one of `choices` (the first is the default the field holds).
+  // --name=one|two|...: one of `choices` (the field keeps its value, the default, unless set).
   void Choice(const char* name, std::vector<std::string> choices, std::string* field,
               const char* help) {
     Option option = Make(name, help);
