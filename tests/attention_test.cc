@@ -21,8 +21,8 @@
 #define HWY_TARGET_INCLUDE "tests/attention_test.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kvring/ops/bf16_convert-inl.h"
 #include "kvring/ops/attention-inl.h"
+#include "kvring/ops/bf16_convert-inl.h"
 #include "reference/attention_wrappers-inl.h"
 
 HWY_BEFORE_NAMESPACE();

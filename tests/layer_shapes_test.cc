@@ -60,8 +60,8 @@ struct StoredRows {
   std::vector<std::vector<float>> k, v;
 };
 
-template <typename Storage>
-StoredRows ReadStored(const Storage& read_row, const LayerSpec& spec, uint64_t first,
+template <typename ReadRow>
+StoredRows ReadStored(const ReadRow& read_row, const LayerSpec& spec, uint64_t first,
                       uint64_t end) {
   StoredRows rows;
   rows.first = first;

@@ -215,6 +215,11 @@ class AttentionWork {
   }
   // Floats of one row's partial state: running max, running sum, then v_head_dim accumulators.
   uint64_t PartialRowFloats() const { return detail::RoundUp16(v_head_dim_ + 2); }
+  // Returns where the partial state of row `row` of item `item_index` starts in the
+  // partial-state buffer (floats; PartialRowFloats() of them).
+  uint64_t PartialOffset(uint64_t item_index, uint64_t row) const {
+    return (item_index * MaxItemRows() + row) * PartialRowFloats();
+  }
   // Returns the floats of the partial-state buffer of a splitting plan (0 otherwise).
   uint64_t PartialFloats() const {
     return Splits() ? NumItems() * MaxItemRows() * PartialRowFloats() : 0;

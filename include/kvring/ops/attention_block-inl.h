@@ -1,7 +1,7 @@
 // kvring/ops/attention_block-inl.h: one register block of an attention item over one tile
-// (scores, online softmax, V accumulation; BlockTile), the padding of a block to a power of
-// two rows (WithRegisterBlock), a tile's addresses (TileRefs) and a latent view's values
-// (LatentValues). Used by the item runner, kvring/ops/attention_item-inl.h.
+// (which rows see it, TileRows; scores, online softmax, V accumulation, BlockTile), the
+// padding of a block to a power of two rows (WithRegisterBlock) and a tile's addresses
+// (TileRefs). Used by the item runner, kvring/ops/attention_item-inl.h.
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
 #if defined(KVRING_OPS_ATTENTION_BLOCK_INL_H_) == defined(HWY_TARGET_TOGGLE)

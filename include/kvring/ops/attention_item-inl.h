@@ -27,12 +27,12 @@
 #include "kvring/views.h"
 
 // After highway.h: the parts of the kernels this file puts together.
-#include "kvring/ops/bf16_convert-inl.h"
 #include "kvring/ops/attention_block-inl.h"
 #include "kvring/ops/attention_merge-inl.h"
 #include "kvring/ops/attention_products-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
 #include "kvring/ops/attention_softmax-inl.h"
+#include "kvring/ops/bf16_convert-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring {
@@ -281,19 +281,14 @@ class ItemRunner {
       const size_t row = row0 + r;
       const Row& state = rows[r];
       if (work_.Splits()) {
-        float* dst = partial + (item_index * work_.MaxItemRows() + row) * work_.PartialRowFloats();
+        float* dst = partial + work_.PartialOffset(item_index, row);
         dst[0] = state.m;
         dst[1] = state.l;
         std::memcpy(dst + 2, state.acc, v_head_dim_ * sizeof(float));
         continue;
       }
-      const size_t query = item_.first_query + row / group_;
-      const size_t q_head = size_t{item_.kv_head} * group_ + row % group_;
-      const size_t dst = static_cast<size_t>(query * work_.OutRowStride()) + q_head * v_head_dim_;
-      FinalizeRow(state.m, state.l, state.acc,
-                  options_.sinks != nullptr ? options_.sinks + q_head : nullptr, v_head_dim_,
-                  dummy_acc_, batch_.out_f32 != nullptr ? batch_.out_f32 + dst : nullptr,
-                  batch_.out_bf16 != nullptr ? batch_.out_bf16 + dst : nullptr, Element::kAccOrder);
+      WriteOutputRow(batch_, options_, work_, item_, row, state.m, state.l, state.acc, dummy_acc_,
+                     Element::kAccOrder);
     }
   }
 

@@ -122,8 +122,8 @@ static HWY_INLINE HWY_MAYBE_UNUSED __m256bh AsBH(__m256i v) { return (__m256bh)v
 // TileScoresNative of a 16-slot tile (TiledLayout<16>: dims dim_stride == 16 apart).
 template <size_t kRows>
 static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void TileScoresNative16(
-    const float* const* q, const BF16* k_tile, size_t /*dim_stride*/, size_t head_dim,
-    const BF16* v_now, const PrefetchShape& ps, float* scores) {
+    const float* const* q, const BF16* k_tile, size_t head_dim, const BF16* v_now,
+    const PrefetchShape& ps, float* scores) {
   const uint16_t* k = reinterpret_cast<const uint16_t*>(k_tile);
   const size_t pairs = head_dim / 2;
   // Dims d and d + 1 of a 16-slot tile fill one vector: slot s of dim d at s, of d + 1 at
@@ -220,7 +220,7 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_NOINLINE void TileScoresNative(
     const float* const* q, const BF16* k_tile, size_t dim_stride, size_t head_dim,
     const BF16* v_now, const PrefetchShape& ps, float* scores) {
   if constexpr (kTile == 16) {
-    TileScoresNative16<kRows>(q, k_tile, dim_stride, head_dim, v_now, ps, scores);
+    TileScoresNative16<kRows>(q, k_tile, head_dim, v_now, ps, scores);  // dims 16 apart
   } else {
     TileScoresNativeWide<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_now, ps, scores);
   }

@@ -21,8 +21,8 @@
 
 // After highway.h: per-target helpers this file uses.
 #include "hwy/contrib/math/math-inl.h"
-#include "kvring/ops/bf16_convert-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
+#include "kvring/ops/bf16_convert-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring {

@@ -52,13 +52,13 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
   if (spec.context == 0) {
     return FieldError("context", "0", "is invalid: the context must be at least 1");
   }
+  if (IsAccountingOnly(spec.format)) {
+    return FieldError("format", ToString(spec.format),
+                      "is for accounting only: storage holds bf16 or int8");
+  }
   if (spec.format != Format::kBF16 && spec.format != Format::kInt8) {
-    return FieldError("format",
-                      IsAccountingOnly(spec.format) ? ToString(spec.format)
-                                                    : to_string(static_cast<int>(spec.format)),
-                      IsAccountingOnly(spec.format)
-                          ? "is for accounting only: storage holds bf16 or int8"
-                          : "is invalid: storage holds bf16 or int8");
+    return FieldError("format", to_string(static_cast<int>(spec.format)),
+                      "is invalid: storage holds bf16 or int8");
   }
   if (shape.num_slots == 0 || shape.num_slots % Layout::kSlotAlignment != 0) {
     return FieldError("shape.num_slots", to_string(shape.num_slots),
