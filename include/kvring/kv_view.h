@@ -28,6 +28,7 @@ enum class ViewEnd : uint8_t {
   kFree,      // KVPool::Free
   kResize,    // KVPool::Resize, or a Reserve or append that resized the rings
   kReserve,   // KVPool::Reserve that took or copied blocks
+  kLoad,      // LoadState (io/state_io.h) into the cache or sequence
 };
 
 // The epoch of a storage (a KVCache, or one sequence slot of a KVPool): every call that ends
@@ -107,6 +108,9 @@ struct ViewStamp {
       case ViewEnd::kRestore:
         return "view of layers[%llu]: a restore moved the cache's contents (another cache was "
                "move-assigned into it, or it into another) after the view was taken";
+      case ViewEnd::kLoad:
+        return "view of layers[%llu]: a saved state was loaded into the cache (LoadState) after "
+               "the view was taken";
       default:
         return "view of layers[%llu]: the cache changed more than 8 times after the view was "
                "taken";
@@ -133,6 +137,9 @@ struct ViewStamp {
       case ViewEnd::kReserve:
         return "view of layers[%llu] of sequence %llu (generation %llu): Reserve took or copied "
                "blocks of the sequence after the view was taken";
+      case ViewEnd::kLoad:
+        return "view of layers[%llu] of sequence %llu (generation %llu): a saved state was "
+               "loaded into the sequence (LoadState) after the view was taken";
       default:
         return "view of layers[%llu] of sequence %llu (generation %llu): the sequence changed "
                "more than 8 times after the view was taken";

@@ -10,6 +10,8 @@
 #include "kvring/formats/format.h"
 #include "kvring/formats/int8.h"
 #include "kvring/index/ring_index.h"
+#include "kvring/io/byte_io.h"
+#include "kvring/io/state_io.h"
 #include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"
 #include "kvring/layouts/flash_layout.h"

@@ -25,6 +25,8 @@ enum class [[nodiscard]] Status : uint8_t{
                        // or wait, then retry
     kUnknownSequence,  // a KVPool SequenceId never added, or already freed
     kStaleView,        // a view used after its storage changed (KVView::stamp)
+    kBadState,         // a saved state that is damaged, or was written for another model or plan
+    kIOError,          // a byte sink or source (a file) failed to write or read
 };
 
 // Returns the enumerator's name without the k, for messages ("WrongPosition").
@@ -56,6 +58,10 @@ inline const char* ToString(Status status) {
       return "UnknownSequence";
     case Status::kStaleView:
       return "StaleView";
+    case Status::kBadState:
+      return "BadState";
+    case Status::kIOError:
+      return "IOError";
   }
   return "Invalid";
 }

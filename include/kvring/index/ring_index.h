@@ -97,6 +97,15 @@ class RingIndex {
   // Forgets every position; the next append starts at 0.
   void Clear() { first_pos_ = end_pos_ = 0; }
 
+  // Makes [first_pos, end_pos) the held positions (a saved state loaded into the slots they
+  // map to). Requires first_pos <= end_pos <= Context() and at most NumSlots() of them.
+  void Restore(uint64_t first_pos, uint64_t end_pos) {
+    KVRING_DASSERT(first_pos <= end_pos && end_pos <= context_ &&
+                   end_pos - first_pos <= num_slots_);
+    first_pos_ = first_pos;
+    end_pos_ = end_pos;
+  }
+
   // Returns this index over `num_slots` slots (>= 1): holding the same positions when it
   // grows, the newest num_slots of them when it shrinks below NumHeld().
   RingIndex Resized(uint64_t num_slots) const {

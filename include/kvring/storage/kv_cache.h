@@ -289,6 +289,7 @@ class KVCache {
   }
 
  private:
+  friend struct detail::StateAccess;  // io/state_access.h: saves and loads it
   // Creates the storage of owning layer `layer` at the end of `storages` (its index in the
   // table: owners of one residence are numbered in layer order).
   template <typename Storage>

@@ -427,6 +427,7 @@ class KVPool {
   uint64_t AllocatedBytes() const { return budget_.RingBytes() + paged_.AllocatedBytes(); }
 
  private:
+  friend struct detail::StateAccess;  // io/state_access.h: saves and loads it
   using Sequence = detail::PoolSequence<Layout>;
 
   // The refusals of a per-layer query: kUnknownSequence, then kBadArgument for the layer.

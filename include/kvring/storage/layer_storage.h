@@ -247,6 +247,15 @@ class LayerStorage {
 
   void Clear() { index_.Clear(); }
 
+  // Makes the newest positions of [first, end) that the slots hold the held ones, for rows
+  // about to be written into their slots (a saved state being loaded); returns the first of
+  // them. Requires end <= the context.
+  uint64_t RestoreRange(uint64_t first, uint64_t end) {
+    const uint64_t from = std::max(first, end - std::min(end, index_.NumSlots()));
+    index_.Restore(from, end);
+    return from;
+  }
+
   // Returns the slots that hold `capacity` positions in this layout, or 0 if `capacity` is
   // past the context.
   uint64_t SlotsFor(uint64_t capacity) const {

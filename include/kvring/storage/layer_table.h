@@ -17,6 +17,9 @@
 namespace kvring {
 namespace detail {
 
+// What saves and loads a KVCache or a KVPool sequence, the friend of both (io/state_access.h).
+struct StateAccess;
+
 // Where an owning layer's rows live.
 enum class Residence : uint8_t {
   kRing,   // a ring per sequence (sliding and chunked owners)

@@ -1,0 +1,272 @@
+// kvring/io/byte_io.h: where saved state goes and comes from. A ByteSink takes bytes in
+// order (a file, a growing buffer, memory the caller owns, or an engine's own: a socket); a
+// ByteSource gives read access to a whole saved state by offset (a file mapped into memory,
+// a buffer). kvring's state format (io/state_io.h) writes and reads through these only.
+#ifndef KVRING_IO_BYTE_IO_H_
+#define KVRING_IO_BYTE_IO_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvring/status.h"
+
+#if defined(__unix__) || defined(__APPLE__)
+#define KVRING_BYTE_IO_MMAP 1
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#else
+#define KVRING_BYTE_IO_MMAP 0
+#endif
+
+namespace kvring {
+
+// Takes bytes in order. A writer calls Acquire for a window of up to `max_bytes`, writes
+// into it, then Commit(n) hands over its first n bytes; the window is valid until Commit.
+// Implement it to send state elsewhere (a socket, a host arena): Acquire may return the
+// destination itself (no copy) or a buffer the sink owns.
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  // Returns where the next bytes go, at least `max_bytes` of room, or null if the sink cannot
+  // take them (then Commit is not called and the writer reports kIOError).
+  virtual uint8_t* Acquire(uint64_t max_bytes) = 0;
+  // Takes the first `bytes` bytes of the last window (bytes <= its max_bytes). kIOError
+  // (saying why) if they could not be written.
+  virtual Result Commit(uint64_t bytes) = 0;
+};
+
+// Gives read access to a saved state of Size() bytes. View(offset, bytes) returns the
+// bytes [offset, offset + bytes), bytes <= kMaxView, valid until the next View call; null if
+// they could not be read (the reader reports kIOError). Readers ask for ranges inside
+// [0, Size()) only. Implement it to load state from elsewhere.
+class ByteSource {
+ public:
+  static constexpr uint64_t kMaxView = uint64_t{1} << 20;
+  virtual ~ByteSource() = default;
+  virtual uint64_t Size() const = 0;
+  virtual const uint8_t* View(uint64_t offset, uint64_t bytes) = 0;
+};
+
+// Appends to a std::vector<uint8_t> the caller owns (grown as needed, so it allocates).
+class VectorSink final : public ByteSink {
+ public:
+  explicit VectorSink(std::vector<uint8_t>* bytes) : bytes_(bytes) {}
+  uint8_t* Acquire(uint64_t max_bytes) override {
+    start_ = bytes_->size();
+    bytes_->resize(start_ + max_bytes);
+    return bytes_->data() + start_;
+  }
+  Result Commit(uint64_t bytes) override {
+    bytes_->resize(start_ + bytes);
+    return Status::kOk;
+  }
+
+ private:
+  std::vector<uint8_t>* bytes_;
+  size_t start_ = 0;
+};
+
+// Writes into memory the caller owns and keeps alive (a host arena, a pinned buffer), without
+// allocating: a state larger than `capacity` bytes is refused with kIOError. Size() is what
+// was written.
+class MemorySink final : public ByteSink {
+ public:
+  MemorySink(void* data, uint64_t capacity)
+      : data_(static_cast<uint8_t*>(data)), capacity_(capacity) {}
+  uint8_t* Acquire(uint64_t max_bytes) override {
+    return max_bytes <= capacity_ - size_ ? data_ + size_ : nullptr;
+  }
+  Result Commit(uint64_t bytes) override {
+    size_ += bytes;
+    return Status::kOk;
+  }
+  uint64_t Size() const { return size_; }
+
+ private:
+  uint8_t* data_;
+  uint64_t capacity_;
+  uint64_t size_ = 0;
+};
+
+// Reads a buffer the caller keeps alive; no copy.
+class MemorySource final : public ByteSource {
+ public:
+  MemorySource(const void* data, uint64_t size)
+      : data_(static_cast<const uint8_t*>(data)), size_(size) {}
+  explicit MemorySource(const std::vector<uint8_t>& bytes)
+      : MemorySource(bytes.data(), bytes.size()) {}
+  uint64_t Size() const override { return size_; }
+  const uint8_t* View(uint64_t offset, uint64_t bytes) override {
+    if (offset > size_ || bytes > size_ - offset) return nullptr;
+    return data_ + offset;
+  }
+
+ private:
+  const uint8_t* data_;
+  uint64_t size_;
+};
+
+// Writes a file: bytes go to "<path>.tmp" through a 1 MiB buffer, and Finish() renames it
+// to `path`, so that a crash or an error never leaves a half-written file under the name
+// (the previous file stays until then). Destroying a sink that was not finished removes the
+// temporary file.
+class FileSink final : public ByteSink {
+ public:
+  static constexpr uint64_t kBufferBytes = uint64_t{1} << 20;
+
+  // Opens "<path>.tmp" for writing; kIOError naming the path if it cannot.
+  Result Open(const std::string& path) {
+    Discard();
+    path_ = path;
+    temp_ = path + ".tmp";
+    file_ = std::fopen(temp_.c_str(), "wb");
+    if (file_ == nullptr) {
+      return Result::Refused(Status::kIOError, "state file: cannot create the temporary file");
+    }
+    std::setvbuf(file_, nullptr, _IONBF, 0);  // writes are whole 1 MiB buffers already
+    buffer_.resize(kBufferBytes);
+    return Status::kOk;
+  }
+  ~FileSink() override { Discard(); }
+
+  uint8_t* Acquire(uint64_t max_bytes) override {
+    if (file_ == nullptr || max_bytes > kBufferBytes) return nullptr;
+    if (kBufferBytes - used_ < max_bytes && !Flush()) return nullptr;
+    return buffer_.data() + used_;
+  }
+  Result Commit(uint64_t bytes) override {
+    used_ += bytes;
+    if (used_ == kBufferBytes && !Flush()) return WriteFailed();
+    return Status::kOk;
+  }
+
+  // Writes what is buffered, closes the file and renames it to the path. kIOError if any
+  // write, the close or the rename failed (the temporary file is removed then).
+  Result Finish() {
+    if (file_ == nullptr) return WriteFailed();
+    const bool flushed = Flush();
+    const bool closed = std::fclose(file_) == 0;
+    file_ = nullptr;
+    if (!flushed || !closed || std::rename(temp_.c_str(), path_.c_str()) != 0) {
+      std::remove(temp_.c_str());
+      return WriteFailed();
+    }
+    return Status::kOk;
+  }
+
+ private:
+  bool Flush() {
+    if (used_ != 0 && std::fwrite(buffer_.data(), 1, used_, file_) != used_) return false;
+    used_ = 0;
+    return true;
+  }
+  Result WriteFailed() const {
+    return Result::Refused(Status::kIOError,
+                           "state file: writing, closing or renaming the temporary file failed "
+                           "(disk full, or no permission?)");
+  }
+  void Discard() {
+    if (file_ != nullptr) {
+      std::fclose(file_);
+      file_ = nullptr;
+      std::remove(temp_.c_str());
+    }
+    used_ = 0;
+  }
+
+  std::string path_, temp_;
+  std::FILE* file_ = nullptr;
+  std::vector<uint8_t> buffer_;
+  uint64_t used_ = 0;
+};
+
+// Reads a file: mapped read-only into memory where the system can (no copy), else read
+// whole into a buffer.
+class FileSource final : public ByteSource {
+ public:
+  FileSource() = default;
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+  ~FileSource() override { Close(); }
+
+  // Opens `path`; kIOError if it cannot be opened or read.
+  Result Open(const std::string& path) {
+    Close();
+#if KVRING_BYTE_IO_MMAP
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return CannotRead();
+    struct stat info;
+    if (::fstat(fd, &info) != 0 || info.st_size < 0) {
+      ::close(fd);
+      return CannotRead();
+    }
+    size_ = static_cast<uint64_t>(info.st_size);
+    if (size_ != 0) {
+      void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (mapped == MAP_FAILED) {
+        ::close(fd);
+        size_ = 0;
+        return CannotRead();
+      }
+      mapped_ = static_cast<const uint8_t*>(mapped);
+      ::madvise(mapped, size_, MADV_SEQUENTIAL);
+    }
+    ::close(fd);
+    return Status::kOk;
+#else
+    std::FILE* file = std::fopen(path.c_str(), "rb");
+    if (file == nullptr) return CannotRead();
+    std::vector<uint8_t> bytes;
+    uint8_t chunk[1 << 16];
+    for (size_t got; (got = std::fread(chunk, 1, sizeof(chunk), file)) > 0;) {
+      bytes.insert(bytes.end(), chunk, chunk + got);
+    }
+    const bool failed = std::ferror(file) != 0;
+    std::fclose(file);
+    if (failed) return CannotRead();
+    bytes_ = std::move(bytes);
+    size_ = bytes_.size();
+    return Status::kOk;
+#endif
+  }
+
+  uint64_t Size() const override { return size_; }
+  const uint8_t* View(uint64_t offset, uint64_t bytes) override {
+    if (offset > size_ || bytes > size_ - offset) return nullptr;
+#if KVRING_BYTE_IO_MMAP
+    return mapped_ + offset;
+#else
+    return bytes_.data() + offset;
+#endif
+  }
+
+ private:
+  static Result CannotRead() {
+    return Result::Refused(Status::kIOError, "state file: cannot open or read the file");
+  }
+  void Close() {
+#if KVRING_BYTE_IO_MMAP
+    if (mapped_ != nullptr) ::munmap(const_cast<uint8_t*>(mapped_), size_);
+    mapped_ = nullptr;
+#else
+    bytes_.clear();
+#endif
+    size_ = 0;
+  }
+
+#if KVRING_BYTE_IO_MMAP
+  const uint8_t* mapped_ = nullptr;
+#else
+  std::vector<uint8_t> bytes_;
+#endif
+  uint64_t size_ = 0;
+};
+
+}  // namespace kvring
+
+#endif  // KVRING_IO_BYTE_IO_H_

@@ -1,0 +1,225 @@
+// kvring/io/state_access.h: what the state format reads and writes of a KVCache and of a
+// KVPool sequence (a friend of both): which positions each owning layer holds, where they
+// live, and loading a checked state into them. Internal; io/state_io.h is the API.
+#ifndef KVRING_IO_STATE_ACCESS_H_
+#define KVRING_IO_STATE_ACCESS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "kvring/index/positions.h"
+#include "kvring/io/byte_io.h"
+#include "kvring/io/state_check.h"
+#include "kvring/io/state_rows.h"
+#include "kvring/io/state_stream.h"
+#include "kvring/kv_view.h"
+#include "kvring/status.h"
+#include "kvring/storage/kv_cache.h"
+#include "kvring/storage/kv_pool.h"
+#include "kvring/storage/layer_storage.h"
+#include "kvring/storage/layer_table.h"
+#include "kvring/storage/row_pieces.h"
+
+namespace kvring {
+namespace detail {
+
+struct StateAccess {
+  // The segment of `pos` in a ring or flat layer: its slot up to where the buffer wraps.
+  template <typename Layout>
+  static RowSegment<Layout> RingSegment(const LayerStorage<Layout>& storage, uint64_t pos) {
+    const uint64_t num_slots = storage.Index().NumSlots();
+    return RowSegment<Layout>{storage.Rows(), pos % num_slots, num_slots - pos % num_slots};
+  }
+  template <typename Layout>
+  static StateTarget TargetOf(const LayerStorage<Layout>& storage) {
+    return StateTarget{storage.GetLayout().Shape(), storage.GetFormat(), storage.Index().Keep(),
+                       !storage.Index().Wraps()};
+  }
+
+  // ---- KVCache ----
+
+  // Returns held(layer): the {first, end} positions owning layer `layer` of `cache` holds.
+  template <typename Layout>
+  static auto HeldBy(const KVCache<Layout>& cache) {
+    return [&cache](size_t layer) {
+      const RingIndex& index = cache.StorageOf(layer).Index();
+      return std::make_pair(index.FirstPos(), index.EndPos());
+    };
+  }
+
+  template <typename Layout>
+  static Result Save(const KVCache<Layout>& cache, const std::string& model_id, ByteSink* sink) {
+    if (cache.step_.InStep()) {
+      return StepRule::MidStep(cache.StepOf(),
+                               "state: layers[%llu] is at %llu and layers[%llu] at %llu; append "
+                               "every owning layer to the same position before saving");
+    }
+    const auto locate_of = [&](size_t layer) {
+      const LayerStorage<Layout>* storage = &cache.StorageOf(layer);
+      return [storage](uint64_t pos) { return RingSegment(*storage, pos); };
+    };
+    return WriteState<Layout>(cache.Plan(), model_id, cache.step_.HighEnd(), HeldBy(cache),
+                              locate_of, sink);
+  }
+
+  template <typename Layout>
+  static Result Load(ByteSource* source, const std::string& model_id, KVCache<Layout>* cache) {
+    if (source == nullptr || cache == nullptr) {
+      return Result::Refused(Status::kBadArgument, "state: the source or the cache is null");
+    }
+    if (cache->NumLayers() == 0) {
+      return Result::Refused(Status::kBadArgument, "state: the cache is empty (default-made)");
+    }
+    const auto target_of = [&](size_t layer) { return TargetOf(cache->StorageOf(layer)); };
+    StateReader reader(source);
+    uint64_t end = 0;
+    const Result checked = CheckState(&reader, model_id, cache->Plan(), target_of, &end);
+    if (!checked.ok()) return checked;
+    const auto begin = [&](size_t layer, uint64_t first, uint64_t layer_end) {
+      return cache->StorageOf(layer).RestoreRange(first, layer_end);
+    };
+    const auto locate_of = [&](size_t layer) {
+      const LayerStorage<Layout>* storage = &cache->StorageOf(layer);
+      return [storage](uint64_t pos) { return RingSegment(*storage, pos); };
+    };
+    const Result read = ReadStateRows<Layout>(&reader, cache->Plan(), target_of, begin, locate_of);
+    // The state was read whole and checked: only a source failing now stops the copy, and the
+    // cache is then cleared rather than left half loaded.
+    if (!read.ok()) {
+      cache->Clear();
+      return read;
+    }
+    cache->step_.Reset(end);
+    cache->EndViews(ViewEnd::kLoad);
+    return Status::kOk;
+  }
+
+  template <typename Layout>
+  static uint64_t Bytes(const KVCache<Layout>& cache, const std::string& model_id) {
+    uint64_t bytes = 0;
+    if (cache.step_.InStep() ||
+        !StateBytesOf(cache.Plan(), model_id.size(), HeldBy(cache), &bytes)) {
+      return 0;
+    }
+    return bytes;
+  }
+
+  // ---- KVPool sequences ----
+
+  // Returns held(layer) for `sequence` of `pool`: a paged owner holds [0, its end).
+  template <typename Layout, typename Sequence>
+  static auto HeldBy(const KVPool<Layout>& pool, const Sequence& sequence) {
+    return [&pool, &sequence](size_t layer) {
+      const LayerEntry& entry = pool.table_.Entry(layer);
+      const uint64_t first = entry.residence == Residence::kPaged
+                                 ? 0
+                                 : sequence.rings[entry.storage].Index().FirstPos();
+      return std::make_pair(first, sequence.OwnerEnd(entry));
+    };
+  }
+
+  // Returns locate(pos) for owning layer `layer` of `sequence`: its ring, or its blocks.
+  template <typename Layout, typename Sequence>
+  static auto PoolLocator(const KVPool<Layout>& pool, const Sequence& sequence, size_t layer) {
+    const LayerEntry& entry = pool.table_.Entry(layer);
+    return [&pool, &sequence, entry](uint64_t pos) {
+      if (entry.residence != Residence::kPaged) {
+        return RingSegment(sequence.rings[entry.storage], pos);
+      }
+      RowSegment<Layout> segment;
+      segment.rows = pool.paged_.RowsOf(entry.storage, sequence.blocks, pos, &segment.slot);
+      segment.run = pool.spec_.block_slots - segment.slot;
+      return segment;
+    };
+  }
+
+  template <typename Layout>
+  static Result Save(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
+                     ByteSink* sink) {
+    const Result known = pool.sequences_.Check(id);
+    if (!known.ok()) return known;
+    const auto& sequence = pool.sequences_.Get(id);
+    if (sequence.step.InStep()) return sequence.MidStep(pool.table_);
+    const auto locate_of = [&](size_t layer) { return PoolLocator(pool, sequence, layer); };
+    return WriteState<Layout>(pool.Plan(), model_id, sequence.step.HighEnd(),
+                              HeldBy(pool, sequence), locate_of, sink);
+  }
+
+  template <typename Layout>
+  static Result Load(ByteSource* source, const std::string& model_id, KVPool<Layout>* pool,
+                     SequenceId id) {
+    if (source == nullptr || pool == nullptr) {
+      return Result::Refused(Status::kBadArgument, "state: the source or the pool is null");
+    }
+    const Result known = pool->sequences_.Check(id);
+    if (!known.ok()) return known;
+    auto& sequence = pool->sequences_.Get(id);
+    const auto target_of = [&](size_t layer) {
+      const LayerEntry& entry = pool->table_.Entry(layer);
+      if (entry.residence != Residence::kPaged) return TargetOf(sequence.rings[entry.storage]);
+      const StorageSpec& spec = pool->paged_.Spec(entry.storage);
+      return StateTarget{spec.shape, spec.format, spec.keep, true};
+    };
+    StateReader reader(source);
+    uint64_t end = 0;
+    Result result = CheckState(&reader, model_id, pool->Plan(), target_of, &end);
+    if (!result.ok()) return result;
+    result = TakeStateBlocks(pool, &sequence, end);
+    if (!result.ok()) return result;
+    const auto begin = [&](size_t layer, uint64_t first, uint64_t layer_end) {
+      const LayerEntry& entry = pool->table_.Entry(layer);
+      if (entry.residence != Residence::kPaged) {
+        return sequence.rings[entry.storage].RestoreRange(first, layer_end);
+      }
+      sequence.paged_end[entry.storage] = layer_end;
+      return first;  // 0: CheckState allowed no other
+    };
+    const auto locate_of = [&](size_t layer) { return PoolLocator(*pool, sequence, layer); };
+    result = ReadStateRows<Layout>(&reader, pool->Plan(), target_of, begin, locate_of);
+    if (!result.ok()) {
+      sequence.Clear(&pool->paged_);  // not left half loaded
+    } else {
+      sequence.step.Reset(end);
+    }
+    pool->sequences_.EndViews(id, result.ok() ? ViewEnd::kLoad : ViewEnd::kClear);
+    return result;
+  }
+
+  // Empties `sequence` and gives its paged layers the blocks of [0, end): the blocks it holds
+  // alone come back to the pool first. kPoolExhausted, changing nothing, if the budget cannot
+  // give the rest.
+  template <typename Layout, typename Sequence>
+  static Result TakeStateBlocks(KVPool<Layout>* pool, Sequence* sequence, uint64_t end) {
+    const uint64_t needed = pool->paged_.Empty() ? 0 : BlocksFor(end, pool->spec_.block_slots);
+    uint64_t own = 0;
+    for (uint32_t block : sequence->blocks.Blocks()) own += pool->BlockRefCount(block) == 1;
+    if (needed > own && !pool->budget_.CheckRoom(0, needed - own, pool->paged_).ok()) {
+      return Result::Refused(Status::kPoolExhausted,
+                             "state: its %llu positions need %llu blocks; the sequence holds %llu "
+                             "alone and the budget cannot give the rest: free, preempt or wait",
+                             end, needed, own);
+    }
+    sequence->Clear(&pool->paged_);
+    if (needed != 0) pool->paged_.Cover(&sequence->blocks, 0, end);
+    return Status::kOk;
+  }
+
+  template <typename Layout>
+  static uint64_t Bytes(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id) {
+    if (!pool.sequences_.Check(id).ok()) return 0;
+    const auto& sequence = pool.sequences_.Get(id);
+    uint64_t bytes = 0;
+    if (sequence.step.InStep() ||
+        !StateBytesOf(pool.Plan(), model_id.size(), HeldBy(pool, sequence), &bytes)) {
+      return 0;
+    }
+    return bytes;
+  }
+};
+
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_IO_STATE_ACCESS_H_

@@ -1,0 +1,780 @@
+// The state format (kvring/io/state_io.h): CRC32C against known values; saved caches and
+// pool sequences load back bit for bit into every layout, into caches and pools, and keep
+// appending as the original does; more than 30 distinct bad states are refused with a
+// message naming what differs while the destination keeps every row; files go through a
+// temporary name.
+#include "kvring/io/state_io.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvring/detail/crc32c.h"
+#include "kvring/kvring.h"
+
+namespace kvring {
+namespace {
+
+const char kModel[] = "test-model weights sha256:0123";
+
+TEST(Crc32c, MatchesKnownValuesAndJoinsSplits) {
+  EXPECT_EQ(detail::Crc32c(0, "123456789", 9), 0xE3069283u);
+  EXPECT_EQ(detail::Crc32c(0, "", 0), 0u);
+  const uint8_t zeros[32] = {};
+  EXPECT_EQ(detail::Crc32c(0, zeros, 32), 0x8A9136AAu);  // RFC 3720 B.4
+  uint8_t ones[32];
+  std::memset(ones, 0xFF, 32);
+  EXPECT_EQ(detail::Crc32c(0, ones, 32), 0x62A8AB43u);
+  // Long inputs (the three-stream path) against the byte-at-a-time software loop, and any
+  // split of them against the whole.
+  std::mt19937 rng(5);
+  std::vector<uint8_t> data(3 * 4096 * 3 + 1234);
+  for (uint8_t& byte : data) byte = static_cast<uint8_t>(rng());
+  for (size_t size : {size_t{12287}, size_t{12288}, size_t{12289}, data.size()}) {
+    const uint32_t whole = detail::Crc32c(0, data.data(), size);
+    EXPECT_EQ(whole, ~detail::Crc32cSoftware(~0u, data.data(), size)) << size;
+    // The table-driven loop, forced where the crc32 instruction would run.
+    detail::Crc32cHardwareAllowed() = false;
+    EXPECT_EQ(detail::Crc32c(0, data.data(), size), whole) << size;
+    EXPECT_EQ(detail::Crc32c(0, "123456789", 9), 0xE3069283u);
+    detail::Crc32cHardwareAllowed() = true;
+    for (size_t split : {size_t{1}, size_t{7}, size_t{4096}, size / 2}) {
+      EXPECT_EQ(
+          detail::Crc32c(detail::Crc32c(0, data.data(), split), data.data() + split, size - split),
+          whole)
+          << size << " split at " << split;
+    }
+  }
+}
+
+// Layers: 0 sliding (window 7), 1 global, 2 chunked (chunk 12) int8, 3 reads 0 (window 5),
+// 4 global int8, 5 an MLA latent (global), 6 reads 1.
+LayerPlan::Builder Model() {
+  LayerSpec chunked = LayerSpec::Chunked(12, 2, 32);
+  chunked.format = Format::kInt8;
+  LayerSpec global_int8 = LayerSpec::Global(1, 16);
+  global_int8.format = Format::kInt8;
+  return LayerPlan::Builder()
+      .AddLayer(LayerSpec::Sliding(7, 2, 16))
+      .AddLayer(LayerSpec::Global(2, 32))
+      .AddLayer(chunked)
+      .AddLayer(LayerSpec::Sliding(5, 2, 16).SharedFrom(0))
+      .AddLayer(global_int8)
+      .AddLayer(LayerSpec::Latent(48))
+      .AddLayer(LayerSpec::Global(2, 32).SharedFrom(1));
+}
+
+template <typename Layout>
+LayerPlan PlanFor(uint64_t context, uint64_t batch, LayerPlan::Builder builder = Model()) {
+  Expected<LayerPlan> plan =
+      builder.SetContext(context).SetBatch(batch).SetRollback(2).SetLayout<Layout>().Build();
+  EXPECT_TRUE(plan.ok()) << plan.error().message;
+  return plan.value();
+}
+
+// Deterministic rows of `pos` for a layer: values that int8 and BF16 both keep distinct.
+std::vector<float> RowsOf(uint64_t pos, uint64_t num_tokens, uint64_t elements, size_t layer,
+                          float v) {
+  std::vector<float> rows(num_tokens * elements);
+  for (uint64_t t = 0; t < num_tokens; ++t) {
+    for (uint64_t e = 0; e < elements; ++e) {
+      rows[t * elements + e] =
+          static_cast<float>(((pos + t) * 131 + e * 17 + layer * 7) % 251) / 25.0f - 5.0f + v;
+    }
+  }
+  return rows;
+}
+
+// Appends positions [from, to) to every owning layer of a KVCache or pool sequence, in steps of
+// `step` tokens; `append(layer, pos, k, v, n)` does one append.
+void AppendRange(
+    const LayerPlan& plan, uint64_t from, uint64_t to, uint64_t step,
+    const std::function<Result(size_t, uint64_t, const float*, const float*, uint64_t)>& append) {
+  for (uint64_t pos = from; pos < to; pos += step) {
+    const uint64_t n = std::min(step, to - pos);
+    for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
+      const LayerInfo& info = plan.Layer(layer);
+      if (!info.OwnsKV()) continue;
+      const KVShape shape = KVShape::Of(info.spec, info.num_slots);
+      const std::vector<float> k = RowsOf(pos, n, shape.KRowElements(), layer, 0.0f);
+      const std::vector<float> v = RowsOf(pos, n, shape.VRowElements(), layer, 0.5f);
+      const Result result =
+          append(layer, pos, k.data(), shape.v_head_dim == 0 ? nullptr : v.data(), n);
+      ASSERT_TRUE(result.ok()) << result.Message();
+    }
+  }
+}
+
+// Everything a cache or pool sequence holds, as bytes: per owning layer its range and the
+// stored rows of every held position (BF16, or int8 with scales).
+struct Held {
+  std::vector<uint64_t> ranges;
+  std::vector<uint8_t> rows;
+  bool operator==(const Held& other) const { return ranges == other.ranges && rows == other.rows; }
+};
+
+// `read(layer, pos, k, k_scales, v, v_scales)` reads one stored row (ReadRow or ReadRowInt8).
+template <typename Store>
+Held HeldBy(const LayerPlan& plan, const Store& store, uint64_t from_pos = 0) {
+  Held held;
+  for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
+    const LayerInfo& info = plan.Layer(layer);
+    if (!info.OwnsKV()) continue;
+    const uint64_t first = std::max(store.first(layer), from_pos), end = store.end(layer);
+    held.ranges.push_back(first);
+    held.ranges.push_back(end);
+    const KVShape shape = KVShape::Of(info.spec, info.num_slots);
+    for (uint64_t pos = first; pos < end; ++pos) {
+      std::vector<uint8_t> k(shape.KRowElements() * 2), v(shape.VRowElements() * 2 + 1);
+      std::vector<uint8_t> scales(2 * sizeof(float) * shape.num_kv_heads);
+      const Result result = store.read(layer, pos, k.data(), v.data(), scales.data());
+      EXPECT_TRUE(result.ok()) << result.Message();
+      held.rows.insert(held.rows.end(), k.begin(), k.end());
+      held.rows.insert(held.rows.end(), v.begin(), v.end());
+      if (info.spec.format == Format::kInt8) {
+        held.rows.insert(held.rows.end(), scales.begin(), scales.end());
+      }
+    }
+  }
+  return held;
+}
+
+template <typename Layout>
+struct CacheStore {
+  const KVCache<Layout>& cache;
+  uint64_t first(size_t layer) const { return cache.FirstPos(layer); }
+  uint64_t end(size_t layer) const { return cache.EndPos(layer); }
+  Result read(size_t layer, uint64_t pos, uint8_t* k, uint8_t* v, uint8_t* scales) const {
+    const bool has_v = cache.View(layer).layout.Shape().v_head_dim != 0;
+    if (cache.GetFormat(layer) == Format::kInt8) {
+      float* s = reinterpret_cast<float*>(scales);
+      const uint32_t heads = cache.View(layer).layout.Shape().num_kv_heads;
+      return cache.ReadRowInt8(layer, pos, reinterpret_cast<int8_t*>(k), s,
+                               has_v ? reinterpret_cast<int8_t*>(v) : nullptr,
+                               has_v ? s + heads : nullptr);
+    }
+    return cache.ReadRow(layer, pos, reinterpret_cast<BF16*>(k),
+                         has_v ? reinterpret_cast<BF16*>(v) : nullptr);
+  }
+};
+
+template <typename Layout>
+struct PoolStore {
+  const KVPool<Layout>& pool;
+  SequenceId id;
+  uint64_t first(size_t layer) const { return *pool.FirstPos(id, layer); }
+  uint64_t end(size_t layer) const { return *pool.EndPos(id, layer); }
+  Result read(size_t layer, uint64_t pos, uint8_t* k, uint8_t* v, uint8_t* scales) const {
+    const bool has_v = pool.View(id, layer)->layout.Shape().v_head_dim != 0;
+    if (pool.GetFormat(layer) == Format::kInt8) {
+      float* s = reinterpret_cast<float*>(scales);
+      const uint32_t heads = pool.View(id, layer)->layout.Shape().num_kv_heads;
+      return pool.ReadRowInt8(id, layer, pos, reinterpret_cast<int8_t*>(k), s,
+                              has_v ? reinterpret_cast<int8_t*>(v) : nullptr,
+                              has_v ? s + heads : nullptr);
+    }
+    return pool.ReadRow(id, layer, pos, reinterpret_cast<BF16*>(k),
+                        has_v ? reinterpret_cast<BF16*>(v) : nullptr);
+  }
+};
+
+template <typename Layout>
+KVCache<Layout> FilledCache(const LayerPlan& plan, uint64_t end, uint64_t step) {
+  KVCache<Layout> cache = KVCache<Layout>::Create(plan).value();
+  AppendRange(plan, 0, end, step,
+              [&](size_t layer, uint64_t pos, const float* k, const float* v, uint64_t n) {
+                return cache.AppendF32(layer, pos, k, v, n);
+              });
+  return cache;
+}
+
+template <typename Layout>
+Held HeldByCache(const KVCache<Layout>& cache, uint64_t from_pos = 0) {
+  return HeldBy(cache.Plan(), CacheStore<Layout>{cache}, from_pos);
+}
+
+// The positions every layout's copy shares: from the newest position a query still reads.
+constexpr uint64_t kContext = 400;
+constexpr uint64_t kEnd = 157;  // wraps the rings many times; not a multiple of any block
+
+template <typename From, typename To>
+void CacheLoadsIntoCache(uint64_t to_batch) {
+  const KVCache<From> source = FilledCache<From>(PlanFor<From>(kContext, 16), kEnd, 9);
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  const Result saved = SaveState(source, kModel, &sink);
+  ASSERT_TRUE(saved.ok()) << saved.Message();
+  EXPECT_EQ(bytes.size(), StateBytes(source, kModel));
+
+  const LayerPlan to_plan = PlanFor<To>(kContext, to_batch);
+  KVCache<To> loaded = FilledCache<To>(to_plan, 33, 5);  // replaced whole by the load
+  MemorySource input(bytes);
+  const Result result = LoadState(&input, kModel, &loaded);
+  ASSERT_TRUE(result.ok()) << result.Message();
+  EXPECT_EQ(loaded.EndPos(), kEnd);
+  // The newest positions the smaller rings keep (at least every window) are the source's.
+  uint64_t from = 0;
+  for (size_t layer = 0; layer < to_plan.NumLayers(); ++layer) {
+    from = std::max(from, loaded.FirstPos(layer));
+    EXPECT_LE(loaded.FirstPos(layer),
+              std::max(source.FirstPos(layer),
+                       kEnd - std::min(kEnd, to_plan.Layer(to_plan.Layer(layer).owner).capacity)));
+  }
+  EXPECT_EQ(HeldByCache(loaded, from), HeldByCache(source, from));
+  // Both go on alike: the same appends give the same rows.
+  KVCache<To> reference = FilledCache<To>(to_plan, kEnd + 40, 9);
+  AppendRange(to_plan, kEnd, kEnd + 40, 4,
+              [&](size_t layer, uint64_t pos, const float* k, const float* v, uint64_t n) {
+                return loaded.AppendF32(layer, pos, k, v, n);
+              });
+  uint64_t after = 0;
+  for (size_t layer = 0; layer < to_plan.NumLayers(); ++layer) {
+    after = std::max(after, loaded.FirstPos(layer));
+  }
+  EXPECT_EQ(HeldByCache(loaded, after), HeldByCache(reference, after));
+}
+
+TEST(StateIO, FlashCacheLoadsIntoEveryLayout) {
+  CacheLoadsIntoCache<FlashLayout, FlashLayout>(16);
+  CacheLoadsIntoCache<FlashLayout, TiledLayout<16>>(16);
+  CacheLoadsIntoCache<FlashLayout, TiledLayout<32>>(1);
+}
+
+TEST(StateIO, TiledCacheLoadsIntoEveryLayout) {
+  CacheLoadsIntoCache<TiledLayout<16>, FlashLayout>(1);
+  CacheLoadsIntoCache<TiledLayout<8>, TiledLayout<16>>(64);
+  CacheLoadsIntoCache<TiledLayout<32>, TiledLayout<32>>(16);
+}
+
+// A state of one layout is byte-identical to the state of another holding the same rows.
+TEST(StateIO, TheBytesDoNotDependOnTheLayout) {
+  std::vector<uint8_t> flash, tiled;
+  VectorSink flash_sink(&flash), tiled_sink(&tiled);
+  ASSERT_TRUE(SaveState(FilledCache<FlashLayout>(PlanFor<FlashLayout>(kContext, 16), kEnd, 9),
+                        kModel, &flash_sink)
+                  .ok());
+  ASSERT_TRUE(
+      SaveState(FilledCache<TiledLayout<16>>(PlanFor<TiledLayout<16>>(kContext, 16), kEnd, 3),
+                kModel, &tiled_sink)
+          .ok());
+  EXPECT_EQ(flash, tiled);
+}
+
+template <typename Layout>
+KVPool<Layout> PoolOf(const LayerPlan& plan, uint64_t budget, uint64_t block_slots) {
+  PoolSpec spec;
+  spec.budget_bytes = budget;
+  spec.max_sequences = 8;
+  spec.block_slots = block_slots;
+  Expected<KVPool<Layout>> pool = KVPool<Layout>::Create(plan, spec);
+  EXPECT_TRUE(pool.ok()) << pool.error().message;
+  return std::move(pool).value();
+}
+
+template <typename Layout>
+void AppendToSequence(KVPool<Layout>* pool, SequenceId id, uint64_t from, uint64_t to,
+                      uint64_t step) {
+  AppendRange(pool->Plan(), from, to, step,
+              [&](size_t layer, uint64_t pos, const float* k, const float* v, uint64_t n) {
+                return pool->AppendF32(id, layer, pos, k, v, n);
+              });
+}
+
+template <typename From, typename To>
+void PoolRoundTrip() {
+  const LayerPlan from_plan = PlanFor<From>(kContext, 16);
+  KVPool<From> from_pool = PoolOf<From>(from_plan, 1 << 22, 2 * From::kTileSlots);
+  SequenceId a, fork;
+  ASSERT_TRUE(from_pool.AddSequence(&a).ok());
+  AppendToSequence(&from_pool, a, 0, 100, 7);
+  ASSERT_TRUE(from_pool.Fork(a, &fork).ok());  // shares a's blocks
+  AppendToSequence(&from_pool, fork, 100, kEnd, 5);
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  ASSERT_TRUE(SaveState(from_pool, fork, kModel, &sink).ok());
+
+  // Into a cache: the same rows as a cache filled directly.
+  const LayerPlan cache_plan = PlanFor<To>(kContext, 16);
+  KVCache<To> cache = KVCache<To>::Create(cache_plan).value();
+  MemorySource input(bytes);
+  Result result = LoadState(&input, kModel, &cache);
+  ASSERT_TRUE(result.ok()) << result.Message();
+  const KVCache<To> direct = FilledCache<To>(cache_plan, kEnd, 16);
+  EXPECT_EQ(HeldByCache(cache), HeldByCache(direct));
+
+  // Into a pool sequence of another layout and block size, replacing a sequence that shares
+  // blocks with another: the other keeps its rows.
+  const LayerPlan to_plan = PlanFor<To>(kContext, 16);
+  KVPool<To> to_pool = PoolOf<To>(to_plan, 1 << 22, 3 * To::kTileSlots);
+  SequenceId b, b_fork;
+  ASSERT_TRUE(to_pool.AddSequence(&b).ok());
+  AppendToSequence(&to_pool, b, 0, 60, 60);
+  ASSERT_TRUE(to_pool.Fork(b, &b_fork).ok());
+  const Held fork_before = HeldBy(to_plan, PoolStore<To>{to_pool, b_fork});
+  result = LoadState(&input, kModel, &to_pool, b);
+  ASSERT_TRUE(result.ok()) << result.Message();
+  EXPECT_EQ(HeldBy(to_plan, PoolStore<To>{to_pool, b}), HeldByCache(direct));
+  EXPECT_EQ(HeldBy(to_plan, PoolStore<To>{to_pool, b_fork}), fork_before);
+  // And the loaded sequence goes on as the cache does.
+  KVCache<To> longer = FilledCache<To>(cache_plan, kEnd + 30, 16);
+  AppendToSequence(&to_pool, b, kEnd, kEnd + 30, 6);
+  uint64_t from = 0;  // (b's rings grew for its 60-token append: they hold more)
+  for (size_t layer = 0; layer < to_plan.NumLayers(); ++layer) {
+    from = std::max(from, longer.FirstPos(layer));
+  }
+  EXPECT_EQ(HeldBy(to_plan, PoolStore<To>{to_pool, b}, from), HeldByCache(longer, from));
+  ASSERT_TRUE(to_pool.Free(b).ok());
+  ASSERT_TRUE(to_pool.Free(b_fork).ok());
+  EXPECT_EQ(to_pool.Usage().blocks_in_use, 0u);
+}
+
+TEST(StateIO, PoolSequencesLoadIntoCachesAndPools) {
+  PoolRoundTrip<FlashLayout, TiledLayout<16>>();
+  PoolRoundTrip<TiledLayout<16>, FlashLayout>();
+  PoolRoundTrip<FlashLayout, FlashLayout>();
+}
+
+TEST(StateIO, EmptyCacheRoundTrips) {
+  const LayerPlan plan = PlanFor<FlashLayout>(kContext, 4);
+  const KVCache<FlashLayout> empty = KVCache<FlashLayout>::Create(plan).value();
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  ASSERT_TRUE(SaveState(empty, "", &sink).ok());
+  KVCache<FlashLayout> loaded = FilledCache<FlashLayout>(plan, 20, 4);
+  MemorySource input(bytes);
+  ASSERT_TRUE(LoadState(&input, "", &loaded).ok());
+  EXPECT_EQ(loaded.EndPos(), 0u);
+  EXPECT_EQ(HeldByCache(loaded), HeldByCache(empty));
+}
+
+// A load ends the views taken before it, and their refusal names LoadState.
+TEST(StateIO, LoadEndsTheViewsTakenBefore) {
+  const LayerPlan plan = PlanFor<FlashLayout>(kContext, 16);
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  ASSERT_TRUE(SaveState(FilledCache<FlashLayout>(plan, 40, 8), kModel, &sink).ok());
+  MemorySource input(bytes);
+  KVCache<FlashLayout> cache = FilledCache<FlashLayout>(plan, 20, 4);
+  const KVView<FlashLayout> view = cache.View(1);
+  ASSERT_TRUE(view.stamp.Check().ok());
+  ASSERT_TRUE(LoadState(&input, kModel, &cache).ok());
+  Result stale = view.stamp.Check();
+  EXPECT_EQ(stale.status(), Status::kStaleView);
+  EXPECT_NE(stale.Message().find("LoadState"), std::string::npos) << stale.Message();
+  EXPECT_TRUE(cache.View(1).stamp.Check().ok());
+
+  KVPool<FlashLayout> pool = PoolOf<FlashLayout>(plan, 1 << 22, 32);
+  SequenceId id;
+  ASSERT_TRUE(pool.AddSequence(&id).ok());
+  AppendToSequence(&pool, id, 0, 10, 5);
+  const KVView<FlashLayout> pool_view = *pool.View(id, 0);
+  ASSERT_TRUE(LoadState(&input, kModel, &pool, id).ok());
+  stale = pool_view.stamp.Check();
+  EXPECT_EQ(stale.status(), Status::kStaleView);
+  EXPECT_NE(stale.Message().find("LoadState"), std::string::npos) << stale.Message();
+  EXPECT_EQ(*pool.EndPos(id), 40u);
+  EXPECT_EQ(HeldBy(plan, PoolStore<FlashLayout>{pool, id}), HeldByCache(cache));
+}
+
+TEST(StateIO, SaveIsRefusedMidStepAndForLongModelIds) {
+  const LayerPlan plan = PlanFor<FlashLayout>(kContext, 4);
+  KVCache<FlashLayout> cache = FilledCache<FlashLayout>(plan, 8, 4);
+  const std::vector<float> k = RowsOf(8, 1, 32, 0, 0), v = RowsOf(8, 1, 32, 0, 0);
+  ASSERT_TRUE(cache.AppendF32(0, 8, k.data(), v.data(), 1).ok());
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  EXPECT_EQ(SaveState(cache, kModel, &sink), Status::kWrongPosition);
+  EXPECT_TRUE(bytes.empty());
+  const KVCache<FlashLayout> whole = FilledCache<FlashLayout>(plan, 8, 4);
+  EXPECT_EQ(SaveState(whole, std::string(kMaxModelIdBytes + 1, 'x'), &sink), Status::kBadArgument);
+  EXPECT_EQ(SaveState(whole, kModel, nullptr), Status::kBadArgument);
+}
+
+// ---- Bad states ----
+
+// Rewrites the CRC32C of every section of a state (after a test edits a field on purpose).
+void FixCrcs(std::vector<uint8_t>* bytes) {
+  uint64_t offset = 16;
+  while (offset + 16 <= bytes->size()) {
+    uint64_t payload;
+    std::memcpy(&payload, bytes->data() + offset + 8, 8);
+    if (payload > bytes->size() - offset - 16 - 4) return;
+    const uint32_t crc = detail::Crc32c(0, bytes->data() + offset, 16 + payload);
+    std::memcpy(bytes->data() + offset + 16 + payload, &crc, 4);
+    offset += 16 + payload + 4;
+  }
+}
+
+// The offsets of each section of a well-formed state.
+std::vector<uint64_t> Sections(const std::vector<uint8_t>& bytes) {
+  std::vector<uint64_t> offsets;
+  for (uint64_t offset = 16; offset + 16 <= bytes.size();) {
+    offsets.push_back(offset);
+    uint64_t payload;
+    std::memcpy(&payload, bytes.data() + offset + 8, 8);
+    offset += 16 + payload + 4;
+  }
+  return offsets;
+}
+
+template <typename T>
+void Poke(std::vector<uint8_t>* bytes, uint64_t offset, T value) {
+  std::memcpy(bytes->data() + offset, &value, sizeof(T));
+}
+
+// The rows of a layer section follow the documented order (storage/row_pieces.h): chunks of
+// 256 positions aligned to multiples of 256; in each, K [kv_head][dim][pos], the K scales
+// [kv_head][pos] (int8), V [kv_head][pos][dim], the V scales [kv_head][pos] (int8).
+TEST(StateIO, RowsFollowTheDocumentedOrder) {
+  LayerSpec sliding_int8 = LayerSpec::Sliding(300, 2, 16);
+  sliding_int8.format = Format::kInt8;
+  const LayerPlan plan = PlanFor<TiledLayout<16>>(
+      1024, 16, LayerPlan::Builder().AddLayer(sliding_int8).AddLayer(LayerSpec::Global(2, 32)));
+  const KVCache<TiledLayout<16>> cache = FilledCache<TiledLayout<16>>(plan, 700, 16);
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  ASSERT_TRUE(SaveState(cache, kModel, &sink).ok());
+  const std::vector<uint64_t> sections = Sections(bytes);
+  ASSERT_EQ(sections.size(), 3u);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    SCOPED_TRACE(layer);
+    const bool int8 = layer == 0;
+    const uint64_t heads = 2, dims = int8 ? 16 : 32, element = int8 ? 1 : 2;
+    const uint64_t first = cache.FirstPos(layer), end = cache.EndPos(layer);
+    ASSERT_EQ(first, int8 ? 700u - cache.View(0).layout.Shape().num_slots : 0u);
+    std::vector<uint8_t> expected;
+    const auto put = [&](const void* data, uint64_t size) {
+      const uint8_t* from = static_cast<const uint8_t*>(data);
+      expected.insert(expected.end(), from, from + size);
+    };
+    for (uint64_t chunk = first; chunk < end; chunk = (chunk / 256 + 1) * 256) {
+      const uint64_t chunk_end = std::min(end, (chunk / 256 + 1) * 256);
+      // Each position's stored row: K [head][dim], V [head][dim], scales [head] (int8).
+      std::vector<std::vector<uint8_t>> k, v;
+      std::vector<std::vector<float>> k_scales, v_scales;
+      for (uint64_t pos = chunk; pos < chunk_end; ++pos) {
+        k.emplace_back(heads * dims * element);
+        v.emplace_back(heads * dims * element);
+        k_scales.emplace_back(heads);
+        v_scales.emplace_back(heads);
+        const Result read =
+            int8 ? cache.ReadRowInt8(layer, pos, reinterpret_cast<int8_t*>(k.back().data()),
+                                     k_scales.back().data(),
+                                     reinterpret_cast<int8_t*>(v.back().data()),
+                                     v_scales.back().data())
+                 : cache.ReadRow(layer, pos, reinterpret_cast<BF16*>(k.back().data()),
+                                 reinterpret_cast<BF16*>(v.back().data()));
+        ASSERT_TRUE(read.ok()) << read.Message();
+      }
+      const uint64_t n = chunk_end - chunk;
+      for (uint64_t head = 0; head < heads; ++head) {
+        for (uint64_t dim = 0; dim < dims; ++dim) {
+          for (uint64_t i = 0; i < n; ++i) put(&k[i][(head * dims + dim) * element], element);
+        }
+      }
+      for (uint64_t head = 0; int8 && head < heads; ++head) {
+        for (uint64_t i = 0; i < n; ++i) put(&k_scales[i][head], sizeof(float));
+      }
+      for (uint64_t head = 0; head < heads; ++head) {
+        for (uint64_t i = 0; i < n; ++i) put(&v[i][head * dims * element], dims * element);
+      }
+      for (uint64_t head = 0; int8 && head < heads; ++head) {
+        for (uint64_t i = 0; i < n; ++i) put(&v_scales[i][head], sizeof(float));
+      }
+    }
+    const uint64_t rows = sections[1 + layer] + 16 + 24;
+    ASSERT_EQ(sections[1 + layer] + 16 + 24 + expected.size() + 4,
+              layer == 0 ? sections[2] : bytes.size());
+    EXPECT_TRUE(std::equal(expected.begin(), expected.end(), bytes.begin() + rows));
+  }
+}
+
+struct BadState {
+  const char* name;
+  std::function<void(std::vector<uint8_t>*)> edit;
+  const char* message;  // a fragment of the refusal
+  Status status = Status::kBadState;
+  std::string model_id = kModel;
+  LayerPlan::Builder builder = Model();
+  uint64_t context = kContext;
+};
+
+TEST(StateIO, BadStatesAreRefusedAndChangeNothing) {
+  const LayerPlan plan = PlanFor<FlashLayout>(kContext, 16);
+  std::vector<uint8_t> good;
+  VectorSink sink(&good);
+  ASSERT_TRUE(SaveState(FilledCache<FlashLayout>(plan, kEnd, 9), kModel, &sink).ok());
+  const std::vector<uint64_t> sections = Sections(good);
+  ASSERT_EQ(sections.size(), 6u);            // the header and five owners
+  const uint64_t header = sections[0] + 16;  // the header payload
+  const uint64_t descriptors = header + 4 + sizeof(kModel) - 1 + 24;
+  const uint64_t layer1 = sections[2] + 16;  // layers[1]'s payload (the global BF16 owner)
+  const auto descriptor = [&](uint64_t layer, uint64_t field) {
+    return descriptors + layer * 40 + field;
+  };
+
+  const auto swap_sections = [&](std::vector<uint8_t>* bytes) {
+    // layers[1]'s and layers[2]'s sections change places.
+    std::vector<uint8_t> a(good.begin() + sections[2], good.begin() + sections[3]);
+    std::vector<uint8_t> b(good.begin() + sections[3], good.begin() + sections[4]);
+    bytes->erase(bytes->begin() + sections[2], bytes->begin() + sections[4]);
+    bytes->insert(bytes->begin() + sections[2], a.begin(), a.end());
+    bytes->insert(bytes->begin() + sections[2], b.begin(), b.end());
+  };
+  std::vector<BadState> bad = {
+      {"empty", [](auto* b) { b->clear(); }, "shorter than the 16-byte preamble"},
+      {"cut in the preamble", [](auto* b) { b->resize(15); }, "shorter than the 16-byte"},
+      {"wrong magic", [](auto* b) { (*b)[0] = 'G'; }, "not a kvring state"},
+      {"gguf file", [](auto* b) { std::memcpy(b->data(), "GGUF\3\0\0\0", 8); },
+       "not a kvring state"},
+      {"version 2", [](auto* b) { Poke<uint32_t>(b, 8, 2); }, "format version 2"},
+      {"reserved preamble word", [](auto* b) { Poke<uint32_t>(b, 12, 1); }, "reserved word 1"},
+      {"no sections", [](auto* b) { b->resize(16); }, "section 0 at byte 16 is cut off"},
+      {"header tag", [&](auto* b) { Poke<uint32_t>(b, sections[0], 0x12345678); },
+       "section 0 at byte 16 has tag 305419896"},
+      {"section reserved word", [&](auto* b) { Poke<uint32_t>(b, sections[0] + 4, 9); }, "has tag"},
+      {"header size past the end", [&](auto* b) { Poke<uint64_t>(b, sections[0] + 8, 1 << 30); },
+       "past the end"},
+      {"header size overflows", [&](auto* b) { Poke<uint64_t>(b, sections[0] + 8, ~0ull - 3); },
+       "past the end"},
+      {"flipped bit in the header", [&](auto* b) { (*b)[descriptor(1, 32)] ^= 4; },
+       "section 0 (bytes 16 to"},
+      {"flipped bit in the rows", [&](auto* b) { (*b)[layer1 + 24 + 100] ^= 1; },
+       "section 2 (bytes"},
+      {"flipped bit in a CRC", [&](auto* b) { (*b)[sections[3] - 1] ^= 0x80; },
+       "fails its CRC32C check"},
+      {"cut in a layer section", [&](auto* b) { b->resize(sections[3] + 20); },
+       "section 3 at byte"},
+      {"last section missing", [&](auto* b) { b->resize(sections[5]); }, "section 5 at byte"},
+      {"last CRC cut", [&](auto* b) { b->pop_back(); }, "past the end"},
+      {"trailing bytes", [](auto* b) { b->push_back(0); }, "1 bytes follow its last section"},
+      {"another model id", [](auto*) {}, "written for another model", Status::kBadState,
+       "test-model weights sha256:0124"},
+      {"a longer model id", [](auto*) {}, "written for another model", Status::kBadState,
+       std::string(kModel) + "x"},
+      {"model id length past the limit",
+       [&](auto* b) {
+         Poke<uint32_t>(b, header, 5000);
+         FixCrcs(b);
+       },
+       "a model id of 5000 bytes"},
+      {"header shorter than its layers",
+       [&](auto* b) {
+         Poke<uint64_t>(b, sections[0] + 8, 30);
+         FixCrcs(b);
+       },
+       "the header section holds 30 bytes"},
+      {"another context", [](auto*) {}, "runtime.context is 400 in the state and 512",
+       Status::kBadState, kModel, Model(), 512},
+      {"more layers", [](auto*) {}, "this plan's 8 layers", Status::kBadState, kModel,
+       Model().AddLayer(LayerSpec::Global(2, 32))},
+      {"another kind",
+       [&](auto* b) {
+         Poke<uint32_t>(b, descriptor(1, 0), 1);
+         FixCrcs(b);
+       },
+       "layers[1].kind is 1 in the state and 0"},
+      {"another format",
+       [&](auto* b) {
+         Poke<uint32_t>(b, descriptor(1, 4), 1);
+         FixCrcs(b);
+       },
+       "layers[1].format is 1"},
+      {"another owner",
+       [&](auto* b) {
+         Poke<uint32_t>(b, descriptor(6, 8), 4);
+         FixCrcs(b);
+       },
+       "layers[6].owner is 4 in the state and 1"},
+      {"another window",
+       [&](auto* b) {
+         Poke<uint64_t>(b, descriptor(3, 12), 6);
+         FixCrcs(b);
+       },
+       "layers[3].window is 6 in the state and 5"},
+      {"another chunk",
+       [&](auto* b) {
+         Poke<uint64_t>(b, descriptor(2, 20), 16);
+         FixCrcs(b);
+       },
+       "layers[2].chunk is 16"},
+      {"other head counts",
+       [&](auto* b) {
+         Poke<uint32_t>(b, descriptor(0, 28), 4);
+         FixCrcs(b);
+       },
+       "layers[0].num_kv_heads is 4"},
+      {"another head dim",
+       [&](auto* b) {
+         Poke<uint32_t>(b, descriptor(5, 32), 64);
+         FixCrcs(b);
+       },
+       "layers[5].head_dim is 64 in the state and 48"},
+      {"a V stream on MLA",
+       [&](auto* b) {
+         Poke<uint32_t>(b, descriptor(5, 36), 48);
+         FixCrcs(b);
+       },
+       "layers[5].v_head_dim is 48 in the state and 0"},
+      {"another plan's format (int8 globals)", [](auto*) {}, "layers[1].format is 0",
+       Status::kBadState, kModel, Model().SetFormat(AttentionKind::kGlobal, Format::kInt8)},
+      {"end past the context",
+       [&](auto* b) {
+         Poke<uint64_t>(b, descriptors - 16, 401);
+         FixCrcs(b);
+       },
+       "end position 401 is past the context"},
+      {"sections out of order", [&](auto* b) { swap_sections(b); },
+       "holds layers[2] where the section of layers[1]"},
+      {"layer section tag", [&](auto* b) { Poke<uint32_t>(b, sections[4], 0x4448564B); },
+       "section 4 at byte"},
+      {"layer section's format",
+       [&](auto* b) {
+         Poke<uint32_t>(b, layer1 + 4, 1);
+         FixCrcs(b);
+       },
+       "layers[1] section's format is 1"},
+      {"layer end differs",
+       [&](auto* b) {
+         Poke<uint64_t>(b, layer1 + 16, kEnd - 1);
+         FixCrcs(b);
+       },
+       "does not end at the state's end 157"},
+      {"first past end",
+       [&](auto* b) {
+         Poke<uint64_t>(b, layer1 + 8, kEnd + 1);
+         FixCrcs(b);
+       },
+       "holds [158, 157)"},
+      {"a global layer missing its start",
+       [&](auto* b) {
+         Poke<uint64_t>(b, layer1 + 8, 1);
+         FixCrcs(b);
+       },
+       "layers[1] holds [1, 157), but this layer needs every position from 0"},
+      {"a ring missing its window",
+       [&](auto* b) {
+         Poke<uint64_t>(b, sections[1] + 16 + 8, kEnd - 3);
+         FixCrcs(b);
+       },
+       "layers[0] holds [154, 157), but this layer needs every position from 151"},
+      {"rows shorter than the range",
+       [&](auto* b) {
+         uint64_t payload;
+         std::memcpy(&payload, b->data() + sections[2] + 8, 8);
+         Poke<uint64_t>(b, sections[2] + 8, payload - 8);
+         b->erase(b->begin() + sections[3] - 12, b->begin() + sections[3] - 4);
+         FixCrcs(b);
+       },
+       "layers[1] section holds"},
+  };
+  ASSERT_GE(bad.size(), 30u);
+  for (const BadState& state : bad) {
+    SCOPED_TRACE(state.name);
+    std::vector<uint8_t> bytes = good;
+    state.edit(&bytes);
+    Expected<LayerPlan> built = LayerPlan::Builder(state.builder)
+                                    .SetContext(state.context)
+                                    .SetBatch(16)
+                                    .SetRollback(2)
+                                    .SetLayout<FlashLayout>()
+                                    .Build();
+    ASSERT_TRUE(built.ok()) << built.error().message;
+    KVCache<FlashLayout> cache = FilledCache<FlashLayout>(built.value(), 41, 8);
+    const Held before = HeldByCache(cache);
+    MemorySource input(bytes);
+    const Result result = LoadState(&input, state.model_id, &cache);
+    EXPECT_EQ(result.status(), state.status) << result.Message();
+    EXPECT_NE(result.Message().find(state.message), std::string::npos) << result.Message();
+    EXPECT_TRUE(HeldByCache(cache) == before) << "the cache changed";
+    // A pool sequence refuses it too, and keeps its rows and blocks.
+    KVPool<FlashLayout> pool = PoolOf<FlashLayout>(built.value(), 1 << 22, 64);
+    SequenceId id;
+    ASSERT_TRUE(pool.AddSequence(&id).ok());
+    AppendToSequence(&pool, id, 0, 70, 7);
+    const Held pool_before = HeldBy(built.value(), PoolStore<FlashLayout>{pool, id});
+    const uint64_t blocks = pool.Usage().blocks_in_use;
+    EXPECT_EQ(LoadState(&input, state.model_id, &pool, id).status(), state.status);
+    EXPECT_TRUE(HeldBy(built.value(), PoolStore<FlashLayout>{pool, id}) == pool_before);
+    EXPECT_EQ(pool.Usage().blocks_in_use, blocks);
+  }
+}
+
+// Every single-bit flip and every truncation of a small state is refused (the CRCs and sizes
+// catch each), and the cache keeps its rows.
+TEST(StateIO, EveryBitFlipAndTruncationIsRefused) {
+  LayerSpec int8 = LayerSpec::Sliding(3, 1, 16);
+  int8.format = Format::kInt8;
+  const auto builder = LayerPlan::Builder().AddLayer(int8).AddLayer(LayerSpec::Global(1, 16));
+  const LayerPlan plan = PlanFor<FlashLayout>(64, 1, builder);
+  std::vector<uint8_t> good;
+  VectorSink sink(&good);
+  ASSERT_TRUE(SaveState(FilledCache<FlashLayout>(plan, 5, 1), "m", &sink).ok());
+  KVCache<FlashLayout> cache = FilledCache<FlashLayout>(plan, 9, 3);
+  const Held before = HeldByCache(cache);
+  for (size_t bit = 0; bit < good.size() * 8; ++bit) {
+    std::vector<uint8_t> bytes = good;
+    bytes[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    MemorySource input(bytes);
+    ASSERT_EQ(LoadState(&input, "m", &cache), Status::kBadState) << "bit " << bit;
+  }
+  for (size_t size = 0; size < good.size(); ++size) {
+    MemorySource input(good.data(), size);
+    ASSERT_EQ(LoadState(&input, "m", &cache), Status::kBadState) << "size " << size;
+  }
+  EXPECT_TRUE(HeldByCache(cache) == before);
+}
+
+TEST(StateIO, PoolLoadNeedsItsBlocksOrChangesNothing) {
+  const LayerPlan plan = PlanFor<FlashLayout>(kContext, 16);
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  ASSERT_TRUE(SaveState(FilledCache<FlashLayout>(plan, 300, 16), kModel, &sink).ok());
+  // A budget that holds the sequence's rings and a few blocks only.
+  KVPool<FlashLayout> probe = PoolOf<FlashLayout>(plan, 1 << 22, 32);
+  const uint64_t budget = probe.RingBytesFor(16) + probe.BlockBytesFor(200);
+  KVPool<FlashLayout> pool = PoolOf<FlashLayout>(plan, budget, 32);
+  SequenceId id;
+  ASSERT_TRUE(pool.AddSequence(&id).ok());
+  AppendToSequence(&pool, id, 0, 50, 10);
+  const Held before = HeldBy(plan, PoolStore<FlashLayout>{pool, id});
+  MemorySource input(bytes);
+  const Result result = LoadState(&input, kModel, &pool, id);
+  EXPECT_EQ(result.status(), Status::kPoolExhausted) << result.Message();
+  EXPECT_TRUE(HeldBy(plan, PoolStore<FlashLayout>{pool, id}) == before);
+  EXPECT_EQ(LoadState(&input, kModel, &pool, SequenceId{}), Status::kUnknownSequence);
+}
+
+TEST(StateIO, FilesRoundTripThroughATemporaryName) {
+  const LayerPlan plan = PlanFor<TiledLayout<16>>(kContext, 16);
+  const KVCache<TiledLayout<16>> source = FilledCache<TiledLayout<16>>(plan, kEnd, 9);
+  const std::string path = ::testing::TempDir() + "kvring_state_io_test.kvstate";
+  std::remove(path.c_str());
+  ASSERT_TRUE(SaveStateFile(source, kModel, path).ok());
+  EXPECT_EQ(std::fopen((path + ".tmp").c_str(), "rb"), nullptr);
+  KVCache<TiledLayout<16>> loaded = KVCache<TiledLayout<16>>::Create(plan).value();
+  const Result result = LoadStateFile(path, kModel, &loaded);
+  ASSERT_TRUE(result.ok()) << result.Message();
+  EXPECT_EQ(HeldByCache(loaded), HeldByCache(source));
+  EXPECT_EQ(LoadStateFile(path + ".missing", kModel, &loaded), Status::kIOError);
+  EXPECT_EQ(SaveStateFile(source, kModel, "/nonexistent-dir/x.kvstate"), Status::kIOError);
+  // A save refused mid-way leaves no temporary file and the old file as it was.
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  ASSERT_NE(file, nullptr);
+  std::fclose(file);
+  EXPECT_EQ(SaveStateFile(source, std::string(kMaxModelIdBytes + 1, 'x'), path),
+            Status::kBadArgument);
+  EXPECT_EQ(std::fopen((path + ".tmp").c_str(), "rb"), nullptr);
+  ASSERT_TRUE(LoadStateFile(path, kModel, &loaded).ok());
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace kvring
