@@ -397,6 +397,58 @@ TEST(StateIO, SaveIsRefusedMidStepAndForLongModelIds) {
   EXPECT_EQ(SaveState(whole, kModel, nullptr), Status::kBadArgument);
 }
 
+// A sink that takes `room` bytes, then fails.
+class FailingSink final : public ByteSink {
+ public:
+  explicit FailingSink(uint64_t room) : room_(room) {}
+  Result Write(const uint8_t*, uint64_t bytes) override {
+    ++writes_;
+    if (bytes > room_) return Result::Refused(Status::kIOError, "failing sink: full");
+    room_ -= bytes;
+    return Status::kOk;
+  }
+  uint64_t writes_ = 0;
+
+ private:
+  uint64_t room_;
+};
+
+// Every sink writes the same bytes; a sink that fails stops the save with its kIOError; loads
+// with and without non-temporal stores (the memcpy of other architectures) fill the same rows.
+TEST(StateIO, SinksAndBothCopiesAgree) {
+  const LayerPlan plan = PlanFor<TiledLayout<16>>(1200, 16);
+  const KVCache<TiledLayout<16>> source = FilledCache<TiledLayout<16>>(plan, 1150, 13);
+  std::vector<uint8_t> bytes;
+  VectorSink vector_sink(&bytes);
+  ASSERT_TRUE(SaveState(source, kModel, &vector_sink).ok());
+  ASSERT_EQ(bytes.size(), StateBytes(source, kModel));
+  ASSERT_GT(bytes.size(), 3 * ByteSink::kMaxWrite);  // several writes
+  std::vector<uint8_t> memory(bytes.size() + 7, 0xEE);
+  MemorySink exact(memory.data() + 3, bytes.size());  // unaligned on purpose
+  ASSERT_TRUE(SaveState(source, kModel, &exact).ok());
+  EXPECT_EQ(exact.Size(), bytes.size());
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), memory.begin() + 3));
+  EXPECT_EQ(memory[2], 0xEE);
+  EXPECT_EQ(memory[bytes.size() + 3], 0xEE);
+  MemorySink short_by_one(memory.data(), bytes.size() - 1);
+  EXPECT_EQ(SaveState(source, kModel, &short_by_one), Status::kIOError);
+  FailingSink failing(ByteSink::kMaxWrite);
+  const Result failed = SaveState(source, kModel, &failing);
+  EXPECT_EQ(failed, Status::kIOError) << failed.Message();
+  EXPECT_EQ(failing.writes_, 2u);  // stopped at the first refusal
+
+  KVCache<TiledLayout<16>> streamed = KVCache<TiledLayout<16>>::Create(plan).value();
+  KVCache<TiledLayout<16>> copied = KVCache<TiledLayout<16>>::Create(plan).value();
+  MemorySource input(bytes);
+  ASSERT_TRUE(LoadState(&input, kModel, &streamed).ok());
+  detail::StreamCopyAllowed() = false;
+  const Result plain = LoadState(&input, kModel, &copied);
+  detail::StreamCopyAllowed() = true;
+  ASSERT_TRUE(plain.ok()) << plain.Message();
+  EXPECT_EQ(HeldByCache(streamed), HeldByCache(source));
+  EXPECT_EQ(HeldByCache(copied), HeldByCache(source));
+}
+
 // ---- Bad states ----
 
 // Rewrites the CRC32C of every section of a state (after a test edits a field on purpose).

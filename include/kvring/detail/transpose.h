@@ -4,8 +4,9 @@
 // (the x86-64 baseline, no per-target code) where the compiler offers it, plain C++ elsewhere,
 // and AVX2 blocks (function target attributes, chosen at run time), with non-temporal variants
 // that write whole lines; plus the prefetch and store fence those writes need, and
-// TransposeRowsToBF16, which writes token rows of f32 or BF16 through them: all of kvring's
-// hand-written SIMD. Internal to kvring's storage.
+// TransposeRowsToBF16, which writes token rows of f32 or BF16 through them; and StreamCopy, the
+// non-temporal copy of saved state's bytes (io/): all of kvring's hand-written SIMD. Internal
+// to kvring's storage.
 #ifndef KVRING_DETAIL_TRANSPOSE_H_
 #define KVRING_DETAIL_TRANSPOSE_H_
 
@@ -45,6 +46,46 @@ inline void StoreFence() {
 #if defined(__SSE2__)
   _mm_sfence();
 #endif
+}
+
+// Whether StreamCopy writes with non-temporal stores where the compiler offers SSE2: tests
+// turn it off to run the memcpy of every other architecture. Not thread-safe to change.
+inline bool& StreamCopyAllowed() {
+  static bool allowed = true;
+  return allowed;
+}
+
+// Copies `bytes` from `src` to `dst` (not overlapping), the 16-byte aligned part of `dst` with
+// non-temporal stores (SSE2), for bytes that are not read again soon (a saved state's
+// destination, a loaded state's rows): whole lines then skip the read for ownership. Call
+// StoreFence() after the last copy. Elsewhere, memcpy.
+inline void StreamCopy(void* dst, const void* src, uint64_t bytes) {
+#if defined(__SSE2__)
+  if (StreamCopyAllowed() && bytes >= 16) {
+    uint8_t* to = static_cast<uint8_t*>(dst);
+    const uint8_t* from = static_cast<const uint8_t*>(src);
+    const uint64_t head = (16 - (reinterpret_cast<uintptr_t>(to) & 15)) & 15;
+    if (head != 0) std::memcpy(to, from, head);
+    uint64_t i = head;
+    for (; i + 64 <= bytes; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i + 32));
+      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i + 48), d);
+    }
+    for (; i + 16 <= bytes; i += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
+    }
+    if (i != bytes) std::memcpy(to + i, from + i, bytes - i);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
 }
 
 // Whether the SSE2 blocks (Transpose8x8, Transpose16x16Bytes) run where the compiler offers

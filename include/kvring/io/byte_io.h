@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvring/detail/transpose.h"
 #include "kvring/status.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -19,25 +20,27 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef MAP_POPULATE
+#define KVRING_MAP_POPULATE MAP_POPULATE
+#else
+#define KVRING_MAP_POPULATE 0
+#endif
 #else
 #define KVRING_BYTE_IO_MMAP 0
 #endif
 
 namespace kvring {
 
-// Takes bytes in order. A writer calls Acquire for a window of up to `max_bytes`, writes
-// into it, then Commit(n) hands over its first n bytes; the window is valid until Commit.
-// Implement it to send state elsewhere (a socket, a host arena): Acquire may return the
-// destination itself (no copy) or a buffer the sink owns.
+// Takes bytes in order: Write(data, bytes) is called with consecutive pieces of the state (of
+// up to kMaxWrite bytes; `data` is valid during the call only). Implement it to send state
+// elsewhere (a socket, a host arena, another process).
 class ByteSink {
  public:
+  static constexpr uint64_t kMaxWrite = uint64_t{1} << 17;
   virtual ~ByteSink() = default;
-  // Returns where the next bytes go, at least `max_bytes` of room, or null if the sink cannot
-  // take them (then Commit is not called and the writer reports kIOError).
-  virtual uint8_t* Acquire(uint64_t max_bytes) = 0;
-  // Takes the first `bytes` bytes of the last window (bytes <= its max_bytes). kIOError
-  // (saying why) if they could not be written.
-  virtual Result Commit(uint64_t bytes) = 0;
+  // Takes the next `bytes` bytes. kIOError (saying why) if they could not be written; the
+  // writer then stops.
+  virtual Result Write(const uint8_t* data, uint64_t bytes) = 0;
 };
 
 // Gives read access to a saved state of Size() bytes. View(offset, bytes) returns the
@@ -56,19 +59,13 @@ class ByteSource {
 class VectorSink final : public ByteSink {
  public:
   explicit VectorSink(std::vector<uint8_t>* bytes) : bytes_(bytes) {}
-  uint8_t* Acquire(uint64_t max_bytes) override {
-    start_ = bytes_->size();
-    bytes_->resize(start_ + max_bytes);
-    return bytes_->data() + start_;
-  }
-  Result Commit(uint64_t bytes) override {
-    bytes_->resize(start_ + bytes);
+  Result Write(const uint8_t* data, uint64_t bytes) override {
+    bytes_->insert(bytes_->end(), data, data + bytes);
     return Status::kOk;
   }
 
  private:
   std::vector<uint8_t>* bytes_;
-  size_t start_ = 0;
 };
 
 // Writes into memory the caller owns and keeps alive (a host arena, a pinned buffer), without
@@ -78,10 +75,16 @@ class MemorySink final : public ByteSink {
  public:
   MemorySink(void* data, uint64_t capacity)
       : data_(static_cast<uint8_t*>(data)), capacity_(capacity) {}
-  uint8_t* Acquire(uint64_t max_bytes) override {
-    return max_bytes <= capacity_ - size_ ? data_ + size_ : nullptr;
-  }
-  Result Commit(uint64_t bytes) override {
+  // Copies with non-temporal stores (detail::StreamCopy): the bytes go to memory, not to the
+  // caches the caller's next work uses.
+  Result Write(const uint8_t* data, uint64_t bytes) override {
+    if (bytes > capacity_ - size_) {
+      return Result::Refused(Status::kIOError,
+                             "memory sink: %llu more bytes do not fit its %llu (%llu written)",
+                             bytes, capacity_, size_);
+    }
+    detail::StreamCopy(data_ + size_, data, bytes);
+    detail::StoreFence();
     size_ += bytes;
     return Status::kOk;
   }
@@ -111,48 +114,44 @@ class MemorySource final : public ByteSource {
   uint64_t size_;
 };
 
-// Writes a file: bytes go to "<path>.tmp" through a 1 MiB buffer, and Finish() renames it
-// to `path`, so that a crash or an error never leaves a half-written file under the name
-// (the previous file stays until then). Destroying a sink that was not finished removes the
-// temporary file.
+// Writes a file: bytes go to "<path>.tmp", and Finish() renames it to `path`, so that a crash
+// or an error never leaves a half-written file under the name (the previous file stays until
+// then). Destroying a sink that was not finished removes the temporary file. Not synced to
+// the disk (call fsync on the path for that).
 class FileSink final : public ByteSink {
  public:
-  static constexpr uint64_t kBufferBytes = uint64_t{1} << 20;
+  FileSink() = default;
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+  ~FileSink() override { Discard(); }
 
-  // Opens "<path>.tmp" for writing; kIOError naming the path if it cannot.
+  // Opens "<path>.tmp" for writing; kIOError if it cannot.
   Result Open(const std::string& path) {
     Discard();
     path_ = path;
     temp_ = path + ".tmp";
     file_ = std::fopen(temp_.c_str(), "wb");
     if (file_ == nullptr) {
-      return Result::Refused(Status::kIOError, "state file: cannot create the temporary file");
+      return Result::Refused(Status::kIOError,
+                             "state file: cannot create the temporary file <path>.tmp (no such "
+                             "directory, or no permission?)");
     }
-    std::setvbuf(file_, nullptr, _IONBF, 0);  // writes are whole 1 MiB buffers already
-    buffer_.resize(kBufferBytes);
-    return Status::kOk;
-  }
-  ~FileSink() override { Discard(); }
-
-  uint8_t* Acquire(uint64_t max_bytes) override {
-    if (file_ == nullptr || max_bytes > kBufferBytes) return nullptr;
-    if (kBufferBytes - used_ < max_bytes && !Flush()) return nullptr;
-    return buffer_.data() + used_;
-  }
-  Result Commit(uint64_t bytes) override {
-    used_ += bytes;
-    if (used_ == kBufferBytes && !Flush()) return WriteFailed();
+    std::setvbuf(file_, nullptr, _IONBF, 0);  // the writer's pieces are large already
     return Status::kOk;
   }
 
-  // Writes what is buffered, closes the file and renames it to the path. kIOError if any
-  // write, the close or the rename failed (the temporary file is removed then).
+  Result Write(const uint8_t* data, uint64_t bytes) override {
+    if (file_ == nullptr || std::fwrite(data, 1, bytes, file_) != bytes) return WriteFailed();
+    return Status::kOk;
+  }
+
+  // Closes the file and renames it to the path. kIOError if a write, the close or the rename
+  // failed (the temporary file is removed then).
   Result Finish() {
     if (file_ == nullptr) return WriteFailed();
-    const bool flushed = Flush();
     const bool closed = std::fclose(file_) == 0;
     file_ = nullptr;
-    if (!flushed || !closed || std::rename(temp_.c_str(), path_.c_str()) != 0) {
+    if (!closed || std::rename(temp_.c_str(), path_.c_str()) != 0) {
       std::remove(temp_.c_str());
       return WriteFailed();
     }
@@ -160,12 +159,7 @@ class FileSink final : public ByteSink {
   }
 
  private:
-  bool Flush() {
-    if (used_ != 0 && std::fwrite(buffer_.data(), 1, used_, file_) != used_) return false;
-    used_ = 0;
-    return true;
-  }
-  Result WriteFailed() const {
+  static Result WriteFailed() {
     return Result::Refused(Status::kIOError,
                            "state file: writing, closing or renaming the temporary file failed "
                            "(disk full, or no permission?)");
@@ -176,13 +170,10 @@ class FileSink final : public ByteSink {
       file_ = nullptr;
       std::remove(temp_.c_str());
     }
-    used_ = 0;
   }
 
   std::string path_, temp_;
   std::FILE* file_ = nullptr;
-  std::vector<uint8_t> buffer_;
-  uint64_t used_ = 0;
 };
 
 // Reads a file: mapped read-only into memory where the system can (no copy), else read
@@ -207,7 +198,8 @@ class FileSource final : public ByteSource {
     }
     size_ = static_cast<uint64_t>(info.st_size);
     if (size_ != 0) {
-      void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      // MAP_POPULATE (Linux) maps every page at once instead of one fault per page.
+      void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | KVRING_MAP_POPULATE, fd, 0);
       if (mapped == MAP_FAILED) {
         ::close(fd);
         size_ = 0;

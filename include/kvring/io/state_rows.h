@@ -70,7 +70,7 @@ Result WriteState(const LayerPlan& plan, const std::string& model_id, uint64_t e
   if (!StateBytesOf(plan, model_id.size(), held, &total)) {
     return Result::Refused(Status::kBadArgument, "state: its size overflows 64 bits");
   }
-  StateWriter out(sink, total);
+  StateWriter out(sink);
   WriteStateHeader(plan, model_id, end, &out);
   for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
     const LayerInfo& info = plan.Layer(layer);
@@ -86,12 +86,13 @@ Result WriteState(const LayerPlan& plan, const std::string& model_id, uint64_t e
     out.PutU32(static_cast<uint32_t>(info.spec.format));
     out.PutU64(range.first);
     out.PutU64(range.second);
-    ForEachRowPiece<Layout>(shape, info.spec.format, range.first, range.first, range.second,
-                            locate_of(layer),
-                            [&out](uint64_t, const uint8_t* memory, uint64_t len) {
-                              out.Put(memory, len);  // pieces come in order, without gaps
-                            });
+    ForEachRowPiece<PieceOrder::kBytes, Layout>(shape, info.spec.format, range.first, range.first,
+                                                range.second, locate_of(layer),
+                                                [&out](const RowPiece& piece) {
+                                                  out.PutPiece(piece);  // in order, no gaps
+                                                });
     out.EndSection();
+    if (out.Failed()) break;  // the sink failed: the rest would be dropped
   }
   return out.Finish();
 }
@@ -119,10 +120,10 @@ Result ReadStateRows(StateReader* reader, const LayerPlan& plan, const TargetOf&
     const uint64_t from = begin(layer, first, end);
     const uint64_t rows = at + kLayerFixedBytes;
     bool ok = true;
-    ForEachRowPiece<Layout>(target.shape, target.format, first, from, end, locate_of(layer),
-                            [&](uint64_t piece, uint8_t* memory, uint64_t len) {
-                              ok = ok && reader->Copy(rows + piece, memory, len);
-                            });
+    ForEachRowPiece<PieceOrder::kStorage, Layout>(
+        target.shape, target.format, first, from, end, locate_of(layer),
+        [&](const RowPiece& piece) { ok = ok && reader->CopyPiece(rows, piece); });
+    StoreFence();
     if (!ok) return ReadFailed(rows);
     offset += kSectionHeaderBytes + bytes + kSectionCrcBytes;
   }

@@ -8,28 +8,67 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
 
 #include "kvring/detail/crc32c.h"
+#include "kvring/detail/transpose.h"
 #include "kvring/io/byte_io.h"
 #include "kvring/status.h"
+#include "kvring/storage/row_pieces.h"
 
 namespace kvring {
 namespace detail {
 
-// Writes sections to a ByteSink through windows of up to ByteSource::kMaxView bytes, each
-// section's CRC32C computed over the window while it is in cache.
+// Copies `bytes` bytes from `from` to `to`: the piece sizes of tiled K rows without a call.
+inline void CopySmall(void* to, const void* from, uint64_t bytes) {
+  switch (bytes) {
+    case 16:
+      std::memcpy(to, from, 16);
+      return;
+    case 32:
+      std::memcpy(to, from, 32);
+      return;
+    default:
+      std::memcpy(to, from, bytes);
+  }
+}
+
+// Writes sections to a ByteSink: bytes gather in a staging buffer of ByteSink::kMaxWrite
+// bytes, which stays in cache while each section's CRC32C is computed over it, and go to the
+// sink in one Write when it is full. After a failure (the sink's, or no memory for the
+// buffer) it takes and drops bytes, and Finish() returns the failure.
 class StateWriter {
  public:
-  StateWriter(ByteSink* sink, uint64_t total_bytes) : sink_(sink), left_(total_bytes) {}
+  static constexpr uint64_t kStage = ByteSink::kMaxWrite;
 
+  explicit StateWriter(ByteSink* sink) : sink_(sink), stage_(new (std::nothrow) uint8_t[kStage]) {
+    if (stage_ == nullptr) {
+      failed_ = Result::Refused(Status::kOutOfMemory,
+                                "state: no memory for the %llu-byte staging buffer", kStage);
+    }
+  }
+
+  // Puts the `count` parts of `piece`, whose offsets follow each other.
+  void PutPiece(const RowPiece& piece) {
+    const uint8_t* memory = piece.memory;
+    for (uint64_t r = 0; r < piece.count; ++r, memory += piece.memory_stride) {
+      Put(memory, piece.bytes);
+    }
+  }
   void PutU32(uint32_t value) { Put(&value, 4); }
   void PutU64(uint64_t value) { Put(&value, 8); }
   void Put(const void* data, uint64_t bytes) {
+    if (bytes <= kStage - used_ && stage_ != nullptr) {  // the common case: it fits
+      CopySmall(stage_.get() + used_, data, bytes);
+      used_ += bytes;
+      return;
+    }
     const uint8_t* from = static_cast<const uint8_t*>(data);
-    while (bytes != 0 && failed_.ok()) {
-      if (used_ == room_ && !NextWindow()) return;
-      const uint64_t len = std::min(bytes, room_ - used_);
-      std::memcpy(window_ + used_, from, len);
+    while (bytes != 0 && stage_ != nullptr) {
+      if (used_ == kStage) Flush();
+      const uint64_t len = std::min(bytes, kStage - used_);
+      std::memcpy(stage_.get() + used_, from, len);
       used_ += len;
       from += len;
       bytes -= len;
@@ -44,48 +83,35 @@ class StateWriter {
     PutU64(payload_bytes);
   }
   void EndSection() {
-    CrcWindow();
+    CrcStage();
     const uint32_t crc = crc_;
     Put(&crc, 4);
     crc_from_ = used_;
   }
-  // Hands over the last window. Returns the first failure, if any.
+  // Hands the last bytes to the sink. Returns the first failure, if any.
   Result Finish() {
-    if (failed_.ok() && room_ != 0) Commit();
+    if (used_ != 0) Flush();
     return failed_;
   }
+  bool Failed() const { return !failed_.ok(); }
 
  private:
-  void CrcWindow() {
-    crc_ = Crc32c(crc_, window_ + crc_from_, used_ - crc_from_);
+  void CrcStage() {
+    crc_ = Crc32c(crc_, stage_.get() + crc_from_, used_ - crc_from_);
     crc_from_ = used_;
   }
-  void Commit() {
-    CrcWindow();
-    const Result committed = sink_->Commit(used_);
-    if (!committed.ok()) failed_ = committed;
-  }
-  bool NextWindow() {
-    if (room_ != 0) Commit();
-    if (!failed_.ok()) return false;
-    const uint64_t room = std::min(left_, ByteSource::kMaxView);
-    window_ = room == 0 ? nullptr : sink_->Acquire(room);
-    if (window_ == nullptr) {
-      failed_ =
-          Result::Refused(Status::kIOError, "state: the sink refused a window of %llu bytes", room);
-      room_ = 0;
-      return false;
+  void Flush() {
+    CrcStage();
+    if (failed_.ok()) {
+      const Result written = sink_->Write(stage_.get(), used_);
+      if (!written.ok()) failed_ = written;
     }
-    left_ -= room;
-    room_ = room;
     used_ = crc_from_ = 0;
-    return true;
   }
 
   ByteSink* sink_;
-  uint64_t left_;  // bytes of the state not yet given a window
-  uint8_t* window_ = nullptr;
-  uint64_t room_ = 0, used_ = 0, crc_from_ = 0;
+  std::unique_ptr<uint8_t[]> stage_;
+  uint64_t used_ = 0, crc_from_ = 0;
   uint32_t crc_ = 0;
   Result failed_;
 };
@@ -98,15 +124,21 @@ class StateReader {
 
   // Copies bytes [offset, offset + bytes) to `to`; false if the source failed to read them.
   bool Copy(uint64_t offset, void* to, uint64_t bytes) {
-    uint8_t* out = static_cast<uint8_t*>(to);
-    while (bytes != 0) {
-      const uint8_t* view = Bytes(offset, std::min(bytes, ByteSource::kMaxView));
-      if (view == nullptr) return false;
-      const uint64_t len = std::min(bytes, view_end_ - offset);
-      std::memcpy(out, view, len);
-      out += len;
-      offset += len;
-      bytes -= len;
+    return CopyWith(offset, to, bytes, false);
+  }
+  // Copies the bytes of `piece` at `base` + its offsets into its memory, with non-temporal
+  // stores (StreamCopy; StoreFence() after the last); false if the source failed to read them.
+  bool CopyPiece(uint64_t base, const RowPiece& piece) {
+    const uint64_t span = (piece.count - 1) * piece.offset_stride + piece.bytes;
+    const uint8_t* view = span <= ByteSource::kMaxView ? Bytes(base + piece.offset, span) : nullptr;
+    for (uint64_t r = 0; r < piece.count; ++r) {
+      uint8_t* to = piece.memory + r * piece.memory_stride;
+      const uint64_t offset = r * piece.offset_stride;
+      if (view != nullptr) {
+        StreamCopy(to, view + offset, piece.bytes);
+      } else if (!CopyWith(base + piece.offset + offset, to, piece.bytes, true)) {
+        return false;
+      }
     }
     return true;
   }
@@ -132,6 +164,24 @@ class StateReader {
   }
 
  private:
+  bool CopyWith(uint64_t offset, void* to, uint64_t bytes, bool stream) {
+    uint8_t* out = static_cast<uint8_t*>(to);
+    while (bytes != 0) {
+      const uint8_t* view = Bytes(offset, std::min(bytes, ByteSource::kMaxView));
+      if (view == nullptr) return false;
+      const uint64_t len = std::min(bytes, view_end_ - offset);
+      if (stream) {
+        StreamCopy(out, view, len);
+      } else {
+        std::memcpy(out, view, len);
+      }
+      out += len;
+      offset += len;
+      bytes -= len;
+    }
+    return true;
+  }
+
   // Returns bytes [offset, offset + bytes) (bytes <= kMaxView, inside the source), reusing the
   // current view when it holds them.
   const uint8_t* Bytes(uint64_t offset, uint64_t bytes) {
