@@ -76,8 +76,8 @@ void ForEachKPiece(const LayerRows<Layout>& rows, uint8_t* k, uint64_t element, 
                    uint32_t dim, uint32_t dims, uint64_t slot, uint64_t at, uint64_t len,
                    uint64_t n, uint64_t offset, const Piece& piece) {
   const auto map = rows.layout.K();
-  const auto offset_of = [&](uint32_t dim, uint64_t i) {
-    return offset + ((uint64_t{head} * dims + dim) * n + at + i) * element;
+  const auto offset_of = [&](uint32_t of_dim, uint64_t i) {
+    return offset + ((uint64_t{head} * dims + of_dim) * n + at + i) * element;
   };
   if (kOrder == PieceOrder::kStorage) {
     for (uint64_t i = 0; i < len;) {
