@@ -75,21 +75,24 @@ struct StateAccess {
     const auto target_of = [&](size_t layer) { return TargetOf(cache->StorageOf(layer)); };
     StateReader reader(source);
     uint64_t end = 0;
-    const Result checked = CheckState(&reader, model_id, cache->Plan(), target_of, &end);
-    if (!checked.ok()) return checked;
+    Result result = CheckState(&reader, model_id, cache->Plan(), target_of, &end);
+    if (!result.ok()) return result;
     const auto begin = [&](size_t layer, uint64_t first, uint64_t layer_end) {
-      return cache->StorageOf(layer).RestoreRange(first, layer_end);
+      cache->StorageOf(layer).RestoreRange(first, layer_end);
     };
     const auto locate_of = [&](size_t layer) {
       const LayerStorage<Layout>* storage = &cache->StorageOf(layer);
       return [storage](uint64_t pos) { return RingSegment(*storage, pos); };
     };
-    const Result read = ReadStateRows<Layout>(&reader, cache->Plan(), target_of, begin, locate_of);
+    result = RestoreStateRanges(&reader, cache->Plan(), begin);
+    if (result.ok()) {
+      result = ReadStateRows<Layout>(&reader, cache->Plan(), target_of, HeldBy(*cache), locate_of);
+    }
     // The state was read whole and checked: only a source failing now stops the copy, and the
     // cache is then cleared rather than left half loaded.
-    if (!read.ok()) {
+    if (!result.ok()) {
       cache->Clear();
-      return read;
+      return result;
     }
     cache->step_.Reset(end);
     cache->EndViews(ViewEnd::kLoad);
@@ -135,16 +138,117 @@ struct StateAccess {
     };
   }
 
+  // Returns target_of(layer) for `sequence` of `pool`: what CheckState needs of each owner.
+  template <typename Layout, typename Sequence>
+  static auto PoolTargets(const KVPool<Layout>& pool, const Sequence& sequence) {
+    return [&pool, &sequence](size_t layer) {
+      const LayerEntry& entry = pool.table_.Entry(layer);
+      if (entry.residence != Residence::kPaged) return TargetOf(sequence.rings[entry.storage]);
+      const StorageSpec& spec = pool.paged_.Spec(entry.storage);
+      return StateTarget{spec.shape, spec.format, spec.keep, true};
+    };
+  }
   template <typename Layout>
-  static Result Save(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
-                     ByteSink* sink) {
+  static bool IsLive(const KVPool<Layout>& pool, SequenceId id) {
+    return pool.sequences_.Check(id).ok();
+  }
+  // Returns the stamp of sequence `id`'s views now: Check() refuses once a call changed it.
+  template <typename Layout>
+  static ViewStamp StampOf(const KVPool<Layout>& pool, SequenceId id) {
+    return ViewStamp::Of(pool.sequences_.Epoch(id), 0, id.index, id.generation);
+  }
+
+  // Returns kOk if sequence `id` of `pool` may be saved to `sink` with `model_id` now: a live
+  // sequence between steps (kUnknownSequence, kWrongPosition), and CheckStateWrite's rules.
+  template <typename Layout>
+  static Result CheckSave(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
+                          const ByteSink* sink) {
     const Result known = pool.sequences_.Check(id);
     if (!known.ok()) return known;
     const auto& sequence = pool.sequences_.Get(id);
     if (sequence.step.InStep()) return sequence.MidStep(pool.table_);
+    return CheckStateWrite(pool.Plan(), model_id, HeldBy(pool, sequence), sink);
+  }
+  // Writes the header of sequence `id` (CheckSave allowed it) to `out`.
+  template <typename Layout>
+  static void SaveHeader(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
+                         StateWriter* out) {
+    WriteStateHeader(pool.Plan(), model_id, pool.sequences_.Get(id).step.HighEnd(), out);
+  }
+  // Writes the next step of sequence `id`'s rows (WriteStateStep); false when none is left.
+  template <typename Layout>
+  static bool SaveStep(const KVPool<Layout>& pool, SequenceId id, StateCursor* cursor,
+                       StateWriter* out) {
+    const auto& sequence = pool.sequences_.Get(id);
     const auto locate_of = [&](size_t layer) { return PoolLocator(pool, sequence, layer); };
-    return WriteState<Layout>(pool.Plan(), model_id, sequence.step.HighEnd(),
-                              HeldBy(pool, sequence), locate_of, sink);
+    return WriteStateStep<Layout>(pool.Plan(), HeldBy(pool, sequence), locate_of, cursor, out);
+  }
+
+  template <typename Layout>
+  static Result Save(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
+                     ByteSink* sink) {
+    const Result allowed = CheckSave(pool, id, model_id, sink);
+    if (!allowed.ok()) return allowed;
+    StateWriter out(sink);
+    SaveHeader(pool, id, model_id, &out);
+    StateCursor cursor;
+    while (!out.Failed() && SaveStep(pool, id, &cursor, &out)) {
+    }
+    return out.Finish();
+  }
+
+  // Checks the state `reader` reads against sequence `id` of `pool` (every refusal changes
+  // nothing), then empties the sequence, gives it the state's blocks and ranges and ends its
+  // views; sets *end to the state's end. The rows follow in LoadSteps.
+  template <typename Layout>
+  static Result LoadBegin(StateReader* reader, const std::string& model_id, KVPool<Layout>* pool,
+                          SequenceId id, uint64_t* end) {
+    const Result known = pool->sequences_.Check(id);
+    if (!known.ok()) return known;
+    auto& sequence = pool->sequences_.Get(id);
+    Result result = CheckState(reader, model_id, pool->Plan(), PoolTargets(*pool, sequence), end);
+    if (!result.ok()) return result;
+    result = TakeStateBlocks(pool, &sequence, *end);
+    if (!result.ok()) return result;
+    const auto begin = [&](size_t layer, uint64_t first, uint64_t layer_end) {
+      const LayerEntry& entry = pool->table_.Entry(layer);
+      if (entry.residence == Residence::kPaged) {
+        sequence.paged_end[entry.storage] = layer_end;  // from 0: CheckState allowed no other
+      } else {
+        sequence.rings[entry.storage].RestoreRange(first, layer_end);
+      }
+    };
+    result = RestoreStateRanges(reader, pool->Plan(), begin);
+    if (!result.ok()) {
+      LoadFailed(pool, id);
+      return result;
+    }
+    pool->sequences_.EndViews(id, ViewEnd::kLoad);
+    return Status::kOk;
+  }
+  // Reads the next step of the rows (ReadStateStep) into sequence `id`; sets *more to false
+  // when none is left. A failing source leaves the sequence cleared.
+  template <typename Layout>
+  static Result LoadStep(StateReader* reader, KVPool<Layout>* pool, SequenceId id,
+                         StateCursor* cursor, bool* more) {
+    const auto& sequence = pool->sequences_.Get(id);
+    const auto locate_of = [&](size_t layer) { return PoolLocator(*pool, sequence, layer); };
+    const Result read = ReadStateStep<Layout>(reader, pool->Plan(), PoolTargets(*pool, sequence),
+                                              HeldBy(*pool, sequence), locate_of, cursor, more);
+    if (!read.ok()) LoadFailed(pool, id);
+    return read;
+  }
+  // Ends a load whose rows are all read: the sequence is at `end`; its views end again.
+  template <typename Layout>
+  static void LoadDone(KVPool<Layout>* pool, SequenceId id, uint64_t end) {
+    pool->sequences_.Get(id).step.Reset(end);
+    pool->sequences_.EndViews(id, ViewEnd::kLoad);
+  }
+  // Clears sequence `id` after a load that could not finish (never left half loaded).
+  template <typename Layout>
+  static void LoadFailed(KVPool<Layout>* pool, SequenceId id) {
+    pool->sequences_.Get(id).Clear(&pool->paged_);
+    pool->sequences_.EndViews(id, ViewEnd::kClear);
   }
 
   template <typename Layout>
@@ -153,37 +257,16 @@ struct StateAccess {
     if (source == nullptr || pool == nullptr) {
       return Result::Refused(Status::kBadArgument, "state: the source or the pool is null");
     }
-    const Result known = pool->sequences_.Check(id);
-    if (!known.ok()) return known;
-    auto& sequence = pool->sequences_.Get(id);
-    const auto target_of = [&](size_t layer) {
-      const LayerEntry& entry = pool->table_.Entry(layer);
-      if (entry.residence != Residence::kPaged) return TargetOf(sequence.rings[entry.storage]);
-      const StorageSpec& spec = pool->paged_.Spec(entry.storage);
-      return StateTarget{spec.shape, spec.format, spec.keep, true};
-    };
     StateReader reader(source);
     uint64_t end = 0;
-    Result result = CheckState(&reader, model_id, pool->Plan(), target_of, &end);
+    Result result = LoadBegin(&reader, model_id, pool, id, &end);
     if (!result.ok()) return result;
-    result = TakeStateBlocks(pool, &sequence, end);
-    if (!result.ok()) return result;
-    const auto begin = [&](size_t layer, uint64_t first, uint64_t layer_end) {
-      const LayerEntry& entry = pool->table_.Entry(layer);
-      if (entry.residence != Residence::kPaged) {
-        return sequence.rings[entry.storage].RestoreRange(first, layer_end);
-      }
-      sequence.paged_end[entry.storage] = layer_end;
-      return first;  // 0: CheckState allowed no other
-    };
-    const auto locate_of = [&](size_t layer) { return PoolLocator(*pool, sequence, layer); };
-    result = ReadStateRows<Layout>(&reader, pool->Plan(), target_of, begin, locate_of);
-    if (!result.ok()) {
-      sequence.Clear(&pool->paged_);  // not left half loaded
-    } else {
-      sequence.step.Reset(end);
+    StateCursor cursor;
+    cursor.section = FirstLayerSection(&reader, pool->Plan());
+    for (bool more = true; more && result.ok();) {
+      result = LoadStep(&reader, pool, id, &cursor, &more);
     }
-    pool->sequences_.EndViews(id, result.ok() ? ViewEnd::kLoad : ViewEnd::kClear);
+    if (result.ok()) LoadDone(pool, id, end);
     return result;
   }
 

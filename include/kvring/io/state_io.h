@@ -13,6 +13,7 @@
 #include "kvring/io/byte_io.h"
 #include "kvring/io/state_access.h"
 #include "kvring/io/state_format.h"
+#include "kvring/io/state_steps.h"
 #include "kvring/status.h"
 #include "kvring/storage/kv_cache.h"
 #include "kvring/storage/kv_pool.h"

@@ -1,10 +1,11 @@
-// kvring/io/state_rows.h: writing a whole state (the header and every owning layer's rows)
-// and reading a checked state's rows into a destination, for any storage that says which
-// positions each owning layer holds and where they live (io/state_access.h: a KVCache, a
-// KVPool sequence). Internal.
+// kvring/io/state_rows.h: writing a state (the header, then every owning layer's rows) and
+// reading a checked state's rows into a destination, whole or a step of at most kRowChunk
+// positions of one layer at a time, for any storage that says which positions each owning
+// layer holds and where they live (io/state_access.h: a KVCache, a KVPool sequence). Internal.
 #ifndef KVRING_IO_STATE_ROWS_H_
 #define KVRING_IO_STATE_ROWS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,14 +23,22 @@
 namespace kvring {
 namespace detail {
 
-// Returns kOk if a state of `model_id` may be written to `sink`; otherwise kBadArgument.
-inline Result CheckStateSink(const std::string& model_id, const ByteSink* sink) {
+// Returns kOk if a state of `plan` and `model_id` whose owning layers hold held(layer) =
+// {first, end} may be written to `sink`; otherwise kBadArgument (a null sink, a model id past
+// kMaxModelIdBytes, a size past 64 bits).
+template <typename Held>
+Result CheckStateWrite(const LayerPlan& plan, const std::string& model_id, const Held& held,
+                       const ByteSink* sink) {
   if (sink == nullptr) return Result::Refused(Status::kBadArgument, "state: the sink is null");
   if (model_id.size() > kMaxModelIdBytes) {
     return Result::Refused(Status::kBadArgument,
                            "state: a model id of %llu bytes is longer than the %llu a state "
                            "carries",
                            uint64_t{model_id.size()}, kMaxModelIdBytes);
+  }
+  uint64_t total = 0;
+  if (!StateBytesOf(plan, model_id.size(), held, &total)) {
+    return Result::Refused(Status::kBadArgument, "state: its size overflows 64 bits");
   }
   return Status::kOk;
 }
@@ -59,56 +68,91 @@ inline void WriteStateHeader(const LayerPlan& plan, const std::string& model_id,
   out->EndSection();
 }
 
+// How far a state's writer or reader has come: the owning layer it writes or reads, and the
+// next position of it. A step moves it over at most kRowChunk positions of one layer.
+struct StateCursor {
+  size_t layer = 0;      // plan.NumLayers() once every layer is done
+  uint64_t pos = 0;      // the layer's next position
+  bool open = false;     // the layer's section is begun (written, or its header read)
+  uint64_t section = 0;  // reading: where the layer's section starts in the source
+  uint64_t first = 0;    // reading: the section's range
+  uint64_t end = 0;
+};
+
+// Moves `cursor` to the next owning layer from its own on; returns false if none is left.
+inline bool NextOwner(const LayerPlan& plan, StateCursor* cursor) {
+  while (cursor->layer < plan.NumLayers() && !plan.Layer(cursor->layer).OwnsKV()) ++cursor->layer;
+  return cursor->layer < plan.NumLayers();
+}
+
+// Writes the next step of a state's layers to `out`: positions [cursor->pos, the end of their
+// chunk) of owning layer cursor->layer, which holds held(layer) = {first, end} at
+// locate_of(layer)(pos), opening its section before its first position and closing it after
+// its last. Returns false, writing nothing, once every layer is written.
+template <typename Layout, typename Held, typename LocateOf>
+bool WriteStateStep(const LayerPlan& plan, const Held& held, const LocateOf& locate_of,
+                    StateCursor* cursor, StateWriter* out) {
+  if (!NextOwner(plan, cursor)) return false;
+  const size_t layer = cursor->layer;
+  const LayerInfo& info = plan.Layer(layer);
+  const auto range = held(layer);
+  const KVShape shape = KVShape::Of(info.spec, info.num_slots);
+  if (!cursor->open) {
+    uint64_t rows = 0;
+    const bool fits = PieceBytes(shape, info.spec.format, range.second - range.first, &rows);
+    KVRING_DASSERT(fits);  // StateBytesOf checked it
+    (void)fits;
+    out->BeginSection(kLayerTag, kLayerFixedBytes + rows);
+    out->PutU32(static_cast<uint32_t>(layer));
+    out->PutU32(static_cast<uint32_t>(info.spec.format));
+    out->PutU64(range.first);
+    out->PutU64(range.second);
+    cursor->pos = range.first;
+    cursor->open = true;
+  }
+  const uint64_t to = std::min(range.second, (cursor->pos / kRowChunk + 1) * kRowChunk);
+  ForEachRowPiece<PieceOrder::kBytes, Layout>(
+      shape, info.spec.format, range.first, cursor->pos, to, locate_of(layer),
+      [out](const RowPiece& piece) { out->PutPiece(piece); });  // in order, no gaps
+  cursor->pos = to;
+  if (to == range.second) {
+    out->EndSection();
+    cursor->open = false;
+    ++cursor->layer;
+  }
+  return true;
+}
+
 // Writes a state of `plan` and `model_id` at `end` to `sink`, whose owning layer `layer`
 // holds held(layer) = {first, end} at locate_of(layer)(pos) (a RowSegment).
 template <typename Layout, typename Held, typename LocateOf>
 Result WriteState(const LayerPlan& plan, const std::string& model_id, uint64_t end,
                   const Held& held, const LocateOf& locate_of, ByteSink* sink) {
-  const Result allowed = CheckStateSink(model_id, sink);
-  if (!allowed.ok()) return allowed;
-  uint64_t total = 0;
-  if (!StateBytesOf(plan, model_id.size(), held, &total)) {
-    return Result::Refused(Status::kBadArgument, "state: its size overflows 64 bits");
-  }
+  Result result = CheckStateWrite(plan, model_id, held, sink);
+  if (!result.ok()) return result;
   StateWriter out(sink);
   WriteStateHeader(plan, model_id, end, &out);
-  for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
-    const LayerInfo& info = plan.Layer(layer);
-    if (!info.OwnsKV()) continue;
-    const auto range = held(layer);
-    const KVShape shape = KVShape::Of(info.spec, info.num_slots);
-    uint64_t rows = 0;
-    const bool fits = PieceBytes(shape, info.spec.format, range.second - range.first, &rows);
-    KVRING_DASSERT(fits);  // StateBytesOf checked it
-    (void)fits;
-    out.BeginSection(kLayerTag, kLayerFixedBytes + rows);
-    out.PutU32(static_cast<uint32_t>(layer));
-    out.PutU32(static_cast<uint32_t>(info.spec.format));
-    out.PutU64(range.first);
-    out.PutU64(range.second);
-    ForEachRowPiece<PieceOrder::kBytes, Layout>(shape, info.spec.format, range.first, range.first,
-                                                range.second, locate_of(layer),
-                                                [&out](const RowPiece& piece) {
-                                                  out.PutPiece(piece);  // in order, no gaps
-                                                });
-    out.EndSection();
-    if (out.Failed()) break;  // the sink failed: the rest would be dropped
+  StateCursor cursor;
+  while (!out.Failed() && WriteStateStep<Layout>(plan, held, locate_of, &cursor, &out)) {
   }
   return out.Finish();
 }
 
-// Reads the rows of every layer section of a state CheckState accepted into the destination,
-// whose owning layer `layer` keeps begin(layer, first, end) onwards of the section's [first,
-// end) (it makes that the layer's range and returns where it starts) at
-// locate_of(layer)(pos). kIOError if the source fails to read.
-template <typename Layout, typename TargetOf, typename Begin, typename LocateOf>
-Result ReadStateRows(StateReader* reader, const LayerPlan& plan, const TargetOf& target_of,
-                     const Begin& begin, const LocateOf& locate_of) {
+// Returns where the first layer section of a checked state starts, or 0 if the source failed.
+inline uint64_t FirstLayerSection(StateReader* reader, const LayerPlan& plan) {
   uint64_t id_bytes = 0;
   const uint64_t header = kStatePreambleBytes + kSectionHeaderBytes;
-  if (!reader->U32(header, &id_bytes)) return ReadFailed(header);
-  uint64_t offset = header + HeaderPayloadBytes(id_bytes, plan.NumLayers()) + kSectionCrcBytes;
-  for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
+  if (!reader->U32(header, &id_bytes)) return 0;
+  return header + HeaderPayloadBytes(id_bytes, plan.NumLayers()) + kSectionCrcBytes;
+}
+
+// Calls begin(layer, first, end) with the range of every layer section of a state CheckState
+// accepted (the destination makes the part of it that its slots hold its range). kIOError if
+// the source fails to read.
+template <typename Begin>
+Result RestoreStateRanges(StateReader* reader, const LayerPlan& plan, const Begin& begin) {
+  uint64_t offset = FirstLayerSection(reader, plan);
+  for (size_t layer = 0; layer < plan.NumLayers() && offset != 0; ++layer) {
     if (!plan.Layer(layer).OwnsKV()) continue;
     uint64_t bytes = 0, first = 0, end = 0;
     const uint64_t at = offset + kSectionHeaderBytes;
@@ -116,16 +160,62 @@ Result ReadStateRows(StateReader* reader, const LayerPlan& plan, const TargetOf&
         !reader->U64(at + 16, &end)) {
       return ReadFailed(offset);
     }
-    const StateTarget target = target_of(layer);
-    const uint64_t from = begin(layer, first, end);
-    const uint64_t rows = at + kLayerFixedBytes;
-    bool ok = true;
-    ForEachRowPiece<PieceOrder::kStorage, Layout>(
-        target.shape, target.format, first, from, end, locate_of(layer),
-        [&](const RowPiece& piece) { ok = ok && reader->CopyPiece(rows, piece); });
-    StoreFence();
-    if (!ok) return ReadFailed(rows);
+    begin(layer, first, end);
     offset += kSectionHeaderBytes + bytes + kSectionCrcBytes;
+  }
+  if (offset == 0) return ReadFailed(kStatePreambleBytes);
+  return Status::kOk;
+}
+
+// Reads the next step of a checked state's rows into the destination: positions
+// [cursor->pos, the end of their chunk) of owning layer cursor->layer, which keeps held(layer)
+// = {from, end} of the section's range (RestoreStateRanges made it) at locate_of(layer)(pos).
+// Start with cursor->section = FirstLayerSection(...). Sets *more to false once every layer
+// is read; kIOError if the source fails to read.
+template <typename Layout, typename TargetOf, typename Held, typename LocateOf>
+Result ReadStateStep(StateReader* reader, const LayerPlan& plan, const TargetOf& target_of,
+                     const Held& held, const LocateOf& locate_of, StateCursor* cursor, bool* more) {
+  *more = NextOwner(plan, cursor);
+  if (!*more) return Status::kOk;
+  const size_t layer = cursor->layer;
+  const uint64_t at = cursor->section + kSectionHeaderBytes;
+  if (!cursor->open) {
+    if (!reader->U64(at + 8, &cursor->first) || !reader->U64(at + 16, &cursor->end)) {
+      return ReadFailed(cursor->section);
+    }
+    cursor->pos = held(layer).first;
+    cursor->open = true;
+  }
+  const StateTarget target = target_of(layer);
+  const uint64_t to = std::min(cursor->end, (cursor->pos / kRowChunk + 1) * kRowChunk);
+  bool ok = true;
+  ForEachRowPiece<PieceOrder::kStorage, Layout>(
+      target.shape, target.format, cursor->first, cursor->pos, to, locate_of(layer),
+      [&](const RowPiece& piece) { ok = ok && reader->CopyPiece(at + kLayerFixedBytes, piece); });
+  StoreFence();
+  if (!ok) return ReadFailed(at);
+  cursor->pos = to;
+  if (to == cursor->end) {
+    uint64_t bytes = 0;
+    if (!reader->U64(cursor->section + 8, &bytes)) return ReadFailed(cursor->section);
+    cursor->section += kSectionHeaderBytes + bytes + kSectionCrcBytes;
+    cursor->open = false;
+    ++cursor->layer;
+  }
+  return Status::kOk;
+}
+
+// Reads the rows of every layer section of a checked state whose ranges RestoreStateRanges
+// gave the destination. kIOError if the source fails to read.
+template <typename Layout, typename TargetOf, typename Held, typename LocateOf>
+Result ReadStateRows(StateReader* reader, const LayerPlan& plan, const TargetOf& target_of,
+                     const Held& held, const LocateOf& locate_of) {
+  StateCursor cursor;
+  cursor.section = FirstLayerSection(reader, plan);
+  for (bool more = true; more;) {
+    const Result read =
+        ReadStateStep<Layout>(reader, plan, target_of, held, locate_of, &cursor, &more);
+    if (!read.ok()) return read;
   }
   return Status::kOk;
 }

@@ -119,6 +119,7 @@ class StateWriter {
 // Reads a ByteSource by offset through views of up to kMaxView bytes.
 class StateReader {
  public:
+  StateReader() = default;
   explicit StateReader(ByteSource* source) : source_(source), size_(source->Size()) {}
   uint64_t Size() const { return size_; }
 
@@ -195,8 +196,8 @@ class StateReader {
     return view_;
   }
 
-  ByteSource* source_;
-  uint64_t size_;
+  ByteSource* source_ = nullptr;
+  uint64_t size_ = 0;
   const uint8_t* view_ = nullptr;
   uint64_t view_begin_ = 0, view_end_ = 0;
 };
