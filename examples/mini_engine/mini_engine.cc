@@ -9,10 +9,13 @@
 //
 //   mini_engine [--backend=flash|tiled] [--prompt=N] [--decode=N] [--batch=N] [--window=N]
 //               [--draft=N] [--threads=N] [--seed=N] ...   (--help lists every option)
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -279,6 +282,48 @@ class Engine {
 // ---------------------------------------------------------------------------------------------
 // The run
 
+// What a restarted engine does with a saved conversation: the snapshot (a sequence at `pos`,
+// whose last token gave `logits`) goes through a state file into a cache planned for batches
+// of 1 (smaller rings than the snapshot's: the load keeps the newest positions they hold, and
+// the next prefill grows them), and the second turn `turn` then decodes bit-identical to the
+// restored snapshot's (`want_tokens`, `want_logits`). The file is refused for another model.
+template <class Layout>
+void CheckStateFile(const kvring::KVCache<Layout>& snapshot, kvring::LayerPlan::Builder builder,
+                    Engine<Layout> engine, uint64_t pos, const std::vector<float>& logits,
+                    const Config& config, const std::vector<int32_t>& turn,
+                    const std::vector<int32_t>& want_tokens, const std::vector<float>& want_logits,
+                    Checks* checks) {
+  const char* dir = std::getenv("TMPDIR");
+  const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/kvring_mini_engine_" +
+                           std::to_string(::getpid()) + ".kvstate";
+  const std::string model_id = "kvring mini_engine, seed " + std::to_string(config.model.seed);
+  checks->ExpectStatus(kvring::SaveStateFile(snapshot, model_id, path), "state file save");
+  kvring::Expected<kvring::KVCache<Layout>> small =
+      kvring::KVCache<Layout>::Create(builder.SetBatch(1).Build().value());
+  if (!small.ok()) {
+    checks->Expect(false, "state file: " + small.error().message);
+    return;
+  }
+  const kvring::Result other = kvring::LoadStateFile(path, model_id + "x", &*small);
+  checks->ExpectStatus(kvring::LoadStateFile(path, model_id, &*small), "state file load");
+  std::remove(path.c_str());
+  const uint64_t file_bytes = kvring::StateBytes(snapshot, model_id);
+  engine.Restore(std::move(small).value(), pos, logits);
+  std::vector<int32_t> tokens;
+  std::vector<float> turn_logits;
+  checks->ExpectStatus(engine.Prefill(turn, config.batch), "state file turn prefill");
+  checks->ExpectStatus(engine.Decode(config.continuation, &tokens, &turn_logits),
+                       "state file turn decode");
+  const std::string difference =
+      Compare(tokens, turn_logits, want_tokens, want_logits, config.model.vocab);
+  checks->Expect(difference.empty() && other == kvring::Status::kBadState,
+                 "the snapshot through a " + std::to_string(file_bytes) +
+                     "-byte state file into rings planned for batches of 1, then the second "
+                     "turn: " +
+                     Identical(difference, tokens.size()) + "; refused for another model id (" +
+                     other.Message() + ")");
+}
+
 template <class Layout>
 int Run(const Config& config) {
   const Model model = MakeModel(config.model);
@@ -499,6 +544,10 @@ int Run(const Config& config) {
     checks.Expect(difference.empty(),
                   "restored snapshot + second turn, against a fresh flat recomputation: " +
                       Identical(difference, turn_tokens.size()));
+    Engine<Layout> resumed("state file", model, options, kvring::KVCache<Layout>(), &pool,
+                           &other_meter, &progress);
+    CheckStateFile(*snapshot, builder, std::move(resumed), snapshot_pos, snapshot_logits, config,
+                   turn, turn_tokens, turn_logits, &checks);
   }
 
   // 7. Clear() and a second conversation, prefilled in batches larger than planned: the
