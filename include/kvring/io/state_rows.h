@@ -111,9 +111,23 @@ bool WriteStateStep(const LayerPlan& plan, const Held& held, const LocateOf& loc
     cursor->open = true;
   }
   const uint64_t to = std::min(range.second, (cursor->pos / kRowChunk + 1) * kRowChunk);
-  ForEachRowPiece<PieceOrder::kBytes, Layout>(
+  // Each kv_head's K of the chunk is staged whole and filled tile by tile (its bytes go dim by
+  // dim); the scales and V follow in order.
+  uint8_t* block = nullptr;
+  uint64_t block_offset = 0, block_end = 0;
+  ForEachRowPiece<PieceOrder::kStaged, Layout>(
       shape, info.spec.format, range.first, cursor->pos, to, locate_of(layer),
-      [out](const RowPiece& piece) { out->PutPiece(piece); });  // in order, no gaps
+      [&](const RowPiece& piece) {
+        if (piece.memory == nullptr) {
+          block = out->Reserve(piece.bytes);
+          block_offset = piece.offset;
+          block_end = piece.offset + piece.bytes;
+        } else if (piece.offset >= block_offset && piece.offset < block_end) {
+          if (block != nullptr) StagePiece(piece, block + (piece.offset - block_offset));
+        } else {
+          out->PutPiece(piece);
+        }
+      });
   cursor->pos = to;
   if (to == range.second) {
     out->EndSection();

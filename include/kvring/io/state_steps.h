@@ -34,7 +34,7 @@ class SequenceExport {
 
   // Starts the export of sequence `id` of `pool` with `model_id`, refused as SaveState is
   // (writing nothing: kUnknownSequence, kWrongPosition mid-step, kBadArgument), or
-  // kOutOfMemory without its 128 KiB staging buffer.
+  // kOutOfMemory without its 512 KiB staging buffer.
   static Result Begin(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
                       ByteSink* sink, SequenceExport* out) {
     if (out == nullptr) return Result::Refused(Status::kBadArgument, "export: out is null");

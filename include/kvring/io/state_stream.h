@@ -11,9 +11,12 @@
 #include <memory>
 #include <new>
 
+#include "kvring/base.h"
+#include "kvring/bf16.h"
 #include "kvring/detail/crc32c.h"
 #include "kvring/detail/transpose.h"
 #include "kvring/io/byte_io.h"
+#include "kvring/kernel_limits.h"
 #include "kvring/status.h"
 #include "kvring/storage/row_pieces.h"
 
@@ -34,13 +37,30 @@ inline void CopySmall(void* to, const void* from, uint64_t bytes) {
   }
 }
 
-// Writes sections to a ByteSink: bytes gather in a staging buffer of ByteSink::kMaxWrite
-// bytes, which stays in cache while each section's CRC32C is computed over it, and go to the
-// sink in one Write when it is full. After a failure (the sink's, or no memory for the
+// Copies the parts of `piece` to `to` + r * offset_stride, prefetching the parts a few ahead
+// (a flash K's dims are num_slots apart, beyond what the hardware prefetcher follows).
+inline void StagePiece(const RowPiece& piece, uint8_t* to) {
+  constexpr uint64_t kAhead = 4;
+  const uint8_t* from = piece.memory;
+  for (uint64_t r = 0; r < piece.count; ++r, from += piece.memory_stride) {
+    if (r + kAhead < piece.count) {
+      const uint8_t* ahead = from + kAhead * piece.memory_stride;
+      for (uint64_t line = 0; line < piece.bytes; line += 64) __builtin_prefetch(ahead + line);
+    }
+    CopySmall(to + r * piece.offset_stride, from, piece.bytes);
+  }
+}
+
+// Writes sections to a ByteSink: bytes gather in a staging buffer of kStage bytes, which
+// stays in cache while each section's CRC32C is computed over it, and go to the sink when it
+// is full. After a failure (the sink's, or no memory for the
 // buffer) it takes and drops bytes, and Finish() returns the failure.
 class StateWriter {
  public:
-  static constexpr uint64_t kStage = ByteSink::kMaxWrite;
+  // Room for one kv_head's K of a chunk of the widest head in BF16 (a staged block).
+  static constexpr uint64_t kStage = uint64_t{1} << 19;
+  static_assert(kStage >= uint64_t{kMaxAttentionHeadDim} * kRowChunk * sizeof(BF16),
+                "a staged block must fit");
 
   explicit StateWriter(ByteSink* sink) : sink_(sink), stage_(new (std::nothrow) uint8_t[kStage]) {
     if (stage_ == nullptr) {
@@ -55,6 +75,16 @@ class StateWriter {
     for (uint64_t r = 0; r < piece.count; ++r, memory += piece.memory_stride) {
       Put(memory, piece.bytes);
     }
+  }
+  // Returns where the next `bytes` bytes (at most kStage) go, for the caller to fill in any
+  // order before its next call; null after a failure.
+  uint8_t* Reserve(uint64_t bytes) {
+    KVRING_DASSERT(bytes <= kStage);
+    if (stage_ == nullptr) return nullptr;
+    if (bytes > kStage - used_) Flush();
+    uint8_t* at = stage_.get() + used_;
+    used_ += bytes;
+    return at;
   }
   void PutU32(uint32_t value) { Put(&value, 4); }
   void PutU64(uint64_t value) { Put(&value, 8); }
@@ -100,10 +130,12 @@ class StateWriter {
     crc_ = Crc32c(crc_, stage_.get() + crc_from_, used_ - crc_from_);
     crc_from_ = used_;
   }
+  // Hands the staged bytes to the sink in pieces of up to ByteSink::kMaxWrite.
   void Flush() {
     CrcStage();
-    if (failed_.ok()) {
-      const Result written = sink_->Write(stage_.get(), used_);
+    for (uint64_t at = 0; at < used_ && failed_.ok(); at += ByteSink::kMaxWrite) {
+      const Result written =
+          sink_->Write(stage_.get() + at, std::min(ByteSink::kMaxWrite, used_ - at));
       if (!written.ok()) failed_ = written;
     }
     used_ = crc_from_ = 0;

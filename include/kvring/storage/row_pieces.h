@@ -48,10 +48,12 @@ struct RowSegment {
   uint64_t run = 0;
 };
 
-// The order ForEachRowPiece gives the pieces in: of the bytes (a writer streams them), or of
-// the storage within each kv_head's K of a chunk (a reader fills whole tiles in turn, so that
-// non-temporal stores write whole lines).
-enum class PieceOrder : uint8_t { kBytes, kStorage };
+// The order ForEachRowPiece gives the pieces in. Both follow the storage within each kv_head's
+// K of a chunk (whole tiles in turn: a reader's non-temporal stores write whole lines, a
+// writer reads each tile once), and the bytes elsewhere. kStaged announces each kv_head's K of
+// a chunk first, with a piece without memory (its offset and bytes), so that a writer stages
+// that block whole and fills it in any order.
+enum class PieceOrder : uint8_t { kStorage, kStaged };
 
 // `count` contiguous pieces of `bytes` bytes each: piece r is at offset + r * offset_stride
 // among the bytes of the order above and at memory + r * memory_stride in storage.
@@ -64,58 +66,20 @@ struct RowPiece {
   uint64_t memory_stride = 0;
 };
 
-// Dims ahead of the one being written whose K ForEachKPiece prefetches (kBytes order).
-inline constexpr uint32_t kPrefetchDims = 4;
-
 // Calls piece(RowPiece) for the K of `head` in slots [slot, slot + len) of `rows` (positions
-// `at` onwards of a chunk of n): per run of slots contiguous in storage, every dim at once
-// (kStorage); or for dim `dim` alone, each run of equal runs at equal distances (the tiles of
-// a segment) at once (kBytes). `offset` is where the chunk's K starts.
-template <PieceOrder kOrder, typename Layout, typename Piece>
+// `at` onwards of a chunk of n): per run of slots contiguous in storage, every dim at once.
+// `offset` is where the chunk's K starts.
+template <typename Layout, typename Piece>
 void ForEachKPiece(const LayerRows<Layout>& rows, uint8_t* k, uint64_t element, uint32_t head,
-                   uint32_t dim, uint32_t dims, uint64_t slot, uint64_t at, uint64_t len,
-                   uint64_t n, uint64_t offset, const Piece& piece) {
+                   uint32_t dims, uint64_t slot, uint64_t at, uint64_t len, uint64_t n,
+                   uint64_t offset, const Piece& piece) {
   const auto map = rows.layout.K();
-  const auto offset_of = [&](uint32_t of_dim, uint64_t i) {
-    return offset + ((uint64_t{head} * dims + of_dim) * n + at + i) * element;
-  };
-  if (kOrder == PieceOrder::kStorage) {
-    for (uint64_t i = 0; i < len;) {
-      const uint64_t run = std::min(len - i, map.ContiguousSlotsFrom(slot + i));
-      piece(RowPiece{offset_of(0, i), k + map(slot + i, head, 0) * element, run * element, dims,
-                     n * element, map.DimStride() * element});
-      i += run;
-    }
-    return;
-  }
   for (uint64_t i = 0; i < len;) {
     const uint64_t run = std::min(len - i, map.ContiguousSlotsFrom(slot + i));
-    RowPiece first{offset_of(dim, i), k + map(slot + i, head, dim) * element, run * element};
-    first.offset_stride = run * element;
-    // The next runs of exactly `run` slots, each as far from the one before.
-    uint64_t j = i + run;
-    for (; j + run <= len && map.ContiguousSlotsFrom(slot + j) == run; j += run) {
-      const uint64_t stride = (map(slot + j, head, dim) - map(slot + j - run, head, dim)) * element;
-      if (first.count == 1) {
-        first.memory_stride = stride;
-      } else if (stride != first.memory_stride) {
-        break;
-      }
-      ++first.count;
-    }
-    // The same slots' K a few dims on: runs of dims are far apart (a flash ring's dims are
-    // num_slots apart, a tile's are 32 KiB from the next tile's), beyond what the
-    // hardware prefetcher follows.
-    if (dim + kPrefetchDims < dims) {
-      const uint8_t* ahead = first.memory + kPrefetchDims * map.DimStride() * element;
-      for (uint64_t m = 0; m < first.count; ++m, ahead += first.memory_stride) {
-        for (uint64_t line = 0; line < first.bytes; line += 64) {
-          __builtin_prefetch(ahead + line, 0, 3);
-        }
-      }
-    }
-    piece(first);
-    i = j;
+    piece(RowPiece{offset + (uint64_t{head} * dims * n + at + i) * element,
+                   k + map(slot + i, head, 0) * element, run * element, dims, n * element,
+                   map.DimStride() * element});
+    i += run;
   }
 }
 
@@ -144,16 +108,15 @@ void ForEachChunkPiece(const KVShape& shape, Format format, uint64_t base, uint6
                      : reinterpret_cast<uint8_t*>(rows.k_bf16));
   };
   uint64_t offset = base;
-  // kBytes: dim by dim, each over every segment, as the bytes go; kStorage: every dim of a
-  // segment's run at once.
-  const uint32_t dim_steps = kOrder == PieceOrder::kBytes ? dims : 1;
+  const uint64_t k_block = uint64_t{dims} * n * element;  // one kv_head's K of the chunk
+  // A staged block is filled whole: a writer's pieces cover the chunk from its start.
+  KVRING_DASSERT(kOrder != PieceOrder::kStaged || from == chunk_first);
   for (uint32_t head = 0; head < heads; ++head) {
-    for (uint32_t dim = 0; dim < dim_steps; ++dim) {
-      segments([&](const RowSegment<Layout>& segment, uint64_t at, uint64_t len) {
-        ForEachKPiece<kOrder>(segment.rows, bytes_of(segment.rows, false), element, head, dim, dims,
-                              segment.slot, at, len, n, offset, piece);
-      });
-    }
+    if (kOrder == PieceOrder::kStaged) piece(RowPiece{offset + head * k_block, nullptr, k_block});
+    segments([&](const RowSegment<Layout>& segment, uint64_t at, uint64_t len) {
+      ForEachKPiece(segment.rows, bytes_of(segment.rows, false), element, head, dims, segment.slot,
+                    at, len, n, offset, piece);
+    });
   }
   offset += uint64_t{heads} * dims * n * element;
   const auto scales = [&](bool v) {
@@ -182,8 +145,8 @@ void ForEachChunkPiece(const KVShape& shape, Format format, uint64_t base, uint6
 
 // Calls piece(RowPiece) for the contiguous pieces of the stored rows of positions [from, end)
 // of a layer of `shape` in `format` whose bytes start at `first` (first <= from <= end):
-// offsets are places among the bytes of [first, end) in the order above, increasing with
-// kOrder kBytes. locate(pos) returns the RowSegment holding `pos`.
+// offsets are places among the bytes of [first, end) in the order above. locate(pos) returns
+// the RowSegment holding `pos`.
 // `from` > `first` skips what a smaller ring does not keep.
 template <PieceOrder kOrder, typename Layout, typename Locate, typename Piece>
 void ForEachRowPiece(const KVShape& shape, Format format, uint64_t first, uint64_t from,
