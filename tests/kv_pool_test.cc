@@ -61,6 +61,7 @@ void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed) {
   // covers that on its own.)
   if (steps >= 10000) EXPECT_GT(driver.refused_steps(), 0u) << "the budget never ran out";
   EXPECT_GT(driver.forks(), steps / 20);
+  EXPECT_GT(driver.moves(), steps / 100);  // SaveState of one sequence, LoadState into another
   EXPECT_GT(driver.steps(), steps / 3);
 }
 

@@ -201,6 +201,26 @@ class PoolModel {
     KVRING_MODEL_EXPECT((pool_.Fork(id, &ignored).status()) == (Status::kUnknownSequence));
   }
 
+  // Saves sequence `which` (SaveState) and loads the bytes into sequence `into` (LoadState),
+  // replacing what it held: both then read the same, and the blocks `into` held alone come
+  // back first. A pool that cannot give the blocks refuses, changing nothing.
+  bool Move(size_t which, size_t into) {
+    std::vector<uint8_t> bytes;
+    VectorSink sink(&bytes);
+    const Result saved = SaveState(pool_, live_[which], "pool model", &sink);
+    KVRING_MODEL_EXPECT(saved.ok()) << saved.Message();
+    const PoolUsage before = pool_.Usage();
+    MemorySource source(bytes);
+    const Result loaded = LoadState(&source, "pool model", &pool_, live_[into]);
+    if (!loaded.ok()) {
+      KVRING_MODEL_EXPECT((loaded.status()) == (Status::kPoolExhausted)) << loaded.Message();
+      ExpectUnchanged(before);
+      return false;
+    }
+    refs_[Key(live_[into])] = refs_[Key(live_[which])];
+    return true;
+  }
+
   void Resize(size_t which, uint64_t batch) {
     const PoolUsage before = pool_.Usage();
     const Result result = pool_.Resize(live_[which], batch);
@@ -374,6 +394,10 @@ class PoolDriver {
       } else if (op < 92) {
         model.Free(which);
         checked = model.Live() == 0 ? 0 : std::min(which, model.Live() - 1);
+      } else if (op < 95) {
+        const size_t into = static_cast<size_t>(choices_->Below(live));
+        moves_ += model.Move(which, into);
+        checked = into;
       } else {
         model.Resize(which, choices_->Between(1, 16));
       }
@@ -391,12 +415,13 @@ class PoolDriver {
   uint64_t steps() const { return steps_; }
   uint64_t refused_steps() const { return refused_steps_; }
   uint64_t forks() const { return forks_; }
+  uint64_t moves() const { return moves_; }
 
  private:
   ChoiceSource* choices_;
   Format global_format_;
   uint64_t seed_;
-  uint64_t steps_ = 0, refused_steps_ = 0, forks_ = 0;
+  uint64_t steps_ = 0, refused_steps_ = 0, forks_ = 0, moves_ = 0;
 };
 
 #undef KVRING_MODEL_EXPECT
