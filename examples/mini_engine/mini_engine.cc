@@ -82,8 +82,22 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
                  "scale four K channels of each kv_head by N (off)");
   options.Number("split-positions", &config->split_positions,
                  "KV split length of decode calls (kvring's default, 2048)");
+  options.Number("global-head-dim", &config->model.global_head_dim,
+                 "global layers' head dim (off: as the sliding ones, 64);\n"
+                 "Gemma 4 gives its global layers twice the sliding ones'",
+                 0, kvring::kMaxAttentionHeadDim);
+  options.Number("global-kv-heads", &config->model.global_kv_heads,
+                 "global layers' kv_heads, dividing the 4 q heads (off: 2)", 0,
+                 config->model.num_q_heads);
   options.Number("seed", &config->model.seed, "weights and prompts (1)");
-  return options.Parse(argc, argv, help);
+  if (!options.Parse(argc, argv, help)) return false;
+  const uint32_t global_kv_heads = config->model.global_kv_heads;
+  if (global_kv_heads != 0 && config->model.num_q_heads % global_kv_heads != 0) {
+    std::fprintf(stderr, "mini_engine: --global-kv-heads=%u does not divide the %u q heads\n",
+                 global_kv_heads, config->model.num_q_heads);
+    return false;
+  }
+  return true;
 }
 
 // The positions one sequence may reach in any phase of the run: kvring's logical limit T.
@@ -242,8 +256,9 @@ class Engine {
         if (status != Status::kOk) return status;
       }
       // A consumer's View is its owner's storage under its own visibility rule.
-      const kvring::Result attended = kvring::Attention(
-          cache_.View(layer), SpanQueries(model_, q, attn, 0, span), options_, workspace_, runner_);
+      const kvring::Result attended =
+          kvring::Attention(cache_.View(layer), SpanQueries(model_, layer, q, attn, 0, span),
+                            options_, workspace_, runner_);
       if (!attended.ok()) {
         std::fprintf(stderr, "%s: layer %zu: %s\n", name_, layer, attended.Message().c_str());
       }
@@ -358,11 +373,11 @@ int Run(const Config& config) {
   }
 
   std::printf(
-      "mini_engine: %zu layers, hidden %u, vocab %u, %u q heads on %u kv_heads of %u, "
-      "window %llu\n",
+      "mini_engine: %zu layers, hidden %u, vocab %u, %u q heads on %u kv_heads of %u "
+      "(global layers: %u of %u), window %llu\n",
       kNumLayers, config.model.hidden, config.model.vocab, config.model.num_q_heads,
-      config.model.num_kv_heads, config.model.head_dim,
-      static_cast<unsigned long long>(config.model.window));
+      config.model.num_kv_heads, config.model.head_dim, KVHeadsOf(config.model, 4),
+      HeadDimOf(config.model, 4), static_cast<unsigned long long>(config.model.window));
   std::printf(
       "  %s backend on target %s, %u attention thread(s); context %llu, batch %llu, "
       "rollback %llu\n",

@@ -32,6 +32,10 @@ struct ModelConfig {
   uint64_t window = 64;       // sliding layers' window
   uint32_t seed = 1;
   uint64_t k_outliers = 0;  // > 1: four K channels of each kv_head this many times larger
+  // The global layers' own shape, as Gemma 4 gives them (31B: head dim 512 on 4 kv_heads,
+  // against 256 on 16 for its sliding layers); 0: the sliding layers' head_dim, num_kv_heads.
+  uint32_t global_head_dim = 0;
+  uint32_t global_kv_heads = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -47,13 +51,22 @@ constexpr bool kGlobal[kNumLayers] = {false, false, false, false, true,
 
 inline bool OwnsKV(size_t layer) { return kSharedSource[layer] < 0; }
 
+// The head dim and kv_heads of `layer` (a consumer has its owner's kind, so its shape).
+inline uint32_t HeadDimOf(const ModelConfig& c, size_t layer) {
+  return kGlobal[layer] && c.global_head_dim != 0 ? c.global_head_dim : c.head_dim;
+}
+inline uint32_t KVHeadsOf(const ModelConfig& c, size_t layer) {
+  return kGlobal[layer] && c.global_kv_heads != 0 ? c.global_kv_heads : c.num_kv_heads;
+}
+
 // Returns the model's attention layers as kvring describes them.
 inline std::vector<kvring::LayerSpec> LayerSpecs(const ModelConfig& c) {
   std::vector<kvring::LayerSpec> specs;
   for (size_t layer = 0; layer < kNumLayers; ++layer) {
+    const uint32_t kv_heads = KVHeadsOf(c, layer), head_dim = HeadDimOf(c, layer);
     kvring::LayerSpec spec = kGlobal[layer]
-                                 ? kvring::LayerSpec::Global(c.num_kv_heads, c.head_dim)
-                                 : kvring::LayerSpec::Sliding(c.window, c.num_kv_heads, c.head_dim);
+                                 ? kvring::LayerSpec::Global(kv_heads, head_dim)
+                                 : kvring::LayerSpec::Sliding(c.window, kv_heads, head_dim);
     if (kSharedSource[layer] >= 0) spec = spec.SharedFrom(kSharedSource[layer]);
     specs.push_back(spec);
   }
@@ -79,10 +92,22 @@ struct Model {
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;                       // [hidden]
   std::vector<float> lm_head;                          // [hidden][vocab]
-  std::vector<float> inv_freq_local, inv_freq_global;  // RoPE, [head_dim / 2]
+  std::vector<float> inv_freq_local, inv_freq_global;  // RoPE, [head_dim / 2] of each kind
 
-  uint32_t QDim() const { return config.num_q_heads * config.head_dim; }
-  uint32_t KVDim() const { return config.num_kv_heads * config.head_dim; }
+  // A token's q (and attention output) and K (or V) elements in `layer`.
+  uint32_t QDim(size_t layer) const { return config.num_q_heads * HeadDimOf(config, layer); }
+  uint32_t KVDim(size_t layer) const { return KVHeadsOf(config, layer) * HeadDimOf(config, layer); }
+  // The largest of each over the layers (activations hold any layer's).
+  uint32_t MaxQDim() const {
+    uint32_t dim = 0;
+    for (size_t layer = 0; layer < kNumLayers; ++layer) dim = std::max(dim, QDim(layer));
+    return dim;
+  }
+  uint32_t MaxKVDim() const {
+    uint32_t dim = 0;
+    for (size_t layer = 0; layer < kNumLayers; ++layer) dim = std::max(dim, KVDim(layer));
+    return dim;
+  }
 };
 
 inline std::vector<float> RandomMatrix(std::mt19937* rng, size_t rows, size_t cols) {
@@ -117,24 +142,25 @@ inline Model MakeModel(const ModelConfig& c) {
   for (size_t layer = 0; layer < kNumLayers; ++layer) {
     LayerWeights w;
     w.attn_norm = RandomNorm(&rng, c.hidden);
-    w.wq = RandomMatrix(&rng, c.hidden, model.QDim());
+    const uint32_t head_dim = HeadDimOf(c, layer), kv_dim = model.KVDim(layer);
+    w.wq = RandomMatrix(&rng, c.hidden, model.QDim(layer));
     if (OwnsKV(layer)) {
-      w.wk = RandomMatrix(&rng, c.hidden, model.KVDim());
-      w.wv = RandomMatrix(&rng, c.hidden, model.KVDim());
+      w.wk = RandomMatrix(&rng, c.hidden, kv_dim);
+      w.wv = RandomMatrix(&rng, c.hidden, kv_dim);
       // Outlier channels, the shape real K caches have (a few dims of each head 10-50x the
       // others): the test of int8's one scale per (pos, kv_head).
       if (c.k_outliers > 1) {
-        for (uint32_t kv_head = 0; kv_head < c.num_kv_heads; ++kv_head) {
+        for (uint32_t kv_head = 0; kv_head < KVHeadsOf(c, layer); ++kv_head) {
           for (uint32_t channel : {3u, 17u, 40u, 57u}) {
-            const size_t col = size_t{kv_head} * c.head_dim + channel % c.head_dim;
+            const size_t col = size_t{kv_head} * head_dim + channel % head_dim;
             for (size_t row = 0; row < c.hidden; ++row) {
-              w.wk[row * model.KVDim() + col] *= static_cast<float>(c.k_outliers);
+              w.wk[row * kv_dim + col] *= static_cast<float>(c.k_outliers);
             }
           }
         }
       }
     }
-    w.wo = RandomMatrix(&rng, model.QDim(), c.hidden);
+    w.wo = RandomMatrix(&rng, model.QDim(layer), c.hidden);
     w.mlp_norm = RandomNorm(&rng, c.hidden);
     w.w_up = RandomMatrix(&rng, c.hidden, c.mlp);
     w.w_down = RandomMatrix(&rng, c.mlp, c.hidden);
@@ -144,7 +170,8 @@ inline Model MakeModel(const ModelConfig& c) {
   model.lm_head = RandomMatrix(&rng, c.hidden, c.vocab);
   // Gemma 3: local layers rotate with base 10k, global layers with 1M.
   model.inv_freq_local = InvFreq(c.head_dim, 10000.0);
-  model.inv_freq_global = InvFreq(c.head_dim, 1000000.0);
+  model.inv_freq_global =
+      InvFreq(c.global_head_dim != 0 ? c.global_head_dim : c.head_dim, 1000000.0);
   return model;
 }
 
@@ -214,27 +241,28 @@ struct Activations {
     const ModelConfig& c = model.config;
     x.resize(num_tokens * c.hidden);
     h.resize(num_tokens * c.hidden);
-    q.resize(num_tokens * model.QDim());
-    k.resize(num_tokens * model.KVDim());
-    v.resize(num_tokens * model.KVDim());
-    attn.resize(num_tokens * model.QDim());
+    q.resize(num_tokens * model.MaxQDim());
+    k.resize(num_tokens * model.MaxKVDim());
+    v.resize(num_tokens * model.MaxKVDim());
+    attn.resize(num_tokens * model.MaxQDim());
     proj.resize(num_tokens * c.hidden);
     up.resize(num_tokens * c.mlp);
   }
 };
 
-// Returns the attention call of one span's queries, rows [row, row + span.num_tokens) of a
-// step's q ([num_tokens][num_q_heads][head_dim]), writing the same rows of attn. The view and
-// options are the caller's: one Attention call per span, or one AttentionMany entry.
-inline kvring::AttentionBatch SpanQueries(const Model& model, const float* q, float* attn,
-                                          size_t row, const Span& span) {
+// Returns the attention call of one span's queries in `layer`, rows [row, row +
+// span.num_tokens) of a step's q ([num_tokens][num_q_heads][head_dim]), writing the same rows
+// of attn. The view and options are the caller's: one Attention call per span, or one
+// AttentionMany entry.
+inline kvring::AttentionBatch SpanQueries(const Model& model, size_t layer, const float* q,
+                                          float* attn, size_t row, const Span& span) {
   kvring::AttentionBatch batch;
-  batch.queries_f32 = q + row * model.QDim();
-  batch.out_f32 = attn + row * model.QDim();
+  batch.queries_f32 = q + row * model.QDim(layer);
+  batch.out_f32 = attn + row * model.QDim(layer);
   batch.first_q_pos = span.first_pos;
   batch.num_queries = static_cast<uint32_t>(span.num_tokens);
   batch.num_q_heads = model.config.num_q_heads;
-  batch.head_dim = model.config.head_dim;
+  batch.head_dim = HeadDimOf(model.config, layer);
   return batch;
 }
 
@@ -251,17 +279,18 @@ kvring::Status Forward(const Model& model, const int32_t* tokens, const Span* sp
   const ModelConfig& c = model.config;
   size_t n = 0;
   for (size_t s = 0; s < num_spans; ++s) n += spans[s].num_tokens;
-  const size_t hidden = c.hidden, q_dim = model.QDim(), kv_dim = model.KVDim();
+  const size_t hidden = c.hidden;
   a->Resize(model, n);
   for (size_t t = 0; t < n; ++t) {
     std::copy_n(model.embed.data() + static_cast<size_t>(tokens[t]) * hidden, hidden,
                 a->x.data() + t * hidden);
   }
   // RoPE of each span at its own positions.
-  const auto rope = [&](float* rows, size_t num_heads, const std::vector<float>& inv_freq) {
+  const auto rope = [&](float* rows, size_t num_heads, size_t head_dim,
+                        const std::vector<float>& inv_freq) {
     size_t row = 0;
     for (size_t s = 0; s < num_spans; ++s) {
-      Rope(rows + row * num_heads * c.head_dim, spans[s].num_tokens, num_heads, c.head_dim,
+      Rope(rows + row * num_heads * head_dim, spans[s].num_tokens, num_heads, head_dim,
            spans[s].first_pos, inv_freq);
       row += spans[s].num_tokens;
     }
@@ -270,16 +299,18 @@ kvring::Status Forward(const Model& model, const int32_t* tokens, const Span* sp
     const LayerWeights& w = model.layers[layer];
     const std::vector<float>& inv_freq =
         kGlobal[layer] ? model.inv_freq_global : model.inv_freq_local;
+    const size_t q_dim = model.QDim(layer), kv_dim = model.KVDim(layer);
+    const size_t head_dim = HeadDimOf(c, layer);
     RMSNorm(a->x.data(), w.attn_norm.data(), n, hidden, a->h.data());
     MatMul(a->h.data(), n, hidden, w.wq.data(), q_dim, a->q.data());
-    rope(a->q.data(), c.num_q_heads, inv_freq);
+    rope(a->q.data(), c.num_q_heads, head_dim, inv_freq);
     const bool owner = OwnsKV(layer);
     if (owner) {
       // K/V of this layer's new positions: kvring rounds them to the layer's format when
       // they are stored.
       MatMul(a->h.data(), n, hidden, w.wk.data(), kv_dim, a->k.data());
       MatMul(a->h.data(), n, hidden, w.wv.data(), kv_dim, a->v.data());
-      rope(a->k.data(), c.num_kv_heads, inv_freq);
+      rope(a->k.data(), KVHeadsOf(c, layer), head_dim, inv_freq);
     }
     const kvring::Status status = attend(layer, a->q.data(), owner ? a->k.data() : nullptr,
                                          owner ? a->v.data() : nullptr, a->attn.data());

@@ -477,9 +477,9 @@ class Server {
   Status Forward() {
     spans_.clear();
     for (const Slot& slot : slots_) spans_.push_back(slot.span);
-    const size_t kv_dim = model_.KVDim();
     const auto attend = [&](size_t layer, const float* q, const float* k, const float* v,
                             float* attn) {
+      const size_t kv_dim = model_.KVDim(layer);
       if (k != nullptr) {
         for (const Slot& slot : slots_) {
           // Reserved: an append cannot be refused for the budget.
@@ -495,7 +495,7 @@ class Server {
         const kvring::ValueResult<kvring::KVView<Layout>> view = pool_.View(slot.id, layer);
         if (!view.ok()) return Fail("a view", view);
         entries_.push_back(kvring::AttentionEntry<Layout>{
-            *view, mini_engine::SpanQueries(model_, q, attn, slot.row, slot.span)});
+            *view, mini_engine::SpanQueries(model_, layer, q, attn, slot.row, slot.span)});
       }
       const Result attended =
           kvring::AttentionMany(entries_.data(), entries_.size(), options_, workspace_, runner_);
@@ -600,7 +600,7 @@ Status RunAlone(const Model& model, const kvring::AttentionOptions& options, uin
         if (status != Status::kOk) return status;
       }
       return kvring::Attention(cache->View(layer),
-                               mini_engine::SpanQueries(model, q, attn, 0, span), options,
+                               mini_engine::SpanQueries(model, layer, q, attn, 0, span), options,
                                *workspace, runner)
           .status();
     };
