@@ -51,17 +51,20 @@ TYPED_TEST_SUITE(KVPoolTest, PoolLayouts);
 
 // 100,000 random operations per layout (KVRING_POOL_TEST_STEPS), fewer under sanitizers.
 template <typename Layout>
-void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed) {
+void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed, bool moves = false) {
   // At least 5,000 steps under the sanitizers (tests/reference/random_test_scale.h).
   const uint64_t steps = testing::RandomTestSteps(all_steps, 5000);
   RandomChoices choices(seed);
-  PoolDriver<Layout> driver(&choices, global_format, seed);
+  PoolDriver<Layout> driver(&choices, global_format, seed, moves);
   ASSERT_EQ(driver.Run(steps), "");
+  if (moves) {
+    EXPECT_GT(driver.moves(), steps / 100);  // SaveState of one sequence, LoadState into another
+    return;
+  }
   // (Shorter sanitizer runs may end before the pool first fills: ExhaustionIsRefused... below
   // covers that on its own.)
   if (steps >= 10000) EXPECT_GT(driver.refused_steps(), 0u) << "the budget never ran out";
   EXPECT_GT(driver.forks(), steps / 20);
-  EXPECT_GT(driver.moves(), steps / 100);  // SaveState of one sequence, LoadState into another
   EXPECT_GT(driver.steps(), steps / 3);
 }
 
@@ -71,6 +74,12 @@ TYPED_TEST(KVPoolTest, RandomOperationsMatchTheReference) {
 
 TYPED_TEST(KVPoolTest, RandomOperationsInt8Globals) {
   RandomOperations<TypeParam>(Format::kInt8, KVRING_POOL_TEST_STEPS / 5, 11);
+}
+
+// The same mix with a sequence saved (SaveState) and loaded into a new or a live one
+// (LoadState) every 50 steps: shared blocks, smaller rings, budgets that refuse the blocks.
+TYPED_TEST(KVPoolTest, RandomOperationsWithStateMoves) {
+  RandomOperations<TypeParam>(Format::kBF16, KVRING_POOL_TEST_STEPS / 5, 13, /*moves=*/true);
 }
 
 TYPED_TEST(KVPoolTest, ForkSharesBlocksAndCopiesOnWrite) {

@@ -18,7 +18,7 @@ using FuzzChoices = kvring::testing::ByteChoices;
 template <typename Layout>
 void RunOne(const uint8_t* data, size_t size, kvring::Format format) {
   FuzzChoices choices(data, size);
-  kvring::testing::PoolDriver<Layout> driver(&choices, format, size);
+  kvring::testing::PoolDriver<Layout> driver(&choices, format, size, /*moves=*/true);
   const std::string failure = driver.Run(2000);
   if (!failure.empty()) {
     std::fprintf(stderr, "kvring pool fuzz: %s\n", failure.c_str());

@@ -346,8 +346,10 @@ class PoolModel {
 template <typename Layout>
 class PoolDriver {
  public:
-  PoolDriver(ChoiceSource* choices, Format global_format, uint64_t seed)
-      : choices_(choices), global_format_(global_format), seed_(seed) {}
+  // `moves`: every 50th step also moves a sequence (SaveState into LoadState), besides the
+  // step's operation; the other operations' mix and choices stay those of a run without.
+  PoolDriver(ChoiceSource* choices, Format global_format, uint64_t seed, bool moves = false)
+      : choices_(choices), global_format_(global_format), seed_(seed), moves_enabled_(moves) {}
 
   std::string Run(uint64_t steps) {
     const LayerPlan plan = PoolTestPlan<Layout>(global_format_, 8);
@@ -394,14 +396,23 @@ class PoolDriver {
       } else if (op < 92) {
         model.Free(which);
         checked = model.Live() == 0 ? 0 : std::min(which, model.Live() - 1);
-      } else if (op < 95) {
-        const size_t into = static_cast<size_t>(choices_->Below(live));
-        moves_ += model.Move(which, into);
-        checked = into;
       } else {
         model.Resize(which, choices_->Between(1, 16));
       }
-      if (model.Live() > 0) model.Check(checked);
+      // With moves, every 50th step also moves a sequence: into a new sequence, as a copy that
+      // shares nothing, or into a live one, replacing what it held.
+      if (moves_enabled_ && step % 50 == 49 && model.Live() > 1) {
+        const size_t from = static_cast<size_t>(choices_->Below(model.Live()));
+        if (step % 100 == 49 && model.Live() < 48 && model.Add(0)) {
+          moves_ += model.Move(from, model.Live() - 1);
+          model.Check(model.Live() - 1);
+        } else {
+          const size_t into = static_cast<size_t>(choices_->Below(model.Live()));
+          moves_ += model.Move(from, into);
+          model.Check(into);
+        }
+      }
+      if (model.Live() > 0) model.Check(std::min(checked, model.Live() - 1));
       model.CheckAccounting();
       // Writes into one sequence must not show in another (shared blocks, copied rings): a
       // sweep of every sequence now and then, and at the end.
@@ -421,6 +432,7 @@ class PoolDriver {
   ChoiceSource* choices_;
   Format global_format_;
   uint64_t seed_;
+  bool moves_enabled_;
   uint64_t steps_ = 0, refused_steps_ = 0, forks_ = 0, moves_ = 0;
 };
 
