@@ -313,8 +313,12 @@ void CheckStateFile(const kvring::KVCache<Layout>& snapshot, kvring::LayerPlan::
                            std::to_string(::getpid()) + ".kvstate";
   const std::string model_id = "kvring mini_engine, seed " + std::to_string(config.model.seed);
   checks->ExpectStatus(kvring::SaveStateFile(snapshot, model_id, path), "state file save");
-  kvring::Expected<kvring::KVCache<Layout>> small =
-      kvring::KVCache<Layout>::Create(builder.SetBatch(1).Build().value());
+  const kvring::Expected<kvring::LayerPlan> small_plan = builder.SetBatch(1).Build();
+  if (!small_plan.ok()) {
+    checks->Expect(false, "state file: " + small_plan.error().message);
+    return;
+  }
+  kvring::Expected<kvring::KVCache<Layout>> small = kvring::KVCache<Layout>::Create(*small_plan);
   if (!small.ok()) {
     checks->Expect(false, "state file: " + small.error().message);
     return;
@@ -376,8 +380,8 @@ int Run(const Config& config) {
       "mini_engine: %zu layers, hidden %u, vocab %u, %u q heads on %u kv_heads of %u "
       "(global layers: %u of %u), window %llu\n",
       kNumLayers, config.model.hidden, config.model.vocab, config.model.num_q_heads,
-      config.model.num_kv_heads, config.model.head_dim, KVHeadsOf(config.model, 4),
-      HeadDimOf(config.model, 4), static_cast<unsigned long long>(config.model.window));
+      config.model.num_kv_heads, config.model.head_dim, KVHeadsOf(config.model, kGlobalOwner),
+      HeadDimOf(config.model, kGlobalOwner), static_cast<unsigned long long>(config.model.window));
   std::printf(
       "  %s backend on target %s, %u attention thread(s); context %llu, batch %llu, "
       "rollback %llu\n",

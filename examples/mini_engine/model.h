@@ -49,6 +49,10 @@ constexpr int32_t kSharedSource[kNumLayers] = {-1, -1, -1, -1, -1, -1, 5, 5, 5, 
 constexpr bool kGlobal[kNumLayers] = {false, false, false, false, true,
                                       false, false, false, false, true};
 
+// The global owner, whose shape every global layer has (layer 9 reads it).
+constexpr size_t kGlobalOwner = 4;
+static_assert(kGlobal[kGlobalOwner] && kSharedSource[kGlobalOwner] < 0, "a global owner");
+
 inline bool OwnsKV(size_t layer) { return kSharedSource[layer] < 0; }
 
 // The head dim and kv_heads of `layer` (a consumer has its owner's kind, so its shape).
