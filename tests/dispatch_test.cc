@@ -1,7 +1,7 @@
 // kvring/dispatch.h, linked from kvring::kernels: dynamic dispatch through plain functions,
 // checked like the per-target calls, and a decode step (appends and attention on a thread
-// pool, with a reused workspace) that allocates nothing. Counts every operator new of the
-// process (kvring allocates through it or calloc; the workspace through aligned new).
+// pool, with a reused workspace) and a state load that allocate nothing. Counts every operator
+// new of the process (kvring allocates through it or calloc; the workspace through aligned new).
 #include "kvring/dispatch.h"
 
 #include <algorithm>
@@ -172,6 +172,51 @@ TEST(Dispatch, ADecodeStepOnAThreadPoolAllocatesNothingFlash) {
 }
 TEST(Dispatch, ADecodeStepOnAThreadPoolAllocatesNothingTiled) {
   DecodeAllocatesNothing<kvring::TiledLayout<16>>();
+}
+
+// Loading a saved state into a cache, or into a pool sequence that held as many blocks
+// before, allocates nothing: nor does a refused load (a damaged state).
+TEST(Dispatch, LoadingAStateAllocatesNothing) {
+  kvring::KVCache<kvring::FlashLayout> source = MakeCache<kvring::FlashLayout>();
+  std::mt19937 rng(9);
+  const size_t kv_row = size_t{kKVHeads} * kDim;
+  const std::vector<float> k = Random(300 * kv_row, rng), v = Random(300 * kv_row, rng);
+  for (uint64_t first = 0; first < 300; first += 30) {
+    for (size_t layer = 0; layer < 2; ++layer) {
+      ASSERT_TRUE(
+          source.AppendF32(layer, first, k.data() + first * kv_row, v.data() + first * kv_row, 30)
+              .ok());
+    }
+  }
+  std::vector<uint8_t> bytes, damaged;
+  kvring::VectorSink sink(&bytes);
+  ASSERT_TRUE(kvring::SaveState(source, "m", &sink).ok());
+  damaged = bytes;
+  damaged[bytes.size() / 2] ^= 4;
+  kvring::MemorySource good(bytes), bad(damaged);
+
+  kvring::KVCache<kvring::FlashLayout> cache = MakeCache<kvring::FlashLayout>();
+  uint64_t before = g_allocations.load();
+  EXPECT_EQ(kvring::LoadState(&bad, "m", &cache), kvring::Status::kBadState);
+  const kvring::Result loaded = kvring::LoadState(&good, "m", &cache);
+  EXPECT_EQ(g_allocations.load() - before, 0u) << "a cache load allocated";
+  ASSERT_TRUE(loaded.ok()) << loaded.Message();
+  EXPECT_EQ(cache.EndPos(), 300u);
+
+  kvring::PoolSpec spec;
+  spec.budget_bytes = 64ull << 20;
+  spec.max_sequences = 2;
+  kvring::KVPool<kvring::FlashLayout> pool =
+      kvring::KVPool<kvring::FlashLayout>::Create(source.Plan(), spec).value();
+  kvring::SequenceId id;
+  ASSERT_TRUE(pool.AddSequence(&id).ok());
+  ASSERT_TRUE(kvring::LoadState(&good, "m", &pool, id).ok());  // the table's entries grow once
+  before = g_allocations.load();
+  EXPECT_EQ(kvring::LoadState(&bad, "m", &pool, id), kvring::Status::kBadState);
+  const kvring::Result again = kvring::LoadState(&good, "m", &pool, id);
+  EXPECT_EQ(g_allocations.load() - before, 0u) << "a pool load allocated";
+  ASSERT_TRUE(again.ok()) << again.Message();
+  EXPECT_EQ(*pool.EndPos(id), 300u);
 }
 
 TEST(Dispatch, TheDispatchedCallMatchesTheReferenceAndRefusesBadCalls) {
