@@ -54,12 +54,23 @@ void* operator new(size_t size, std::align_val_t align, const std::nothrow_t&) n
                                                             static_cast<size_t>(align) *
                                                             static_cast<size_t>(align));
 }
+// The array forms too (the state writer's staging buffer is a nothrow new[]): every form
+// that a delete below frees must come from malloc.
+void* operator new[](size_t size, const std::nothrow_t& tag) noexcept {
+  return operator new(size, tag);
+}
+void* operator new[](size_t size, std::align_val_t align) { return operator new(size, align); }
+void* operator new[](size_t size, std::align_val_t align, const std::nothrow_t& tag) noexcept {
+  return operator new(size, align, tag);
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete[](void* p, size_t) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
