@@ -49,6 +49,15 @@ struct StateAccess {
     };
   }
 
+  // Returns locate_of(layer): owning layer `layer`'s locate(pos) (RingSegment of its storage).
+  template <typename Layout>
+  static auto LocatorsOf(const KVCache<Layout>& cache) {
+    return [&cache](size_t layer) {
+      const LayerStorage<Layout>* storage = &cache.StorageOf(layer);
+      return [storage](uint64_t pos) { return RingSegment(*storage, pos); };
+    };
+  }
+
   template <typename Layout>
   static Result Save(const KVCache<Layout>& cache, const std::string& model_id, ByteSink* sink) {
     if (cache.step_.InStep()) {
@@ -56,12 +65,8 @@ struct StateAccess {
                                "state: layers[%llu] is at %llu and layers[%llu] at %llu; append "
                                "every owning layer to the same position before saving");
     }
-    const auto locate_of = [&](size_t layer) {
-      const LayerStorage<Layout>* storage = &cache.StorageOf(layer);
-      return [storage](uint64_t pos) { return RingSegment(*storage, pos); };
-    };
     return WriteState<Layout>(cache.Plan(), model_id, cache.step_.HighEnd(), HeldBy(cache),
-                              locate_of, sink);
+                              LocatorsOf(cache), sink);
   }
 
   template <typename Layout>
@@ -80,13 +85,10 @@ struct StateAccess {
     const auto begin = [&](size_t layer, uint64_t first, uint64_t layer_end) {
       cache->StorageOf(layer).RestoreRange(first, layer_end);
     };
-    const auto locate_of = [&](size_t layer) {
-      const LayerStorage<Layout>* storage = &cache->StorageOf(layer);
-      return [storage](uint64_t pos) { return RingSegment(*storage, pos); };
-    };
     result = RestoreStateRanges(&reader, cache->Plan(), begin);
     if (result.ok()) {
-      result = ReadStateRows<Layout>(&reader, cache->Plan(), target_of, HeldBy(*cache), locate_of);
+      result = ReadStateRows<Layout>(&reader, cache->Plan(), target_of, HeldBy(*cache),
+                                     LocatorsOf(*cache));
     }
     // The state was read whole and checked: only a source failing now stops the copy, and the
     // cache is then cleared rather than left half loaded.
@@ -123,18 +125,21 @@ struct StateAccess {
     };
   }
 
-  // Returns locate(pos) for owning layer `layer` of `sequence`: its ring, or its blocks.
+  // Returns locate_of(layer) for `sequence` of `pool`: owning layer `layer`'s locate(pos),
+  // its ring's segment or its block's.
   template <typename Layout, typename Sequence>
-  static auto PoolLocator(const KVPool<Layout>& pool, const Sequence& sequence, size_t layer) {
-    const LayerEntry& entry = pool.table_.Entry(layer);
-    return [&pool, &sequence, entry](uint64_t pos) {
-      if (entry.residence != Residence::kPaged) {
-        return RingSegment(sequence.rings[entry.storage], pos);
-      }
-      RowSegment<Layout> segment;
-      segment.rows = pool.paged_.RowsOf(entry.storage, sequence.blocks, pos, &segment.slot);
-      segment.run = pool.spec_.block_slots - segment.slot;
-      return segment;
+  static auto LocatorsOf(const KVPool<Layout>& pool, const Sequence& sequence) {
+    return [&pool, &sequence](size_t layer) {
+      const LayerEntry entry = pool.table_.Entry(layer);
+      return [&pool, &sequence, entry](uint64_t pos) {
+        if (entry.residence != Residence::kPaged) {
+          return RingSegment(sequence.rings[entry.storage], pos);
+        }
+        RowSegment<Layout> segment;
+        segment.rows = pool.paged_.RowsOf(entry.storage, sequence.blocks, pos, &segment.slot);
+        segment.run = pool.spec_.block_slots - segment.slot;
+        return segment;
+      };
     };
   }
 
@@ -158,16 +163,23 @@ struct StateAccess {
     return ViewStamp::Of(pool.sequences_.Epoch(id), 0, id.index, id.generation);
   }
 
-  // Returns kOk if sequence `id` of `pool` may be saved to `sink` with `model_id` now: a live
-  // sequence between steps (kUnknownSequence, kWrongPosition), and CheckStateWrite's rules.
+  // Returns kOk if sequence `id` of `pool` may be saved now: live (kUnknownSequence) and
+  // between steps (kWrongPosition).
   template <typename Layout>
-  static Result CheckSave(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
-                          const ByteSink* sink) {
+  static Result CheckSavable(const KVPool<Layout>& pool, SequenceId id) {
     const Result known = pool.sequences_.Check(id);
     if (!known.ok()) return known;
     const auto& sequence = pool.sequences_.Get(id);
     if (sequence.step.InStep()) return sequence.MidStep(pool.table_);
-    return CheckStateWrite(pool.Plan(), model_id, HeldBy(pool, sequence), sink);
+    return Status::kOk;
+  }
+  // CheckSavable, and CheckStateWrite's rules for `model_id` and `sink`.
+  template <typename Layout>
+  static Result CheckSave(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
+                          const ByteSink* sink) {
+    const Result savable = CheckSavable(pool, id);
+    if (!savable.ok()) return savable;
+    return CheckStateWrite(pool.Plan(), model_id, HeldBy(pool, pool.sequences_.Get(id)), sink);
   }
   // Writes the header of sequence `id` (CheckSave allowed it) to `out`.
   template <typename Layout>
@@ -180,21 +192,18 @@ struct StateAccess {
   static bool SaveStep(const KVPool<Layout>& pool, SequenceId id, StateCursor* cursor,
                        StateWriter* out) {
     const auto& sequence = pool.sequences_.Get(id);
-    const auto locate_of = [&](size_t layer) { return PoolLocator(pool, sequence, layer); };
-    return WriteStateStep<Layout>(pool.Plan(), HeldBy(pool, sequence), locate_of, cursor, out);
+    return WriteStateStep<Layout>(pool.Plan(), HeldBy(pool, sequence), LocatorsOf(pool, sequence),
+                                  cursor, out);
   }
 
   template <typename Layout>
   static Result Save(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
                      ByteSink* sink) {
-    const Result allowed = CheckSave(pool, id, model_id, sink);
-    if (!allowed.ok()) return allowed;
-    StateWriter out(sink);
-    SaveHeader(pool, id, model_id, &out);
-    StateCursor cursor;
-    while (!out.Failed() && SaveStep(pool, id, &cursor, &out)) {
-    }
-    return out.Finish();
+    const Result savable = CheckSavable(pool, id);
+    if (!savable.ok()) return savable;
+    const auto& sequence = pool.sequences_.Get(id);
+    return WriteState<Layout>(pool.Plan(), model_id, sequence.step.HighEnd(),
+                              HeldBy(pool, sequence), LocatorsOf(pool, sequence), sink);
   }
 
   // Checks the state `reader` reads against sequence `id` of `pool` (every refusal changes
@@ -232,9 +241,9 @@ struct StateAccess {
   static Result LoadStep(StateReader* reader, KVPool<Layout>* pool, SequenceId id,
                          StateCursor* cursor, bool* more) {
     const auto& sequence = pool->sequences_.Get(id);
-    const auto locate_of = [&](size_t layer) { return PoolLocator(*pool, sequence, layer); };
-    const Result read = ReadStateStep<Layout>(reader, pool->Plan(), PoolTargets(*pool, sequence),
-                                              HeldBy(*pool, sequence), locate_of, cursor, more);
+    const Result read =
+        ReadStateStep<Layout>(reader, pool->Plan(), PoolTargets(*pool, sequence),
+                              HeldBy(*pool, sequence), LocatorsOf(*pool, sequence), cursor, more);
     if (!read.ok()) LoadFailed(pool, id);
     return read;
   }
@@ -261,12 +270,14 @@ struct StateAccess {
     uint64_t end = 0;
     Result result = LoadBegin(&reader, model_id, pool, id, &end);
     if (!result.ok()) return result;
-    StateCursor cursor;
-    cursor.section = FirstLayerSection(&reader, pool->Plan());
-    for (bool more = true; more && result.ok();) {
-      result = LoadStep(&reader, pool, id, &cursor, &more);
+    const auto& sequence = pool->sequences_.Get(id);
+    result = ReadStateRows<Layout>(&reader, pool->Plan(), PoolTargets(*pool, sequence),
+                                   HeldBy(*pool, sequence), LocatorsOf(*pool, sequence));
+    if (result.ok()) {
+      LoadDone(pool, id, end);
+    } else {
+      LoadFailed(pool, id);
     }
-    if (result.ok()) LoadDone(pool, id, end);
     return result;
   }
 

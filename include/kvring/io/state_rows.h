@@ -68,15 +68,32 @@ inline void WriteStateHeader(const LayerPlan& plan, const std::string& model_id,
   out->EndSection();
 }
 
+// The fields of a layer section a reader needs: its payload's bytes and its range.
+struct LayerSection {
+  uint64_t bytes = 0;
+  uint64_t first = 0;
+  uint64_t end = 0;
+  // Reads the section at `offset` of a checked state; false if the source failed.
+  bool Read(StateReader* reader, uint64_t offset) {
+    const uint64_t at = offset + kSectionHeaderBytes;
+    return reader->U64(offset + 8, &bytes) && reader->U64(at + 8, &first) &&
+           reader->U64(at + 16, &end);
+  }
+  // Where the next section starts.
+  uint64_t Next(uint64_t offset) const {
+    return offset + kSectionHeaderBytes + bytes + kSectionCrcBytes;
+  }
+};
+
 // How far a state's writer or reader has come: the owning layer it writes or reads, and the
 // next position of it. A step moves it over at most kRowChunk positions of one layer.
 struct StateCursor {
-  size_t layer = 0;      // plan.NumLayers() once every layer is done
-  uint64_t pos = 0;      // the layer's next position
-  bool open = false;     // the layer's section is begun (written, or its header read)
-  uint64_t section = 0;  // reading: where the layer's section starts in the source
-  uint64_t first = 0;    // reading: the section's range
-  uint64_t end = 0;
+  size_t layer = 0;   // plan.NumLayers() once every layer is done
+  uint64_t pos = 0;   // the layer's next position
+  bool open = false;  // the layer's section is begun (written, or its header read)
+  // Reading: where the layer's section starts in the source, and its fields once open.
+  uint64_t offset = 0;
+  LayerSection section;
 };
 
 // Moves `cursor` to the next owning layer from its own on; returns false if none is left.
@@ -168,14 +185,10 @@ Result RestoreStateRanges(StateReader* reader, const LayerPlan& plan, const Begi
   uint64_t offset = FirstLayerSection(reader, plan);
   for (size_t layer = 0; layer < plan.NumLayers() && offset != 0; ++layer) {
     if (!plan.Layer(layer).OwnsKV()) continue;
-    uint64_t bytes = 0, first = 0, end = 0;
-    const uint64_t at = offset + kSectionHeaderBytes;
-    if (!reader->U64(offset + 8, &bytes) || !reader->U64(at + 8, &first) ||
-        !reader->U64(at + 16, &end)) {
-      return ReadFailed(offset);
-    }
-    begin(layer, first, end);
-    offset += kSectionHeaderBytes + bytes + kSectionCrcBytes;
+    LayerSection section;
+    if (!section.Read(reader, offset)) return ReadFailed(offset);
+    begin(layer, section.first, section.end);
+    offset = section.Next(offset);
   }
   if (offset == 0) return ReadFailed(kStatePreambleBytes);
   return Status::kOk;
@@ -184,7 +197,7 @@ Result RestoreStateRanges(StateReader* reader, const LayerPlan& plan, const Begi
 // Reads the next step of a checked state's rows into the destination: positions
 // [cursor->pos, the end of their chunk) of owning layer cursor->layer, which keeps held(layer)
 // = {from, end} of the section's range (RestoreStateRanges made it) at locate_of(layer)(pos).
-// Start with cursor->section = FirstLayerSection(...). Sets *more to false once every layer
+// Start with cursor->offset = FirstLayerSection(...). Sets *more to false once every layer
 // is read; kIOError if the source fails to read.
 template <typename Layout, typename TargetOf, typename Held, typename LocateOf>
 Result ReadStateStep(StateReader* reader, const LayerPlan& plan, const TargetOf& target_of,
@@ -192,27 +205,24 @@ Result ReadStateStep(StateReader* reader, const LayerPlan& plan, const TargetOf&
   *more = NextOwner(plan, cursor);
   if (!*more) return Status::kOk;
   const size_t layer = cursor->layer;
-  const uint64_t at = cursor->section + kSectionHeaderBytes;
+  LayerSection& section = cursor->section;
   if (!cursor->open) {
-    if (!reader->U64(at + 8, &cursor->first) || !reader->U64(at + 16, &cursor->end)) {
-      return ReadFailed(cursor->section);
-    }
+    if (!section.Read(reader, cursor->offset)) return ReadFailed(cursor->offset);
     cursor->pos = held(layer).first;
     cursor->open = true;
   }
   const StateTarget target = target_of(layer);
-  const uint64_t to = std::min(cursor->end, (cursor->pos / kRowChunk + 1) * kRowChunk);
+  const uint64_t rows = cursor->offset + kSectionHeaderBytes + kLayerFixedBytes;
+  const uint64_t to = std::min(section.end, (cursor->pos / kRowChunk + 1) * kRowChunk);
   bool ok = true;
   ForEachRowPiece<PieceOrder::kStorage, Layout>(
-      target.shape, target.format, cursor->first, cursor->pos, to, locate_of(layer),
-      [&](const RowPiece& piece) { ok = ok && reader->CopyPiece(at + kLayerFixedBytes, piece); });
+      target.shape, target.format, section.first, cursor->pos, to, locate_of(layer),
+      [&](const RowPiece& piece) { ok = ok && reader->CopyPiece(rows, piece); });
   StoreFence();
-  if (!ok) return ReadFailed(at);
+  if (!ok) return ReadFailed(rows);
   cursor->pos = to;
-  if (to == cursor->end) {
-    uint64_t bytes = 0;
-    if (!reader->U64(cursor->section + 8, &bytes)) return ReadFailed(cursor->section);
-    cursor->section += kSectionHeaderBytes + bytes + kSectionCrcBytes;
+  if (to == section.end) {
+    cursor->offset = section.Next(cursor->offset);
     cursor->open = false;
     ++cursor->layer;
   }
@@ -225,7 +235,7 @@ template <typename Layout, typename TargetOf, typename Held, typename LocateOf>
 Result ReadStateRows(StateReader* reader, const LayerPlan& plan, const TargetOf& target_of,
                      const Held& held, const LocateOf& locate_of) {
   StateCursor cursor;
-  cursor.section = FirstLayerSection(reader, plan);
+  cursor.offset = FirstLayerSection(reader, plan);
   for (bool more = true; more;) {
     const Result read =
         ReadStateStep<Layout>(reader, plan, target_of, held, locate_of, &cursor, &more);

@@ -112,7 +112,7 @@ class SequenceImport {
     out->reader_ = reader;
     out->end_ = end;
     out->stamp_ = detail::StateAccess::StampOf(*pool, id);
-    out->cursor_.section = detail::FirstLayerSection(&out->reader_, pool->Plan());
+    out->cursor_.offset = detail::FirstLayerSection(&out->reader_, pool->Plan());
     out->active_ = true;
     return Status::kOk;
   }

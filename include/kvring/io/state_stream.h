@@ -1,6 +1,7 @@
 // kvring/io/state_stream.h: the byte streams of kvring's state format: StateWriter writes
-// sections (a header, then the payload, then a CRC32C of both) through a ByteSink's windows;
-// StateReader reads a ByteSource by offset through views, copying or checksumming ranges.
+// sections (a header, then the payload, then a CRC32C of both) through a staging buffer to a
+// ByteSink; StateReader reads a ByteSource by offset through views, copying or checksumming
+// ranges.
 // Internal.
 #ifndef KVRING_IO_STATE_STREAM_H_
 #define KVRING_IO_STATE_STREAM_H_
@@ -53,8 +54,8 @@ inline void StagePiece(const RowPiece& piece, uint8_t* to) {
 
 // Writes sections to a ByteSink: bytes gather in a staging buffer of kStage bytes, which
 // stays in cache while each section's CRC32C is computed over it, and go to the sink when it
-// is full. After a failure (the sink's, or no memory for the
-// buffer) it takes and drops bytes, and Finish() returns the failure.
+// is full. After a failure (the sink's, or no memory for the buffer) it takes and drops
+// bytes, and Finish() returns the failure.
 class StateWriter {
  public:
   // Room for one kv_head's K of a chunk of the widest head in BF16 (a staged block).
