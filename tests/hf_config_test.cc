@@ -344,6 +344,30 @@ TEST(HfConfig, ErrorFieldNamesTheNestedKey) {
       << model.error().message;
 }
 
+// Keys and names come from the file: a message shows them escaped, so it stays one line (the
+// config fuzz target found a key holding "\n" printed raw).
+TEST(HfConfig, KeysAndNamesFromTheFileAreEscapedInMessages) {
+  const struct {
+    const char* text;
+    const char* field;
+    const char* message;
+  } kCases[] = {
+      {R"({"model_type": "llama", "hidd\n_size": 1, "hidd\n_size": 2})", "hidd\\n_size",
+       "inline.json: hidd\\n_size: appears twice"},
+      {R"({"a\tb": {"x\u0001": 1, "x\u0001": 1}})", "a\\tb.x\\u0001",
+       "inline.json: a\\tb.x\\u0001: appears twice"},
+      {R"({"model_type": "ph\ni3\u007f"})", "model_type",
+       "inline.json: model_type: 'ph\\ni3\\u007f' is not a family"},
+  };
+  for (const auto& c : kCases) {
+    const Expected<HfModel> model = ParseHfConfig(c.text, "inline.json");
+    ASSERT_FALSE(model.ok()) << c.text;
+    EXPECT_EQ(model.error().field, c.field) << c.text;
+    EXPECT_EQ(model.error().message.rfind(c.message, 0), 0u) << model.error().message;
+    EXPECT_EQ(model.error().message.find('\n'), std::string::npos) << model.error().message;
+  }
+}
+
 // --- The command line -------------------------------------------------------------------
 
 TEST(HfConfig, ConfigReportsSayHowTheFileWasRead) {

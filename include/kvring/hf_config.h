@@ -251,8 +251,8 @@ inline void ParseJson(const std::string& text, Json* root, Failure* failure) {
       levels.back().key = name;
       if (!levels.back().keys.insert(name).second) {
         std::string path;
-        for (size_t i = 0; i + 1 < levels.size(); ++i) path += levels[i].key + ".";
-        failure->Fail(path + name, "appears twice in one object; which value is meant?");
+        for (size_t i = 0; i + 1 < levels.size(); ++i) path += Printable(levels[i].key) + ".";
+        failure->Fail(path + Printable(name), "appears twice in one object; which value is meant?");
       }
     }
     return true;
@@ -319,8 +319,9 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
   if (*family == nullptr) {
     std::string known;
     for (const std::string& name : KnownModelTypes()) known += (known.empty() ? "" : ", ") + name;
-    failure->Fail("model_type", "'" + model_type + "' is not a family kvring-plan reads (known: " +
-                                    known + "; docs/configs.md)");
+    failure->Fail("model_type", "'" + Printable(model_type) +
+                                    "' is not a family kvring-plan reads (known: " + known +
+                                    "; docs/configs.md)");
     return nullptr;
   }
   return object;

@@ -56,6 +56,17 @@ inline std::string Show(const Json& value) {
   return text;
 }
 
+// Returns `text` (a key or name read from the file) as one printable line: JSON's escapes for
+// control characters (a key may hold "\n"), without the quotes.
+inline std::string Printable(const std::string& text) {
+  const std::string quoted = Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string printable;
+  for (size_t i = 1; i + 1 < quoted.size(); ++i) {
+    printable += quoted[i] == '\x7f' ? std::string("\\u007f") : std::string(1, quoted[i]);
+  }
+  return printable;
+}
+
 inline std::string TypeName(const Json& value) {
   if (value.is_null()) return "null";
   if (value.is_number_integer()) return "an integer";
