@@ -18,6 +18,7 @@
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/layouts/tiled_layout.h"
 #include "kvring/model_presets.h"
+#include "kvring/sharing/prefix_cache.h"
 #include "kvring/status.h"
 #include "kvring/storage/global_kv.h"
 #include "kvring/storage/kv_cache.h"

@@ -47,7 +47,7 @@ LayerPlan PoolTestPlan(Format global_format, uint64_t batch) {
 
 // What the pool must read back for an input row of one layer: BF16 rounding, or int8
 // encoding per kv_head row then decoding.
-std::vector<float> Stored(const std::vector<float>& row, Format format, uint32_t kv_heads) {
+inline std::vector<float> Stored(const std::vector<float>& row, Format format, uint32_t kv_heads) {
   std::vector<float> out(row.size());
   if (format == Format::kBF16) {
     for (size_t i = 0; i < row.size(); ++i) out[i] = BF16ToF32(BF16FromF32(row[i]));

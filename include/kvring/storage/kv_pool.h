@@ -55,10 +55,6 @@ class KVPool {
   static Expected<KVPool> Create(const LayerPlan& plan, const PoolSpec& spec) {
     const Error unfit = detail::ValidatePlanFor<Layout>(plan, "pool");
     if (!unfit.field.empty()) return unfit;
-    if (spec.max_sequences == 0 || spec.max_sequences == std::numeric_limits<uint32_t>::max()) {
-      return detail::FieldError("max_sequences", std::to_string(spec.max_sequences),
-                                "is invalid: a pool holds from 1 to 2^32 - 2 sequences");
-    }
     uint64_t block_slots = 0;
     const Error bad_block = detail::ChooseBlockSlots<Layout>(plan.Runtime(), spec, &block_slots);
     if (!bad_block.field.empty()) return bad_block;
@@ -84,12 +80,9 @@ class KVPool {
       }
     }
     // The smallest sequence: rings for decode (batch 1) and one block.
-    const uint64_t smallest = pool.RingBytesFor(1) + pool.paged_.BlockBytes();
-    if (spec.budget_bytes < smallest) {
-      return detail::FieldError("budget_bytes", std::to_string(spec.budget_bytes),
-                                "cannot hold one sequence: its decode rings and one block take " +
-                                    std::to_string(smallest) + " bytes");
-    }
+    const Error unusable =
+        detail::CheckPoolSpec(spec, pool.RingBytesFor(1) + pool.paged_.BlockBytes());
+    if (!unusable.field.empty()) return unusable;
     const uint64_t block_bytes = pool.paged_.BlockBytes();
     const uint64_t num_blocks =
         std::min<uint64_t>(block_bytes == 0 ? 0 : spec.budget_bytes / block_bytes,
@@ -314,23 +307,24 @@ class KVPool {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return RollbackResult(known, 0);
     Sequence& sequence = sequences_.Get(id);
-    if (sequence.step.InStep()) {
-      return RollbackResult(sequence.MidStep(table_), sequence.EndPos(table_));
-    }
-    const uint64_t end = sequence.step.HighEnd();
-    size_t bound = 0;
-    const uint64_t limit = sequence.RollbackLimit(plan_.Runtime().rollback, table_, &bound);
-    if (num_tokens > limit) {
-      return RollbackResult(
-          Result::Refused(Status::kRollbackTooFar,
-                          "layers[%llu]: rollback of %llu positions, but at most %llu are allowed "
-                          "now (planned headroom %llu; the next query's window stays held)",
-                          uint64_t{bound}, num_tokens, limit, plan_.Runtime().rollback),
-          end);
-    }
+    const uint64_t end = sequence.EndPos(table_);
+    const Result allowed = sequence.CheckRollback(num_tokens, plan_.Runtime().rollback, table_);
+    if (!allowed.ok()) return RollbackResult(allowed, end);
     sequence.Rollback(num_tokens, table_, &paged_);
     if (num_tokens != 0) sequences_.EndViews(id, ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end - num_tokens);
+  }
+
+  // Returns the most newest positions Rollback(id, n) may discard now: the planned headroom,
+  // capped by what is held and by each ring's window; 0 inside a step. kUnknownSequence for an
+  // id not live. O(rings).
+  ValueResult<uint64_t> RollbackLimit(SequenceId id) const {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return known;
+    const Sequence& sequence = sequences_.Get(id);
+    size_t bound = 0;
+    if (sequence.step.InStep()) return uint64_t{0};
+    return sequence.RollbackLimit(plan_.Runtime().rollback, table_, &bound);
   }
 
   // Abandons `id`'s unfinished step: every owning layer ahead of the lowest one goes back to
@@ -427,7 +421,8 @@ class KVPool {
   uint64_t AllocatedBytes() const { return budget_.RingBytes() + paged_.AllocatedBytes(); }
 
  private:
-  friend struct detail::StateAccess;  // io/state_access.h: saves and loads it
+  friend struct detail::StateAccess;   // io/state_access.h: saves and loads it
+  friend struct detail::PrefixAccess;  // sharing/prefix_cache.h: a checkpoint's blocks
   using Sequence = detail::PoolSequence<Layout>;
 
   // The refusals of a per-layer query: kUnknownSequence, then kBadArgument for the layer.

@@ -19,6 +19,8 @@ namespace detail {
 
 // What saves and loads a KVCache or a KVPool sequence, the friend of both (io/state_access.h).
 struct StateAccess;
+// What a prefix cache reads of a KVPool, its friend (sharing/prefix_cache.h).
+struct PrefixAccess;
 
 // Where an owning layer's rows live.
 enum class Residence : uint8_t {

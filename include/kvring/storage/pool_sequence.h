@@ -123,6 +123,19 @@ struct PoolSequence {
     }
     return limit;
   }
+  // Returns kOk when a rollback of `num_tokens` positions is allowed now; else kWrongPosition
+  // inside a step, or kRollbackTooFar naming the layer that bounds it and the limit.
+  Result CheckRollback(uint64_t num_tokens, uint64_t planned, const LayerTable& table) const {
+    if (step.InStep()) return MidStep(table);
+    size_t bound = 0;
+    const uint64_t limit = RollbackLimit(planned, table, &bound);
+    if (num_tokens <= limit) return Status::kOk;
+    return Result::Refused(Status::kRollbackTooFar,
+                           "layers[%llu]: rollback of %llu positions, but at most %llu are "
+                           "allowed now (planned headroom %llu; the next query's window stays "
+                           "held)",
+                           uint64_t{bound}, num_tokens, limit, planned);
+  }
   // Discards the newest `num_tokens` positions of every owner (RollbackLimit allowed them)
   // and releases the blocks the table no longer reaches.
   void Rollback(uint64_t num_tokens, const LayerTable& table, BlockStore<Layout>* store) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "kvring/base.h"
@@ -55,6 +56,21 @@ Error ChooseBlockSlots(const RuntimeSpec& runtime, const PoolSpec& spec, uint64_
                       "is invalid: a block holds a positive multiple of the layout's tile of " +
                           std::to_string(Layout::kTileSlots) +
                           " positions, at most a tile past the context");
+  }
+  return Error{};
+}
+
+// Returns the Error of a spec whose max_sequences a pool cannot use, or whose budget cannot
+// hold the `smallest` sequence (its decode rings and one block), or an empty field.
+inline Error CheckPoolSpec(const PoolSpec& spec, uint64_t smallest) {
+  if (spec.max_sequences == 0 || spec.max_sequences == std::numeric_limits<uint32_t>::max()) {
+    return FieldError("max_sequences", std::to_string(spec.max_sequences),
+                      "is invalid: a pool holds from 1 to 2^32 - 2 sequences");
+  }
+  if (spec.budget_bytes < smallest) {
+    return FieldError("budget_bytes", std::to_string(spec.budget_bytes),
+                      "cannot hold one sequence: its decode rings and one block take " +
+                          std::to_string(smallest) + " bytes");
   }
   return Error{};
 }
