@@ -424,5 +424,123 @@ TYPED_TEST(PrefixCacheTest, MovesKeepTheCheckpoints) {
   EXPECT_EQ(pool.Usage().live_sequences, 1u);
 }
 
+
+// --- Saved and loaded ----------------------------------------------------------------------
+
+// Checkpoints of a prompt every block and at the end of two turns, saved: a new pool and cache
+// (another layout's, a restarted engine) load them, share their blocks again as the saved
+// ones did, and resume the conversations bit for bit.
+TYPED_TEST(PrefixCacheTest, SavedCheckpointsResumeAfterARestart) {
+  KVPool<TypeParam> pool = MakePool<TypeParam>(32, 32ull << 20);
+  ToyModel<TypeParam> model(&pool);
+  PrefixCache<TypeParam> cache(&pool);
+  const uint64_t block = pool.BlockSlots();
+  const std::vector<TokenId> prompt = Tokens(5 * block + 7, 11);
+  SequenceId id;
+  ASSERT_TRUE(pool.AddSequence(&id).ok());
+  for (uint64_t end = block; end <= prompt.size(); end += block) {
+    const std::vector<TokenId> head(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(end));
+    ASSERT_TRUE(model.Prefill(id, head).ok());
+    ASSERT_TRUE(cache.Insert(id, head.data(), head.size(), 3, 2).ok());
+  }
+  ASSERT_TRUE(model.Prefill(id, prompt).ok());
+  ASSERT_TRUE(cache.Insert(id, prompt.data(), prompt.size(), 3, 2).ok());
+  ASSERT_TRUE(pool.Free(id).ok());
+  const PrefixCacheStats saved = cache.Stats();
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  ASSERT_TRUE(SavePrefixCache(cache, "toy", &sink).ok());
+
+  KVPool<TypeParam> restarted = MakePool<TypeParam>(32, 32ull << 20);
+  ToyModel<TypeParam> model2(&restarted);
+  PrefixCache<TypeParam> cache2(&restarted);
+  MemorySource source(bytes);
+  const Result loaded = LoadPrefixCache(&source, "toy", &cache2);
+  ASSERT_TRUE(loaded.ok()) << loaded.Message();
+  const PrefixCacheStats restored = cache2.Stats();
+  EXPECT_EQ(restored.checkpoints, saved.checkpoints);
+  EXPECT_EQ(restored.blocks, saved.blocks);  // shared again, not one copy per checkpoint
+  EXPECT_EQ(restored.ring_bytes, saved.ring_bytes);
+  EXPECT_EQ(restarted.Usage().blocks_in_use, saved.blocks);
+  // Loading again adds nothing.
+  MemorySource again(bytes);
+  ASSERT_TRUE(LoadPrefixCache(&again, "toy", &cache2).ok());
+  EXPECT_EQ(cache2.Stats().checkpoints, saved.checkpoints);
+  // A prompt parting inside the third block resumes from the second block's checkpoint, and
+  // one going on after the prompt from its end; both as prefilled from zero.
+  for (uint64_t part : {2 * block + 5, uint64_t{prompt.size()}}) {
+    std::vector<TokenId> next(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(part));
+    const std::vector<TokenId> rest = Tokens(30, 200 + part);
+    next.insert(next.end(), rest.begin(), rest.end());
+    const PrefixMatch match = cache2.Match(next.data(), next.size(), 3);
+    ASSERT_EQ(match.length, part == prompt.size() ? part : 2 * block) << part;
+    SequenceId resumed;
+    ASSERT_TRUE(cache2.Attach(match, &resumed).ok());
+    ASSERT_TRUE(model2.Prefill(resumed, next).ok());
+    const SequenceId scratch = model2.FromScratch(next);
+    model2.ExpectSame(resumed, scratch);
+  }
+  // Another salt and another model's id find nothing / are refused.
+  EXPECT_EQ(cache2.Match(prompt.data(), prompt.size(), 4).length, 0u);
+}
+
+// Damaged files, another model's, and a pool without room are refused, loading nothing: the
+// cache and the pool stay as they were.
+TYPED_TEST(PrefixCacheTest, BadPrefixFilesAreRefusedAndChangeNothing) {
+  KVPool<TypeParam> pool = MakePool<TypeParam>();
+  ToyModel<TypeParam> model(&pool);
+  PrefixCache<TypeParam> cache(&pool);
+  const std::vector<TokenId> a = Tokens(40, 12), b = Tokens(70, 13);
+  const SequenceId sa = model.FromScratch(a), sb = model.FromScratch(b);
+  ASSERT_TRUE(cache.Insert(sa, a.data(), a.size()).ok());
+  ASSERT_TRUE(cache.Insert(sb, b.data(), b.size()).ok());
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  ASSERT_TRUE(SavePrefixCache(cache, "toy", &sink).ok());
+
+  KVPool<TypeParam> other = MakePool<TypeParam>(/*max_sequences=*/4);
+  ToyModel<TypeParam> other_model(&other);
+  PrefixCache<TypeParam> target(&other);
+  const std::vector<TokenId> c = Tokens(30, 14);
+  const SequenceId sc = other_model.FromScratch(c);
+  ASSERT_TRUE(target.Insert(sc, c.data(), c.size()).ok());
+  const auto expect_refused = [&](std::vector<uint8_t> file, const std::string& model_id,
+                                  Status status, const std::string& what) {
+    const PoolUsage before = other.Usage();
+    MemorySource source(file);
+    const Result result = LoadPrefixCache(&source, model_id, &target);
+    EXPECT_EQ(result.status(), status) << what << ": " << result.Message();
+    EXPECT_EQ(target.Stats().checkpoints, 1u) << what;
+    const PoolUsage after = other.Usage();
+    EXPECT_EQ(after.bytes_in_use, before.bytes_in_use) << what;
+    EXPECT_EQ(after.live_sequences, before.live_sequences) << what;
+    EXPECT_EQ(target.Match(c.data(), c.size()).length, c.size()) << what;
+  };
+  expect_refused(bytes, "another model", Status::kBadState, "another model id");
+  for (size_t cut :
+       {size_t{0}, size_t{10}, size_t{16}, size_t{40}, bytes.size() / 2, bytes.size() - 1}) {
+    expect_refused(std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(cut)),
+                   "toy", Status::kBadState, "cut at " + std::to_string(cut));
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  expect_refused(longer, "toy", Status::kBadState, "a byte past the end");
+  // A flipped bit in a checkpoint's tokens, and one in the last checkpoint's state (the first
+  // one has loaded by then: it is taken out again).
+  for (size_t at : {size_t{16 + 16 + 8 + 4 + 16 + 40}, bytes.size() - 100}) {
+    std::vector<uint8_t> flipped = bytes;
+    flipped[at] ^= 4;
+    expect_refused(flipped, "toy", Status::kBadState, "bit flipped at " + std::to_string(at));
+  }
+  // A slot for the first checkpoint but not the second.
+  SequenceId blocker;
+  ASSERT_TRUE(other.AddSequence(&blocker).ok());
+  expect_refused(bytes, "toy", Status::kPoolExhausted, "no slot for the second");
+  ASSERT_TRUE(other.Free(blocker).ok());
+  MemorySource fine(bytes);
+  ASSERT_TRUE(LoadPrefixCache(&fine, "toy", &target).ok());
+  EXPECT_EQ(target.Stats().checkpoints, 3u);
+}
+
 }  // namespace
 }  // namespace kvring

@@ -11,6 +11,7 @@
 #include "kvring/formats/int8.h"
 #include "kvring/index/ring_index.h"
 #include "kvring/io/byte_io.h"
+#include "kvring/io/prefix_state.h"
 #include "kvring/io/state_io.h"
 #include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"

@@ -114,6 +114,24 @@ class MemorySource final : public ByteSource {
   uint64_t size_;
 };
 
+// Reads bytes [offset, offset + size) of another source as a source of its own (a state
+// inside a larger file). The other source outlives it.
+class SliceSource final : public ByteSource {
+ public:
+  SliceSource(ByteSource* source, uint64_t offset, uint64_t size)
+      : source_(source), offset_(offset), size_(size) {}
+  uint64_t Size() const override { return size_; }
+  const uint8_t* View(uint64_t offset, uint64_t bytes) override {
+    if (offset > size_ || bytes > size_ - offset) return nullptr;
+    return source_->View(offset_ + offset, bytes);
+  }
+
+ private:
+  ByteSource* source_;
+  uint64_t offset_;
+  uint64_t size_;
+};
+
 // Writes a file: bytes go to "<path>.tmp", and Finish() renames it to `path`, so that a crash
 // or an error never leaves a half-written file under the name (the previous file stays until
 // then). Destroying a sink that was not finished removes the temporary file. Not synced to

@@ -43,6 +43,9 @@ class SectionCursor {
   // Where the next section would start; once every section is read, where the state should end.
   uint64_t Offset() const { return offset_; }
 
+  // Moves past `bytes` bytes that are not a section (the caller checked they are there).
+  void Skip(uint64_t bytes) { offset_ += bytes; }
+
   // Checks section `index` at Offset(), which should carry `tag`, and moves past it; sets
   // *payload (its offset) and *payload_bytes.
   Result Next(uint64_t index, uint32_t tag, uint64_t* payload, uint64_t* payload_bytes) {

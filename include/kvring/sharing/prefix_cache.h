@@ -47,13 +47,29 @@ struct PrefixCacheStats {
 
 namespace detail {
 
-// What a prefix cache reads of a pool beyond its public calls: the blocks a checkpoint holds.
+// What a prefix cache reads and does of a pool beyond its public calls: the blocks a
+// checkpoint holds, and sharing the equal blocks of two restored checkpoints.
 struct PrefixAccess {
   template <typename Layout>
   static const BlockTable& BlocksOf(const KVPool<Layout>& pool, SequenceId id) {
     return pool.sequences_.Get(id).blocks;
   }
+  // Makes each of the first `entries` entries of live sequence `into`'s table name the block
+  // of `from`'s entry instead when every paged layer's rows of the two are equal (a block
+  // `into` then no longer holds is released). The rows `into` reads stay the same bytes.
+  template <typename Layout>
+  static void ShareEqualBlocks(KVPool<Layout>* pool, SequenceId from, SequenceId into,
+                               uint64_t entries) {
+    const BlockTable& source = pool->sequences_.Get(from).blocks;
+    BlockTable& table = pool->sequences_.Get(into).blocks;
+    entries = std::min<uint64_t>(entries, std::min(source.Size(), table.Size()));
+    for (uint64_t entry = 0; entry < entries; ++entry) {
+      (void)pool->paged_.ShareIfEqual(&table, entry, source[entry]);
+    }
+  }
 };
+
+struct PrefixStateAccess;  // io/prefix_state.h: saves and loads a cache's checkpoints
 
 }  // namespace detail
 
@@ -111,13 +127,7 @@ class PrefixCache {
     const Result forked = pool_->Fork(sequence, &fork);
     if (!forked.ok()) return forked;
     (void)pool_->Resize(fork, 1);  // decode rings; kept larger if it cannot allocate
-    const ValueResult<uint64_t> rollback = pool_->RollbackLimit(fork);
-    const uint32_t id = index_.Add(salt, tokens, count, rollback.ok() ? *rollback : 0);
-    if (id >= entries_.size()) entries_.resize(id + 1);
-    Entry& entry = entries_[id];
-    entry.sequence = fork;
-    entry.priority = priority;
-    entry.last_use = ++tick_;
+    (void)Adopt(fork, salt, priority, tokens, count);
     ++stats_.inserts;
     return Status::kOk;
   }
@@ -240,6 +250,8 @@ class PrefixCache {
   }
 
  private:
+  friend struct detail::PrefixStateAccess;
+
   struct Entry {
     SequenceId sequence;
     uint32_t priority = 0;
@@ -270,6 +282,20 @@ class PrefixCache {
     const uint64_t blocks = usage.block_bytes == 0 ? 0 : bytes / usage.block_bytes;
     return free_bytes >= bytes && usage.free_blocks >= blocks &&
            pool_->Spec().max_sequences - usage.live_sequences >= sequences;
+  }
+
+  // Adds `sequence` (the cache's from now on) as the checkpoint of tokens[0, count) under
+  // `salt`, which the cache does not hold; returns its id.
+  uint32_t Adopt(SequenceId sequence, uint64_t salt, uint32_t priority, const TokenId* tokens,
+                 uint64_t count) {
+    const ValueResult<uint64_t> rollback = pool_->RollbackLimit(sequence);
+    const uint32_t id = index_.Add(salt, tokens, count, rollback.ok() ? *rollback : 0);
+    if (id >= entries_.size()) entries_.resize(id + 1);
+    Entry& entry = entries_[id];
+    entry.sequence = sequence;
+    entry.priority = priority;
+    entry.last_use = ++tick_;
+    return id;
   }
 
   void Erase(uint32_t id) {

@@ -60,6 +60,17 @@ class PrefixIndex {
     return checkpoint < checkpoints_.size() && checkpoints_[checkpoint].node != kNone;
   }
   uint64_t LengthOf(uint32_t checkpoint) const { return checkpoints_[checkpoint].length; }
+  uint64_t SaltOf(uint32_t checkpoint) const { return nodes_[checkpoints_[checkpoint].node].salt; }
+  // Sets *tokens to the tokens of live checkpoint `checkpoint`, from its path's blocks.
+  void TokensOf(uint32_t checkpoint, std::vector<TokenId>* tokens) const {
+    const Checkpoint& c = checkpoints_[checkpoint];
+    tokens->assign(c.length, 0);
+    std::copy(c.tail.begin(), c.tail.end(), tokens->end() - static_cast<ptrdiff_t>(c.tail.size()));
+    for (uint32_t node = c.node; nodes_[node].parent != kNone; node = nodes_[node].parent) {
+      std::copy(nodes_[node].tokens.begin(), nodes_[node].tokens.end(),
+                tokens->begin() + static_cast<ptrdiff_t>((nodes_[node].depth - 1) * block_));
+    }
+  }
 
   // Returns the checkpoint at exactly tokens[0, count) under `salt`, or kNone.
   uint32_t Find(uint64_t salt, const TokenId* tokens, uint64_t count) const {

@@ -131,6 +131,21 @@ class BlockStore {
     view->end_pos = view->blocks == nullptr ? 0 : end;
   }
 
+  // Makes entry `entry` of `table` name `block` (held by another table) instead of its own
+  // block when every paged owner's rows of the two are equal byte for byte, releasing its own;
+  // returns whether the entry names `block` now.
+  bool ShareIfEqual(BlockTable* table, uint64_t entry, uint32_t block) {
+    const uint32_t own = (*table)[entry];
+    if (own == block) return true;
+    for (const Paged& paged : layers_) {
+      if (!paged.store.SameBlocks(own, block)) return false;
+    }
+    blocks_.Share(block);
+    blocks_.Release(own);
+    table->Replace(entry, block);
+    return true;
+  }
+
  private:
   struct Paged {
     size_t layer = 0;

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kvring/bf16.h"
 #include "kvring/detail/aligned_buffer.h"
@@ -74,6 +75,17 @@ class LayerBuffers {
            k_scales_.Failed() || v_scales_.Failed();
   }
 
+  // Returns whether blocks `a` and `b` hold the same bytes (elements and scales).
+  bool SameBlocks(uint64_t a, uint64_t b) const {
+    const uint64_t k_span = layout_.K().RequiredSpanSize(), v_span = layout_.V().RequiredSpanSize();
+    const uint64_t scales = BlockScales();
+    if (format_ == Format::kInt8) {
+      return Same(k_int8_, k_span, a, b) && Same(v_int8_, v_span, a, b) &&
+             Same(k_scales_, scales, a, b) && Same(v_scales_, scales, a, b);
+    }
+    return Same(k_, k_span, a, b) && Same(v_, v_span, a, b);
+  }
+
   // Returns the rows of block `block`. The pointers are the buffers' own (writes through
   // them change this object's contents, const or not: callers write only through a storage
   // they may change).
@@ -100,6 +112,13 @@ class LayerBuffers {
   }
 
  private:
+  // Compares elements [a * span, (a + 1) * span) of `buffer` with block b's (true when the
+  // format has no such buffer).
+  template <typename T>
+  static bool Same(const AlignedBuffer<T>& buffer, uint64_t span, uint64_t a, uint64_t b) {
+    if (buffer.size() == 0) return true;
+    return std::memcmp(buffer.data() + a * span, buffer.data() + b * span, span * sizeof(T)) == 0;
+  }
   uint64_t BlockScales() const { return layout_.Shape().num_slots * layout_.Shape().num_kv_heads; }
 
   Layout layout_;
