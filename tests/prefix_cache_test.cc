@@ -409,6 +409,24 @@ TYPED_TEST(PrefixCacheTest, StaleMatchesAndBadCallsAreRefusedAndChangeNothing) {
   EXPECT_EQ(pool.Usage().live_sequences, before.live_sequences - 1);
 }
 
+// Evict(match) takes a checkpoint out at once (an engine whose newer checkpoint holds all of
+// it); a second Evict of the same match is stale.
+TYPED_TEST(PrefixCacheTest, EvictingAMatchFreesItsCheckpoint) {
+  KVPool<TypeParam> pool = MakePool<TypeParam>();
+  ToyModel<TypeParam> model(&pool);
+  PrefixCache<TypeParam> cache(&pool);
+  const std::vector<TokenId> a = Tokens(45, 15);
+  const SequenceId id = model.FromScratch(a);
+  ASSERT_TRUE(cache.Insert(id, a.data(), a.size()).ok());
+  const uint64_t live = pool.Usage().live_sequences;
+  const PrefixMatch match = cache.Match(a.data(), a.size());
+  ASSERT_TRUE(cache.Evict(match).ok());
+  EXPECT_EQ(pool.Usage().live_sequences, live - 1);
+  EXPECT_EQ(cache.Stats().evictions, 1u);
+  EXPECT_EQ(cache.Evict(match).status(), Status::kStaleView);
+  EXPECT_EQ(cache.Match(a.data(), a.size()).length, 0u);
+}
+
 // A moved cache keeps its checkpoints; the moved-from one frees nothing twice.
 TYPED_TEST(PrefixCacheTest, MovesKeepTheCheckpoints) {
   KVPool<TypeParam> pool = MakePool<TypeParam>();

@@ -66,6 +66,25 @@ inline std::string Identical(const std::string& difference, size_t num_tokens) {
 
 inline double MiB(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
+// "1.5 KiB", "2.25 MiB"; "3 blocks", "1 block"; a / b (0 for b = 0): for reports.
+inline std::string Bytes(uint64_t bytes) {
+  char text[64];
+  if (bytes < 1024 * 1024) {
+    std::snprintf(text, sizeof(text), "%.1f KiB", static_cast<double>(bytes) / 1024.0);
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f MiB", MiB(bytes));
+  }
+  return text;
+}
+
+inline std::string Plural(uint64_t count, const char* noun) {
+  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
+}
+
+inline double Ratio(uint64_t a, uint64_t b) {
+  return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
+}
+
 using Clock = std::chrono::steady_clock;
 inline double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();

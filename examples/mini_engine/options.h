@@ -53,6 +53,13 @@ class Options {
     options_.push_back(std::move(option));
   }
 
+  // --name alone: sets the field to true.
+  void Flag(const char* name, bool* field, const char* help) {
+    Option option = Make(name, help);
+    option.flag = field;
+    options_.push_back(std::move(option));
+  }
+
   // Sets the bound fields from argv. Returns false after printing why to stderr (not
   // --option=value, an unknown option, a choice not offered, a value that is not a number or
   // is out of its range); on --help or -h prints the usage and sets *help. A refused command
@@ -67,6 +74,12 @@ class Options {
         return true;
       }
       const size_t eq = arg.find('=');
+      const Option* flag = arg.rfind("--", 0) == 0 ? Find(arg.substr(2, eq - 2)) : nullptr;
+      if (flag != nullptr && flag->flag != nullptr) {
+        if (eq != std::string::npos) return Refuse(arg.substr(0, eq) + " takes no value");
+        *flag->flag = true;
+        continue;
+      }
       if (arg.rfind("--", 0) != 0 || eq == std::string::npos) {
         return Refuse("expected --option=value, got '" + arg + "'");
       }
@@ -88,7 +101,8 @@ class Options {
   void PrintUsage() const {
     std::printf("usage: %s [--option=value ...]\n", program_.c_str());
     for (const Option& option : options_) {
-      const std::string left = "  --" + option.name + "=" + ValueName(option);
+      const std::string left =
+          "  --" + option.name + (option.flag != nullptr ? "" : "=" + ValueName(option));
       std::printf("%-25s", left.c_str());
       if (left.size() >= 25) std::printf("\n%25s", "");
       // The help text's lines, each after the column.
@@ -110,6 +124,7 @@ class Options {
     std::string value_name = "N";
     std::vector<std::string> choices;          // a choice's values
     std::string* text = nullptr;               // a choice or a text
+    bool* flag = nullptr;                      // a flag
     std::function<void(uint64_t)> set_number;  // a number: sets the field (<= max)
     uint64_t min = 0;
     uint64_t max = 0;

@@ -29,6 +29,9 @@
 #include "mini_engine/kernels.h"
 #include "mini_engine/model.h"
 #include "mini_engine/options.h"
+#include "serve/config.h"
+#include "serve/reference.h"
+#include "serve/reuse.h"
 
 namespace serve {
 namespace {
@@ -37,84 +40,15 @@ using kvring::Result;
 using kvring::SequenceId;
 using kvring::Status;
 using mini_engine::Activations;
+using mini_engine::Bytes;
 using mini_engine::Checks;
 using mini_engine::Clock;
 using mini_engine::MiB;
 using mini_engine::Model;
+using mini_engine::Plural;
+using mini_engine::Ratio;
 using mini_engine::SecondsSince;
 using mini_engine::Span;
-
-// ---------------------------------------------------------------------------------------------
-// Configuration
-
-struct Config {
-  mini_engine::ModelConfig model;  // --window and --seed set its fields
-  std::string backend = "flash";
-  uint64_t requests = 64;
-  uint64_t system_prompt = 192;  // tokens of the shared system prompt
-  uint64_t shared_percent = 80;  // of the requests start with it
-  uint64_t min_prompt = 8;       // a prompt's own tokens (after the system prompt, if any)
-  uint64_t max_prompt = 96;
-  uint64_t min_generate = 4;  // tokens a request generates
-  uint64_t max_generate = 128;
-  uint64_t arrival_gap = 3;        // steps between two arrivals: uniform in [0, arrival_gap]
-  uint64_t batch = 64;             // prefill chunk: a request's prompt runs this many tokens a step
-  uint64_t budget_kib = 6144;      // the pool's budget_bytes / 1024
-  uint64_t block_slots = 0;        // positions per block (0: the layout's default)
-  uint64_t lookahead = 16;         // steps of growth an admission leaves room for
-  uint32_t threads = 1;            // attention threads
-  uint64_t split_positions = 128;  // KV split length of decode calls
-  std::string csv;                 // memory and requests per step, if set
-};
-
-// Returns false (after printing why) on a bad command line; prints the usage on --help.
-bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
-  mini_engine::Options options("serve");
-  options.Choice("backend", {"flash", "tiled"}, &config->backend,
-                 "kvring layout and kernels (default flash)");
-  options.Number("requests", &config->requests, "requests generated (64)", 1);
-  options.Number("system-prompt", &config->system_prompt,
-                 "tokens of the shared system prompt (192)");
-  options.Number("shared-percent", &config->shared_percent,
-                 "requests that start with it, in percent (80)", 0, 100);
-  // Every prompt has a token of its own, so that a fork prefills at least one and every
-  // request has the logits of its first token.
-  options.Number("min-prompt", &config->min_prompt,
-                 "a prompt's own tokens, after any system prompt: from (8)", 1);
-  options.Number("max-prompt", &config->max_prompt, "... to (96)", 1);
-  options.Number("min-generate", &config->min_generate, "tokens a request generates: from (4)", 1);
-  options.Number("max-generate", &config->max_generate, "... to (128)", 1);
-  options.Number("arrival-gap", &config->arrival_gap,
-                 "steps between arrivals, uniform from 0 to N (3)");
-  options.Number("batch", &config->batch,
-                 "prefill chunk: prompt tokens a request runs per step (64)", 1);
-  options.Number("budget-kib", &config->budget_kib,
-                 "the pool's budget of K/V bytes, in KiB (6144)");
-  options.Number("block-slots", &config->block_slots,
-                 "positions per block of the global layers (layout's default)");
-  options.Number("lookahead", &config->lookahead,
-                 "steps of growth of the running requests an admission must\n"
-                 "leave room for (16); at least 1",
-                 1);
-  options.Number("threads", &config->threads, "attention threads (1)", 1);
-  options.Number("split-positions", &config->split_positions,
-                 "KV split length of decode calls (128)");
-  options.Number("window", &config->model.window, "sliding layers' window (64)", 1);
-  options.Number("seed", &config->model.seed, "weights, requests and arrivals (1)");
-  options.Text("csv", "FILE", &config->csv,
-               "write memory in use, running and waiting requests per step");
-  if (!options.Parse(argc, argv, help)) return false;
-  if (*help) return true;
-  if (config->min_prompt > config->max_prompt) {
-    return options.Refuse("--min-prompt=" + std::to_string(config->min_prompt) +
-                          " is above --max-prompt=" + std::to_string(config->max_prompt));
-  }
-  if (config->min_generate > config->max_generate) {
-    return options.Refuse("--min-generate=" + std::to_string(config->min_generate) +
-                          " is above --max-generate=" + std::to_string(config->max_generate));
-  }
-  return true;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Requests
@@ -578,71 +512,7 @@ class Server {
 };
 
 // ---------------------------------------------------------------------------------------------
-// The reference: each request alone on flat storage
-
-// Runs `r` alone on `cache` (flat, holding the system prompt if `r` starts with it, else
-// nothing), step by step as the server runs it: the rest of its prompt in chunks of `batch`,
-// then one token per step, each chosen greedily; one attention call per layer and step. Sets
-// r->ref_tokens and r->ref_logits.
-template <class Layout>
-Status RunAlone(const Model& model, const kvring::AttentionOptions& options, uint64_t batch,
-                kvring::KVCache<Layout>* cache, Request* r, kvring::AttentionWorkspace* workspace,
-                const kvring::TaskRunner& runner, Activations* activations) {
-  const size_t vocab = model.config.vocab;
-  std::vector<float> logits;
-  uint64_t pos = cache->EndPos();
-  const auto run = [&](const int32_t* tokens, uint64_t n) {
-    const Span span{pos, n};
-    const auto attend = [&](size_t layer, const float* q, const float* k, const float* v,
-                            float* attn) {
-      if (k != nullptr) {
-        const Status status = cache->AppendF32(layer, pos, k, v, n);
-        if (status != Status::kOk) return status;
-      }
-      return kvring::Attention(cache->View(layer),
-                               mini_engine::SpanQueries(model, layer, q, attn, 0, span), options,
-                               *workspace, runner)
-          .status();
-    };
-    const Status status =
-        mini_engine::Forward(model, tokens, &span, 1, attend, activations, &logits);
-    pos += n;
-    return status;
-  };
-  while (pos < r->prompt.size()) {
-    const Status status = run(r->prompt.data() + pos, std::min(batch, r->prompt.size() - pos));
-    if (status != Status::kOk) return status;
-  }
-  for (;;) {
-    const float* row = logits.data() + logits.size() - vocab;
-    r->ref_tokens.push_back(mini_engine::ArgMax(row, vocab));
-    r->ref_logits.insert(r->ref_logits.end(), row, row + vocab);
-    if (r->ref_tokens.size() == r->num_generate) return Status::kOk;
-    const Status status = run(&r->ref_tokens.back(), 1);
-    if (status != Status::kOk) return status;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // The run
-
-std::string Bytes(uint64_t bytes) {
-  char text[64];
-  if (bytes < 1024 * 1024) {
-    std::snprintf(text, sizeof(text), "%.1f KiB", static_cast<double>(bytes) / 1024.0);
-  } else {
-    std::snprintf(text, sizeof(text), "%.2f MiB", MiB(bytes));
-  }
-  return text;
-}
-
-std::string Plural(uint64_t count, const char* noun) {
-  return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
-}
-
-double Ratio(uint64_t a, uint64_t b) {
-  return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
-}
 
 template <class Layout>
 int Run(const Config& config) {
@@ -795,8 +665,9 @@ int Run(const Config& config) {
     system_request.prompt = system;
     system_request.num_generate = 1;
     if (!system.empty()) {
-      referenced = RunAlone(model, options, config.batch, &system_cache.value(), &system_request,
-                            &workspace, threads.Runner(), &activations);
+      referenced = RunAlone(model, options, config.batch, &system_cache.value(), system, 1,
+                            &system_request.ref_tokens, &system_request.ref_logits, &workspace,
+                            threads.Runner(), &activations);
     }
     double next_progress = 2.0;
     for (Request& r : requests) {
@@ -807,8 +678,9 @@ int Run(const Config& config) {
         std::fprintf(stderr, "serve: %s\n", cache.error().message.c_str());
         return 2;
       }
-      referenced = RunAlone(model, options, config.batch, &cache.value(), &r, &workspace,
-                            threads.Runner(), &activations);
+      referenced =
+          RunAlone(model, options, config.batch, &cache.value(), r.prompt, r.num_generate,
+                   &r.ref_tokens, &r.ref_logits, &workspace, threads.Runner(), &activations);
       if (SecondsSince(reference_start) >= next_progress) {
         next_progress += 2.0;
         std::fflush(stdout);
@@ -952,6 +824,10 @@ int main(int argc, char** argv) {
   bool help = false;
   if (!serve::ParseArgs(argc, argv, &config, &help)) return 2;
   if (help) return 0;
+  if (config.reuse || !config.restart.empty()) {
+    return config.backend == "tiled" ? serve::RunReuse<mini_engine::Tiled>(config)
+                                     : serve::RunReuse<kvring::FlashLayout>(config);
+  }
   return config.backend == "tiled" ? serve::Run<mini_engine::Tiled>(config)
                                    : serve::Run<kvring::FlashLayout>(config);
 }

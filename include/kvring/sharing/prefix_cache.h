@@ -218,6 +218,16 @@ class PrefixCache {
     return Status::kOk;
   }
 
+  // Evicts the checkpoint of `match` now (an engine that will not resume from it again: a
+  // conversation whose newer checkpoint holds all of it). kStaleView when it is gone already.
+  Result Evict(const PrefixMatch& match) {
+    const Result live = CheckMatch(match);
+    if (!live.ok()) return live;
+    Erase(match.checkpoint);
+    ++stats_.evictions;
+    return Status::kOk;
+  }
+
   // Frees every checkpoint (not counted as evictions).
   void Clear() {
     if (pool_ == nullptr) return;
@@ -266,8 +276,8 @@ class PrefixCache {
       return Status::kOk;
     }
     return Result::Refused(Status::kStaleView,
-                           "Attach: checkpoint %llu of the match (generation %llu) was evicted "
-                           "since Match; match again",
+                           "checkpoint %llu of the match (generation %llu) was evicted since "
+                           "Match; match again",
                            uint64_t{match.checkpoint}, match.generation);
   }
 
