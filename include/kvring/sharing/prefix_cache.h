@@ -126,7 +126,9 @@ class PrefixCache {
     SequenceId fork;
     const Result forked = pool_->Fork(sequence, &fork);
     if (!forked.ok()) return forked;
-    (void)pool_->Resize(fork, 1);  // decode rings; kept larger if it cannot allocate
+    // Decode rings (a second copy, so only when the source's are larger); kept larger if
+    // they cannot be allocated.
+    if (*pool_->RingBytesOf(fork) != pool_->RingBytesFor(1)) (void)pool_->Resize(fork, 1);
     (void)Adopt(fork, salt, priority, tokens, count);
     ++stats_.inserts;
     return Status::kOk;
