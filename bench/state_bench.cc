@@ -5,7 +5,8 @@
 // twin_ratio is the twin's time over kvring's: 1.0 is as fast as the twin, 0.5 twice as slow.
 // Shape: a Llama-3.1-8B-like layer (8 kv_heads x 128) in four owning layers, two sliding
 // (window 4096, batch 512: 4608 slots) and two global, at 32768 positions held: 292 MiB in
-// BF16. Flash and tiled16 layouts, BF16 and int8.
+// BF16. Flash and tiled16 layouts, BF16 and int8; loads also on two threads (threads:2, a
+// kvring::ThreadPool as LoadState's runner; the twins stay on one).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -103,6 +104,8 @@ void BM_State(benchmark::State& state) {
   const Direction direction = static_cast<Direction>(state.range(0));
   const Where where = static_cast<Where>(state.range(1));
   const kvring::Format format = static_cast<kvring::Format>(state.range(2));
+  kvring::ThreadPool threads(static_cast<uint32_t>(state.range(3)));
+  const kvring::TaskRunner runner = threads.Runner();
   kvring::KVCache<Layout> cache = FilledCache<Layout>(format);
   const uint64_t held = HeldBytes(cache);
   const uint64_t total = kvring::StateBytes(cache, kModel);
@@ -128,9 +131,9 @@ void BM_State(benchmark::State& state) {
                                        : kvring::SaveStateFile(cache, kModel, path);
     } else if (where == Where::kMemory) {
       kvring::MemorySource source(image);
-      result = kvring::LoadState(&source, kModel, &cache);
+      result = kvring::LoadState(&source, kModel, &cache, runner);
     } else {
-      result = kvring::LoadStateFile(path, kModel, &cache);
+      result = kvring::LoadStateFile(path, kModel, &cache, runner);
     }
     if (!result.ok()) state.SkipWithError(result.Message().c_str());
     best = std::min(best, Seconds(start));
@@ -159,13 +162,16 @@ void BM_State(benchmark::State& state) {
 }
 
 void Args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"load", "file", "int8"});
+  b->ArgNames({"load", "file", "int8", "threads"});
+  const int64_t bf16 = static_cast<int64_t>(kvring::Format::kBF16);
+  const int64_t int8 = static_cast<int64_t>(kvring::Format::kInt8);
   for (int64_t direction : {0, 1}) {
-    for (int64_t where : {0, 1}) {
-      b->Args({direction, where, static_cast<int64_t>(kvring::Format::kBF16)});
-    }
-    b->Args({direction, 0, static_cast<int64_t>(kvring::Format::kInt8)});
+    for (int64_t where : {0, 1}) b->Args({direction, where, bf16, 1});
+    b->Args({direction, 0, int8, 1});
   }
+  // Loads on a ThreadPool of two threads (LoadState's runner), against the same twins.
+  for (int64_t where : {0, 1}) b->Args({1, where, bf16, 2});
+  b->Args({1, 0, int8, 2});
   b->Iterations(8)->Unit(benchmark::kMillisecond);
 }
 

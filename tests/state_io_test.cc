@@ -54,6 +54,36 @@ TEST(Crc32c, MatchesKnownValuesAndJoinsSplits) {
   }
 }
 
+// Crc32cCombine joins the CRCs of two parts as the CRC of both: every split of random data,
+// empty parts included; a StateReader on two threads gives a long range's CRC32C in parts.
+TEST(Crc32c, CombinesPartsAndRunsOnThreads) {
+  std::mt19937 rng(6);
+  std::vector<uint8_t> data((9u << 20) + 777);
+  for (uint8_t& byte : data) byte = static_cast<uint8_t>(rng());
+  for (size_t size : {size_t{0}, size_t{1}, size_t{100}, size_t{70000}}) {
+    const uint32_t whole = detail::Crc32c(0, data.data(), size);
+    for (size_t split : {size_t{0}, size / 3, size}) {
+      const uint32_t a = detail::Crc32c(0, data.data(), split);
+      const uint32_t b = detail::Crc32c(0, data.data() + split, size - split);
+      EXPECT_EQ(detail::Crc32cCombine(a, b, size - split), whole) << size << " at " << split;
+    }
+  }
+  ThreadPool threads(2);
+  MemorySource source(data);
+  detail::StateReader alone(&source), parallel(&source, threads.Runner());
+  EXPECT_EQ(alone.Threads(), 1u);
+  EXPECT_EQ(parallel.Threads(), 2u);
+  for (uint64_t offset : {uint64_t{0}, uint64_t{13}}) {
+    for (uint64_t bytes : {uint64_t{5} << 20, data.size() - offset}) {
+      uint32_t one = 0, two = 0;
+      ASSERT_TRUE(alone.Crc(offset, bytes, &one));
+      ASSERT_TRUE(parallel.Crc(offset, bytes, &two));
+      EXPECT_EQ(one, two) << offset << " " << bytes;
+      EXPECT_EQ(one, detail::Crc32c(0, data.data() + offset, bytes));
+    }
+  }
+}
+
 // Layers: 0 sliding (window 7), 1 global, 2 chunked (chunk 12) int8, 3 reads 0 (window 5),
 // 4 global int8, 5 an MLA latent (global), 6 reads 1.
 LayerPlan::Builder Model() {
@@ -339,6 +369,59 @@ TEST(StateIO, PoolSequencesLoadIntoCachesAndPools) {
   PoolRoundTrip<FlashLayout, TiledLayout<16>>();
   PoolRoundTrip<TiledLayout<16>, FlashLayout>();
   PoolRoundTrip<FlashLayout, FlashLayout>();
+}
+
+// A source whose views may not be used from several threads (the default of ByteSource).
+class SequentialSource final : public ByteSource {
+ public:
+  explicit SequentialSource(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
+  uint64_t Size() const override { return bytes_.size(); }
+  const uint8_t* View(uint64_t offset, uint64_t bytes) override {
+    return offset + bytes <= bytes_.size() ? bytes_.data() + offset : nullptr;
+  }
+
+ private:
+  const std::vector<uint8_t>& bytes_;
+};
+
+// A load on two threads gives what a load on the calling thread gives: into caches of both
+// layouts and into a pool sequence; a damaged state is refused as before, the cache unchanged;
+// a source without concurrent views is read on the calling thread.
+TEST(StateIO, LoadsOnThreadsAsOnTheCallingThread) {
+  ThreadPool threads(2);
+  const LayerPlan flash_plan = PlanFor<FlashLayout>(kContext, 16);
+  const KVCache<FlashLayout> source = FilledCache<FlashLayout>(flash_plan, kEnd, 9);
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  ASSERT_TRUE(SaveState(source, kModel, &sink).ok());
+  MemorySource input(bytes);
+  KVCache<FlashLayout> one = KVCache<FlashLayout>::Create(flash_plan).value();
+  KVCache<FlashLayout> two = KVCache<FlashLayout>::Create(flash_plan).value();
+  ASSERT_TRUE(LoadState(&input, kModel, &one).ok());
+  const Result loaded = LoadState(&input, kModel, &two, threads.Runner());
+  ASSERT_TRUE(loaded.ok()) << loaded.Message();
+  EXPECT_EQ(HeldByCache(two), HeldByCache(one));
+  EXPECT_EQ(HeldByCache(two), HeldByCache(source));
+  const LayerPlan tiled_plan = PlanFor<TiledLayout<16>>(kContext, 16);
+  KVCache<TiledLayout<16>> tiled = KVCache<TiledLayout<16>>::Create(tiled_plan).value();
+  ASSERT_TRUE(LoadState(&input, kModel, &tiled, threads.Runner()).ok());
+  EXPECT_EQ(HeldByCache(tiled), HeldByCache(source));
+  KVPool<TiledLayout<16>> pool = PoolOf<TiledLayout<16>>(tiled_plan, 1 << 22, 32);
+  SequenceId id;
+  ASSERT_TRUE(pool.AddSequence(&id).ok());
+  ASSERT_TRUE(LoadState(&input, kModel, &pool, id, threads.Runner()).ok());
+  EXPECT_EQ(HeldBy(tiled_plan, PoolStore<TiledLayout<16>>{pool, id}), HeldByCache(source));
+  // A flipped bit in the last section: refused on two threads as on one.
+  std::vector<uint8_t> damaged = bytes;
+  damaged[damaged.size() - 10] ^= 1;
+  MemorySource bad(damaged);
+  const Held before = HeldByCache(two);
+  EXPECT_EQ(LoadState(&bad, kModel, &two, threads.Runner()), Status::kBadState);
+  EXPECT_EQ(HeldByCache(two), before);
+  SequentialSource sequential(bytes);
+  KVCache<FlashLayout> three = KVCache<FlashLayout>::Create(flash_plan).value();
+  ASSERT_TRUE(LoadState(&sequential, kModel, &three, threads.Runner()).ok());
+  EXPECT_EQ(HeldByCache(three), HeldByCache(source));
 }
 
 TEST(StateIO, EmptyCacheRoundTrips) {

@@ -53,6 +53,9 @@ class ByteSource {
   virtual ~ByteSource() = default;
   virtual uint64_t Size() const = 0;
   virtual const uint8_t* View(uint64_t offset, uint64_t bytes) = 0;
+  // Whether View may be called from several threads at once, each view staying valid while
+  // the source lives (a load with a TaskRunner of several threads then reads in parallel).
+  virtual bool ConcurrentViews() const { return false; }
 };
 
 // Appends to a std::vector<uint8_t> the caller owns (grown as needed, so it allocates).
@@ -104,6 +107,7 @@ class MemorySource final : public ByteSource {
   explicit MemorySource(const std::vector<uint8_t>& bytes)
       : MemorySource(bytes.data(), bytes.size()) {}
   uint64_t Size() const override { return size_; }
+  bool ConcurrentViews() const override { return true; }
   const uint8_t* View(uint64_t offset, uint64_t bytes) override {
     if (offset > size_ || bytes > size_ - offset) return nullptr;
     return data_ + offset;
@@ -121,6 +125,7 @@ class SliceSource final : public ByteSource {
   SliceSource(ByteSource* source, uint64_t offset, uint64_t size)
       : source_(source), offset_(offset), size_(size) {}
   uint64_t Size() const override { return size_; }
+  bool ConcurrentViews() const override { return source_->ConcurrentViews(); }
   const uint8_t* View(uint64_t offset, uint64_t bytes) override {
     if (offset > size_ || bytes > size_ - offset) return nullptr;
     return source_->View(offset_ + offset, bytes);
@@ -246,6 +251,7 @@ class FileSource final : public ByteSource {
   }
 
   uint64_t Size() const override { return size_; }
+  bool ConcurrentViews() const override { return true; }  // the whole file, mapped or read
   const uint8_t* View(uint64_t offset, uint64_t bytes) override {
     if (offset > size_ || bytes > size_ - offset) return nullptr;
 #if KVRING_BYTE_IO_MMAP

@@ -70,7 +70,8 @@ struct StateAccess {
   }
 
   template <typename Layout>
-  static Result Load(ByteSource* source, const std::string& model_id, KVCache<Layout>* cache) {
+  static Result Load(ByteSource* source, const std::string& model_id, KVCache<Layout>* cache,
+                     const TaskRunner& runner) {
     if (source == nullptr || cache == nullptr) {
       return Result::Refused(Status::kBadArgument, "state: the source or the cache is null");
     }
@@ -78,7 +79,7 @@ struct StateAccess {
       return Result::Refused(Status::kBadArgument, "state: the cache is empty (default-made)");
     }
     const auto target_of = [&](size_t layer) { return TargetOf(cache->StorageOf(layer)); };
-    StateReader reader(source);
+    StateReader reader(source, runner);
     uint64_t end = 0;
     Result result = CheckState(&reader, model_id, cache->Plan(), target_of, &end);
     if (!result.ok()) return result;
@@ -262,11 +263,11 @@ struct StateAccess {
 
   template <typename Layout>
   static Result Load(ByteSource* source, const std::string& model_id, KVPool<Layout>* pool,
-                     SequenceId id) {
+                     SequenceId id, const TaskRunner& runner) {
     if (source == nullptr || pool == nullptr) {
       return Result::Refused(Status::kBadArgument, "state: the source or the pool is null");
     }
-    StateReader reader(source);
+    StateReader reader(source, runner);
     uint64_t end = 0;
     Result result = LoadBegin(&reader, model_id, pool, id, &end);
     if (!result.ok()) return result;

@@ -17,6 +17,7 @@
 #include "kvring/status.h"
 #include "kvring/storage/kv_cache.h"
 #include "kvring/storage/kv_pool.h"
+#include "kvring/task_runner.h"
 
 namespace kvring {
 
@@ -36,11 +37,15 @@ Result SaveState(const KVCache<Layout>& cache, const std::string& model_id, Byte
 // each layer's range (a ring's must hold the window the next query reads; a flat layer's must
 // start at 0). Any mismatch is kBadState with one message naming what differs, the cache
 // unchanged. Rings keep the newest positions their slots hold. Ends the cache's views
-// (ViewEnd::kLoad). Allocates nothing. kIOError if the source fails to read (if it fails
-// while rows are copied, the cache is cleared). Cost: a CRC32C pass and a copy of the bytes.
+// (ViewEnd::kLoad). Allocates nothing on the calling thread. kIOError if the source fails to
+// read (if it fails while rows are copied, the cache is cleared). Cost: a CRC32C pass and a
+// copy of the bytes; with a `runner` of several threads and a source whose views are
+// concurrent (MemorySource, FileSource), both passes run on its threads (and allocate a list
+// of the layers' sections).
 template <typename Layout>
-Result LoadState(ByteSource* source, const std::string& model_id, KVCache<Layout>* cache) {
-  return detail::StateAccess::Load(source, model_id, cache);
+Result LoadState(ByteSource* source, const std::string& model_id, KVCache<Layout>* cache,
+                 const TaskRunner& runner = TaskRunner::Inline()) {
+  return detail::StateAccess::Load(source, model_id, cache, runner);
 }
 
 // As SaveState for a cache: sequence `id` of `pool` (kUnknownSequence for an id not live).
@@ -57,8 +62,8 @@ Result SaveState(const KVPool<Layout>& pool, SequenceId id, const std::string& m
 // views (ViewEnd::kLoad).
 template <typename Layout>
 Result LoadState(ByteSource* source, const std::string& model_id, KVPool<Layout>* pool,
-                 SequenceId id) {
-  return detail::StateAccess::Load(source, model_id, pool, id);
+                 SequenceId id, const TaskRunner& runner = TaskRunner::Inline()) {
+  return detail::StateAccess::Load(source, model_id, pool, id, runner);
 }
 
 // Returns the bytes SaveState writes for `cache` with `model_id` (0 mid-step or on overflow).
@@ -94,18 +99,19 @@ Result SaveStateFile(const KVPool<Layout>& pool, SequenceId id, const std::strin
 
 // Loads the file at `path` into `cache` (LoadState); kIOError if it cannot be opened.
 template <typename Layout>
-Result LoadStateFile(const std::string& path, const std::string& model_id, KVCache<Layout>* cache) {
+Result LoadStateFile(const std::string& path, const std::string& model_id, KVCache<Layout>* cache,
+                     const TaskRunner& runner = TaskRunner::Inline()) {
   FileSource source;
   const Result opened = source.Open(path);
-  return opened.ok() ? LoadState(&source, model_id, cache) : opened;
+  return opened.ok() ? LoadState(&source, model_id, cache, runner) : opened;
 }
 // As LoadStateFile, into sequence `id` of `pool`.
 template <typename Layout>
 Result LoadStateFile(const std::string& path, const std::string& model_id, KVPool<Layout>* pool,
-                     SequenceId id) {
+                     SequenceId id, const TaskRunner& runner = TaskRunner::Inline()) {
   FileSource source;
   const Result opened = source.Open(path);
-  return opened.ok() ? LoadState(&source, model_id, pool, id) : opened;
+  return opened.ok() ? LoadState(&source, model_id, pool, id, runner) : opened;
 }
 
 }  // namespace kvring

@@ -20,6 +20,7 @@
 #include "kvring/kernel_limits.h"
 #include "kvring/status.h"
 #include "kvring/storage/row_pieces.h"
+#include "kvring/task_runner.h"
 
 namespace kvring {
 namespace detail {
@@ -154,7 +155,16 @@ class StateReader {
  public:
   StateReader() = default;
   explicit StateReader(ByteSource* source) : source_(source), size_(source->Size()) {}
+  // A reader whose long passes (CRC32Cs, a load's rows) run on `runner`'s threads when the
+  // source's views are concurrent.
+  StateReader(ByteSource* source, const TaskRunner& runner) : StateReader(source) {
+    if (source->ConcurrentViews()) runner_ = runner;
+  }
   uint64_t Size() const { return size_; }
+  ByteSource* Source() const { return source_; }
+  // The threads the reader's passes run on (1: the calling thread).
+  uint32_t Threads() const { return runner_.NumThreads(); }
+  const TaskRunner& Runner() const { return runner_; }
 
   // Copies bytes [offset, offset + bytes) to `to`; false if the source failed to read them.
   bool Copy(uint64_t offset, void* to, uint64_t bytes) {
@@ -183,8 +193,31 @@ class StateReader {
     return true;
   }
   bool U64(uint64_t offset, uint64_t* value) { return Copy(offset, value, 8); }
-  // Sets *crc to the CRC32C of bytes [offset, offset + bytes); false on a read failure.
+  // Sets *crc to the CRC32C of bytes [offset, offset + bytes); false on a read failure. On
+  // several threads a long range is cut into one part per thread, their CRCs combined.
   bool Crc(uint64_t offset, uint64_t bytes, uint32_t* crc) {
+    const uint32_t threads = Threads();
+    if (threads > 1 && bytes >= kParallelBytes) {
+      const uint64_t part = (bytes / threads + 4095) / 4096 * 4096;
+      uint32_t crcs[kMaxCrcParts] = {};
+      bool ok[kMaxCrcParts] = {};
+      const uint32_t parts = std::min<uint32_t>(threads, kMaxCrcParts);
+      runner_.Run(parts, [&](uint64_t task, uint32_t) {
+        const uint64_t from = task * part;
+        const uint64_t len = task + 1 == parts ? bytes - from : std::min(part, bytes - from);
+        StateReader alone(source_);
+        ok[task] = alone.Crc(offset + from, len, &crcs[task]);
+      });
+      *crc = crcs[0];
+      for (uint32_t task = 0; task < parts; ++task) {
+        if (!ok[task]) return false;
+        if (task == 0) continue;
+        const uint64_t from = task * part;
+        const uint64_t len = task + 1 == parts ? bytes - from : std::min(part, bytes - from);
+        *crc = Crc32cCombine(*crc, crcs[task], len);
+      }
+      return true;
+    }
     *crc = 0;
     while (bytes != 0) {
       const uint64_t len = std::min(bytes, ByteSource::kMaxView);
@@ -229,7 +262,11 @@ class StateReader {
     return view_;
   }
 
+  static constexpr uint64_t kParallelBytes = uint64_t{4} << 20;
+  static constexpr uint32_t kMaxCrcParts = 64;
+
   ByteSource* source_ = nullptr;
+  TaskRunner runner_;
   uint64_t size_ = 0;
   const uint8_t* view_ = nullptr;
   uint64_t view_begin_ = 0, view_end_ = 0;
