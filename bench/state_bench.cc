@@ -5,8 +5,9 @@
 // twin_ratio is the twin's time over kvring's: 1.0 is as fast as the twin, 0.5 twice as slow.
 // Shape: a Llama-3.1-8B-like layer (8 kv_heads x 128) in four owning layers, two sliding
 // (window 4096, batch 512: 4608 slots) and two global, at 32768 positions held: 292 MiB in
-// BF16. Flash and tiled16 layouts, BF16 and int8; loads also on two threads (threads:2, a
-// kvring::ThreadPool as LoadState's runner; the twins stay on one).
+// BF16. Flash and tiled16 layouts, BF16 and int8; also on two threads (threads:2, a
+// kvring::ThreadPool as the save's or load's runner): twin_ratio against the memcpy on one
+// thread, threads_twin_ratio against a memcpy split over the same two threads.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -121,14 +122,14 @@ void BM_State(benchmark::State& state) {
   // A buffer as large as the held bytes that the memcpy twin copies into or out of: the
   // cache's buffers stand for it (both touch the same amount of memory).
   std::vector<uint8_t> cache_side(held, 2);
-  double best = 1e30, best_twin = 1e30;
+  double best = 1e30, best_twin = 1e30, best_threads_twin = 1e30;
   for (auto _ : state) {
     auto start = std::chrono::steady_clock::now();
     kvring::Result result;
     if (direction == Direction::kSave) {
       kvring::MemorySink sink(image.data(), image.size());
-      result = where == Where::kMemory ? kvring::SaveState(cache, kModel, &sink)
-                                       : kvring::SaveStateFile(cache, kModel, path);
+      result = where == Where::kMemory ? kvring::SaveState(cache, kModel, &sink, runner)
+                                       : kvring::SaveStateFile(cache, kModel, path, runner);
     } else if (where == Where::kMemory) {
       kvring::MemorySource source(image);
       result = kvring::LoadState(&source, kModel, &cache, runner);
@@ -152,6 +153,21 @@ void BM_State(benchmark::State& state) {
     benchmark::DoNotOptimize(cache_side.data());
     benchmark::DoNotOptimize(twin_buffer.data());
     best_twin = std::min(best_twin, Seconds(start));
+    if (where == Where::kMemory && state.range(3) > 1) {
+      // The memcpy on the same threads: each copies its share.
+      start = std::chrono::steady_clock::now();
+      const uint64_t share = (held + state.range(3) - 1) / state.range(3);
+      runner.Run(static_cast<uint64_t>(state.range(3)), [&](uint64_t task, uint32_t) {
+        const uint64_t from = task * share, bytes = std::min(share, held - std::min(held, from));
+        if (direction == Direction::kSave) {
+          std::memcpy(twin_buffer.data() + from, cache_side.data() + from, bytes);
+        } else {
+          std::memcpy(cache_side.data() + from, twin_buffer.data() + from, bytes);
+        }
+      });
+      benchmark::DoNotOptimize(cache_side.data());
+      best_threads_twin = std::min(best_threads_twin, Seconds(start));
+    }
   }
   std::remove(path.c_str());
   std::remove(twin_path.c_str());
@@ -159,6 +175,7 @@ void BM_State(benchmark::State& state) {
   state.counters["best_ms"] = best * 1e3;
   state.counters["GBps"] = static_cast<double>(total) / best * 1e-9;
   state.counters["twin_ratio"] = best_twin / best;
+  if (best_threads_twin < 1e30) state.counters["threads_twin_ratio"] = best_threads_twin / best;
 }
 
 void Args(benchmark::internal::Benchmark* b) {
@@ -169,9 +186,11 @@ void Args(benchmark::internal::Benchmark* b) {
     for (int64_t where : {0, 1}) b->Args({direction, where, bf16, 1});
     b->Args({direction, 0, int8, 1});
   }
-  // Loads on a ThreadPool of two threads (LoadState's runner), against the same twins.
-  for (int64_t where : {0, 1}) b->Args({1, where, bf16, 2});
-  b->Args({1, 0, int8, 2});
+  // Saves and loads on a ThreadPool of two threads (their runner), against the same twins.
+  for (int64_t direction : {0, 1}) {
+    for (int64_t where : {0, 1}) b->Args({direction, where, bf16, 2});
+    b->Args({direction, 0, int8, 2});
+  }
   b->Iterations(8)->Unit(benchmark::kMillisecond);
 }
 

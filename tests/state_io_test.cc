@@ -56,7 +56,7 @@ TEST(Crc32c, MatchesKnownValuesAndJoinsSplits) {
 
 // Crc32cCombine joins the CRCs of two parts as the CRC of both: every split of random data,
 // empty parts included; a StateReader on two threads gives a long range's CRC32C in parts.
-TEST(Crc32c, CombinesPartsAndRunsOnThreads) {
+TEST(Crc32c, CombinesPartsAndRunsOnAThreadPool) {
   std::mt19937 rng(6);
   std::vector<uint8_t> data((9u << 20) + 777);
   for (uint8_t& byte : data) byte = static_cast<uint8_t>(rng());
@@ -387,7 +387,7 @@ class SequentialSource final : public ByteSource {
 // A load on two threads gives what a load on the calling thread gives: into caches of both
 // layouts and into a pool sequence; a damaged state is refused as before, the cache unchanged;
 // a source without concurrent views is read on the calling thread.
-TEST(StateIO, LoadsOnThreadsAsOnTheCallingThread) {
+TEST(StateIO, LoadsOnAThreadPoolAsOnTheCallingThread) {
   ThreadPool threads(2);
   const LayerPlan flash_plan = PlanFor<FlashLayout>(kContext, 16);
   const KVCache<FlashLayout> source = FilledCache<FlashLayout>(flash_plan, kEnd, 9);
@@ -422,6 +422,87 @@ TEST(StateIO, LoadsOnThreadsAsOnTheCallingThread) {
   KVCache<FlashLayout> three = KVCache<FlashLayout>::Create(flash_plan).value();
   ASSERT_TRUE(LoadState(&sequential, kModel, &three, threads.Runner()).ok());
   EXPECT_EQ(HeldByCache(three), HeldByCache(source));
+}
+
+// A sink that takes `room` bytes, then fails.
+class FailingSink final : public ByteSink {
+ public:
+  explicit FailingSink(uint64_t room) : room_(room) {}
+  Result Write(const uint8_t*, uint64_t bytes) override {
+    ++writes_;
+    if (bytes > room_) return Result::Refused(Status::kIOError, "failing sink: full");
+    room_ -= bytes;
+    return Status::kOk;
+  }
+  uint64_t writes_ = 0;
+
+ private:
+  uint64_t room_;
+};
+
+// A save on a ThreadPool of 2 and 3 threads writes the bytes a save on the calling thread
+// writes: caches of both layouts (sliding, chunked int8, global, MLA layers), an empty cache,
+// a pool sequence sharing blocks with a fork; a failing sink stops it with kIOError.
+TEST(StateIO, SavesOnAThreadPoolAsOnTheCallingThread) {
+  // Sinks with memory of their own (VectorSink::Reserve: rows written in place) and without
+  // (Write only: batches written in order while the next is gathered).
+  class WriteOnlySink final : public ByteSink {
+   public:
+    explicit WriteOnlySink(std::vector<uint8_t>* bytes) : sink_(bytes) {}
+    Result Write(const uint8_t* data, uint64_t bytes) override { return sink_.Write(data, bytes); }
+
+   private:
+    VectorSink sink_;
+  };
+  const auto same = [](const auto& save) {
+    std::vector<uint8_t> one, two, three, written;
+    VectorSink sink_one(&one), sink_two(&two), sink_three(&three);
+    WriteOnlySink write_only(&written);
+    ThreadPool pair(2), trio(3);
+    EXPECT_TRUE(save(&sink_one, TaskRunner::Inline()).ok());
+    const Result saved = save(&sink_two, pair.Runner());
+    EXPECT_TRUE(saved.ok()) << saved.Message();
+    EXPECT_TRUE(save(&sink_three, trio.Runner()).ok());
+    EXPECT_TRUE(save(&write_only, trio.Runner()).ok());
+    EXPECT_EQ(two, one);
+    EXPECT_EQ(three, one);
+    EXPECT_EQ(written, one);
+    return one.size();
+  };
+  const KVCache<FlashLayout> flash =
+      FilledCache<FlashLayout>(PlanFor<FlashLayout>(kContext, 16), kEnd, 9);
+  same([&](ByteSink* sink, const TaskRunner& runner) {
+    return SaveState(flash, kModel, sink, runner);
+  });
+  const KVCache<FlashLayout> large =
+      FilledCache<FlashLayout>(PlanFor<FlashLayout>(1200, 16), 1150, 13);
+  EXPECT_GT(same([&](ByteSink* sink, const TaskRunner& runner) {
+              return SaveState(large, kModel, sink, runner);
+            }),
+            3 * ByteSink::kMaxWrite);
+  const KVCache<TiledLayout<16>> tiled =
+      FilledCache<TiledLayout<16>>(PlanFor<TiledLayout<16>>(kContext, 16), kEnd, 3);
+  same([&](ByteSink* sink, const TaskRunner& runner) {
+    return SaveState(tiled, kModel, sink, runner);
+  });
+  const KVCache<FlashLayout> empty =
+      KVCache<FlashLayout>::Create(PlanFor<FlashLayout>(kContext, 4)).value();
+  same([&](ByteSink* sink, const TaskRunner& runner) {
+    return SaveState(empty, kModel, sink, runner);
+  });
+  const LayerPlan plan = PlanFor<TiledLayout<16>>(kContext, 16);
+  KVPool<TiledLayout<16>> pool = PoolOf<TiledLayout<16>>(plan, 1 << 22, 32);
+  SequenceId a, fork;
+  ASSERT_TRUE(pool.AddSequence(&a).ok());
+  AppendToSequence(&pool, a, 0, 100, 7);
+  ASSERT_TRUE(pool.Fork(a, &fork).ok());
+  AppendToSequence(&pool, fork, 100, kEnd, 5);
+  same([&](ByteSink* sink, const TaskRunner& runner) {
+    return SaveState(pool, fork, kModel, sink, runner);
+  });
+  ThreadPool pair(2);
+  FailingSink failing(ByteSink::kMaxWrite);
+  EXPECT_EQ(SaveState(large, kModel, &failing, pair.Runner()), Status::kIOError);
 }
 
 TEST(StateIO, EmptyCacheRoundTrips) {
@@ -480,21 +561,6 @@ TEST(StateIO, SaveIsRefusedMidStepAndForLongModelIds) {
   EXPECT_EQ(SaveState(whole, kModel, nullptr), Status::kBadArgument);
 }
 
-// A sink that takes `room` bytes, then fails.
-class FailingSink final : public ByteSink {
- public:
-  explicit FailingSink(uint64_t room) : room_(room) {}
-  Result Write(const uint8_t*, uint64_t bytes) override {
-    ++writes_;
-    if (bytes > room_) return Result::Refused(Status::kIOError, "failing sink: full");
-    room_ -= bytes;
-    return Status::kOk;
-  }
-  uint64_t writes_ = 0;
-
- private:
-  uint64_t room_;
-};
 
 // Every sink writes the same bytes; a sink that fails stops the save with its kIOError; loads
 // with and without non-temporal stores (the memcpy of other architectures) fill the same rows.

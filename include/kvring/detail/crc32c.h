@@ -156,37 +156,53 @@ inline uint32_t Crc32c(uint32_t crc, const void* data, size_t size) {
   return ~Crc32cSoftware(~crc, bytes, size);
 }
 
-// Returns the CRC32C of `a` followed by `b` from crc_a = Crc32c(0, a), crc_b = Crc32c(0, b)
-// and b's length (zlib's crc32_combine: crc_a shifted by len_b zero bytes in GF(2), by
-// repeated squaring of the one-zero-bit operator). O(log len_b).
-inline uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
-  const auto times = [](const uint32_t* matrix, uint32_t vector) {
+// The operator that appends `len` zero bytes to a CRC32C (a 32 x 32 matrix over GF(2), built
+// by repeated squaring as zlib's crc32_combine does): Crc32c(0, a followed by b) ==
+// Crc32cZeros(len(b)).Apply(Crc32c(0, a)) ^ Crc32c(0, b). Build once per length, apply in 32
+// steps.
+class Crc32cZeros {
+ public:
+  explicit Crc32cZeros(uint64_t len) {
+    uint32_t power[32], odd[32];  // power: 2^k zero bytes as len's bits are read
+    odd[0] = kCrc32cPolynomial;   // one zero bit
+    for (int n = 1; n < 32; ++n) odd[n] = uint32_t{1} << (n - 1);
+    Square(power, odd);                                          // two zero bits
+    Square(odd, power);                                          // four
+    Square(power, odd);                                          // one zero byte
+    for (int n = 0; n < 32; ++n) matrix_[n] = uint32_t{1} << n;  // none
+    for (; len != 0; len >>= 1) {
+      if (len & 1) {
+        uint32_t next[32];
+        for (int n = 0; n < 32; ++n) next[n] = Times(power, matrix_[n]);
+        std::memcpy(matrix_, next, sizeof(next));
+      }
+      if (len > 1) {
+        Square(odd, power);
+        std::memcpy(power, odd, sizeof(odd));
+      }
+    }
+  }
+  uint32_t Apply(uint32_t crc) const { return Times(matrix_, crc); }
+
+ private:
+  static uint32_t Times(const uint32_t* matrix, uint32_t vector) {
     uint32_t sum = 0;
     for (; vector != 0; vector >>= 1, ++matrix) {
       if (vector & 1) sum ^= *matrix;
     }
     return sum;
-  };
-  const auto square = [&](uint32_t* out, const uint32_t* matrix) {
-    for (int n = 0; n < 32; ++n) out[n] = times(matrix, matrix[n]);
-  };
-  if (len_b == 0) return crc_a;
-  uint32_t even[32], odd[32];
-  odd[0] = kCrc32cPolynomial;  // one zero bit
-  for (int n = 1; n < 32; ++n) odd[n] = uint32_t{1} << (n - 1);
-  square(even, odd);  // two zero bits
-  square(odd, even);  // four
-  for (;;) {
-    square(even, odd);  // one zero byte, then 4, 16, ...
-    if (len_b & 1) crc_a = times(even, crc_a);
-    len_b >>= 1;
-    if (len_b == 0) break;
-    square(odd, even);
-    if (len_b & 1) crc_a = times(odd, crc_a);
-    len_b >>= 1;
-    if (len_b == 0) break;
   }
-  return crc_a ^ crc_b;
+  static void Square(uint32_t* out, const uint32_t* matrix) {
+    for (int n = 0; n < 32; ++n) out[n] = Times(matrix, matrix[n]);
+  }
+
+  uint32_t matrix_[32];
+};
+
+// Returns the CRC32C of `a` followed by `b` from crc_a = Crc32c(0, a), crc_b = Crc32c(0, b)
+// and b's length. O(log len_b); reuse a Crc32cZeros for many parts of one length.
+inline uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  return Crc32cZeros(len_b).Apply(crc_a) ^ crc_b;
 }
 
 }  // namespace detail

@@ -41,6 +41,13 @@ class ByteSink {
   // Takes the next `bytes` bytes. kIOError (saying why) if they could not be written; the
   // writer then stops.
   virtual Result Write(const uint8_t* data, uint64_t bytes) = 0;
+  // Takes the next `bytes` bytes as memory the writer fills itself, in any order and from
+  // several threads, before the sink's next call; null where the sink has no such memory
+  // (then the writer uses Write). A save on several threads writes its rows there.
+  virtual uint8_t* Reserve(uint64_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 };
 
 // Gives read access to a saved state of Size() bytes. View(offset, bytes) returns the
@@ -66,6 +73,10 @@ class VectorSink final : public ByteSink {
     bytes_->insert(bytes_->end(), data, data + bytes);
     return Status::kOk;
   }
+  uint8_t* Reserve(uint64_t bytes) override {
+    bytes_->resize(bytes_->size() + bytes);
+    return bytes_->data() + bytes_->size() - bytes;
+  }
 
  private:
   std::vector<uint8_t>* bytes_;
@@ -90,6 +101,12 @@ class MemorySink final : public ByteSink {
     detail::StoreFence();
     size_ += bytes;
     return Status::kOk;
+  }
+  // Null when `bytes` do not fit (the writer's Write then refuses them).
+  uint8_t* Reserve(uint64_t bytes) override {
+    if (bytes > capacity_ - size_) return nullptr;
+    size_ += bytes;
+    return data_ + size_ - bytes;
   }
   uint64_t Size() const { return size_; }
 

@@ -14,6 +14,7 @@
 #include "kvring/io/state_check.h"
 #include "kvring/io/state_rows.h"
 #include "kvring/io/state_stream.h"
+#include "kvring/io/state_threads.h"
 #include "kvring/kv_view.h"
 #include "kvring/status.h"
 #include "kvring/storage/kv_cache.h"
@@ -59,14 +60,15 @@ struct StateAccess {
   }
 
   template <typename Layout>
-  static Result Save(const KVCache<Layout>& cache, const std::string& model_id, ByteSink* sink) {
+  static Result Save(const KVCache<Layout>& cache, const std::string& model_id, ByteSink* sink,
+                     const TaskRunner& runner) {
     if (cache.step_.InStep()) {
       return StepRule::MidStep(cache.StepOf(),
                                "state: layers[%llu] is at %llu and layers[%llu] at %llu; append "
                                "every owning layer to the same position before saving");
     }
-    return WriteState<Layout>(cache.Plan(), model_id, cache.step_.HighEnd(), HeldBy(cache),
-                              LocatorsOf(cache), sink);
+    return WriteStateOn<Layout>(runner, cache.Plan(), model_id, cache.step_.HighEnd(),
+                                HeldBy(cache), LocatorsOf(cache), sink);
   }
 
   template <typename Layout>
@@ -88,8 +90,8 @@ struct StateAccess {
     };
     result = RestoreStateRanges(&reader, cache->Plan(), begin);
     if (result.ok()) {
-      result = ReadStateRows<Layout>(&reader, cache->Plan(), target_of, HeldBy(*cache),
-                                     LocatorsOf(*cache));
+      result = ReadStateRowsOn<Layout>(&reader, cache->Plan(), target_of, HeldBy(*cache),
+                                       LocatorsOf(*cache));
     }
     // The state was read whole and checked: only a source failing now stops the copy, and the
     // cache is then cleared rather than left half loaded.
@@ -199,12 +201,12 @@ struct StateAccess {
 
   template <typename Layout>
   static Result Save(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
-                     ByteSink* sink) {
+                     ByteSink* sink, const TaskRunner& runner) {
     const Result savable = CheckSavable(pool, id);
     if (!savable.ok()) return savable;
     const auto& sequence = pool.sequences_.Get(id);
-    return WriteState<Layout>(pool.Plan(), model_id, sequence.step.HighEnd(),
-                              HeldBy(pool, sequence), LocatorsOf(pool, sequence), sink);
+    return WriteStateOn<Layout>(runner, pool.Plan(), model_id, sequence.step.HighEnd(),
+                                HeldBy(pool, sequence), LocatorsOf(pool, sequence), sink);
   }
 
   // Checks the state `reader` reads against sequence `id` of `pool` (every refusal changes
@@ -272,8 +274,8 @@ struct StateAccess {
     Result result = LoadBegin(&reader, model_id, pool, id, &end);
     if (!result.ok()) return result;
     const auto& sequence = pool->sequences_.Get(id);
-    result = ReadStateRows<Layout>(&reader, pool->Plan(), PoolTargets(*pool, sequence),
-                                   HeldBy(*pool, sequence), LocatorsOf(*pool, sequence));
+    result = ReadStateRowsOn<Layout>(&reader, pool->Plan(), PoolTargets(*pool, sequence),
+                                     HeldBy(*pool, sequence), LocatorsOf(*pool, sequence));
     if (result.ok()) {
       LoadDone(pool, id, end);
     } else {

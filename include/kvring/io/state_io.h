@@ -26,9 +26,12 @@ namespace kvring {
 // writing nothing, mid-step (kWrongPosition: append every owning layer to the same position
 // first), for a model id past kMaxModelIdBytes or a null sink (kBadArgument); kIOError if the
 // sink failed. Cost: one pass over the held bytes and their CRC32C; StateBytes(...) bytes.
+// With a `runner` of several threads the rows are gathered and checksummed on its threads
+// while one writes to the sink (the same bytes; allocates two chunks' staging per thread).
 template <typename Layout>
-Result SaveState(const KVCache<Layout>& cache, const std::string& model_id, ByteSink* sink) {
-  return detail::StateAccess::Save(cache, model_id, sink);
+Result SaveState(const KVCache<Layout>& cache, const std::string& model_id, ByteSink* sink,
+                 const TaskRunner& runner = TaskRunner::Inline()) {
+  return detail::StateAccess::Save(cache, model_id, sink, runner);
 }
 
 // Loads a state SaveState wrote (from a cache or a pool sequence, in any layout) into `cache`,
@@ -51,8 +54,8 @@ Result LoadState(ByteSource* source, const std::string& model_id, KVCache<Layout
 // As SaveState for a cache: sequence `id` of `pool` (kUnknownSequence for an id not live).
 template <typename Layout>
 Result SaveState(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
-                 ByteSink* sink) {
-  return detail::StateAccess::Save(pool, id, model_id, sink);
+                 ByteSink* sink, const TaskRunner& runner = TaskRunner::Inline()) {
+  return detail::StateAccess::Save(pool, id, model_id, sink, runner);
 }
 
 // As LoadState for a cache, into live sequence `id` of `pool`, replacing what it holds: its
@@ -81,19 +84,19 @@ uint64_t StateBytes(const KVPool<Layout>& pool, SequenceId id, const std::string
 // or refused save leaves no temporary file and any earlier file at `path` as it was.
 template <typename Layout>
 Result SaveStateFile(const KVCache<Layout>& cache, const std::string& model_id,
-                     const std::string& path) {
+                     const std::string& path, const TaskRunner& runner = TaskRunner::Inline()) {
   FileSink sink;
   Result result = sink.Open(path);
-  if (result.ok()) result = SaveState(cache, model_id, &sink);
+  if (result.ok()) result = SaveState(cache, model_id, &sink, runner);
   return result.ok() ? sink.Finish() : result;  // an unfinished sink removes its file
 }
 // As SaveStateFile for sequence `id` of `pool`.
 template <typename Layout>
 Result SaveStateFile(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
-                     const std::string& path) {
+                     const std::string& path, const TaskRunner& runner = TaskRunner::Inline()) {
   FileSink sink;
   Result result = sink.Open(path);
-  if (result.ok()) result = SaveState(pool, id, model_id, &sink);
+  if (result.ok()) result = SaveState(pool, id, model_id, &sink, runner);
   return result.ok() ? sink.Finish() : result;
 }
 

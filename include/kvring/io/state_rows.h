@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "kvring/base.h"
 #include "kvring/io/byte_io.h"
@@ -170,7 +169,8 @@ Result WriteState(const LayerPlan& plan, const std::string& model_id, uint64_t e
   return out.Finish();
 }
 
-// Returns where the first layer section of a checked state starts, or 0 if the source failed.
+// Returns where the first layer section of a checked state starts// Returns where the first layer
+// section of a checked state starts, or 0 if the source failed.
 inline uint64_t FirstLayerSection(StateReader* reader, const LayerPlan& plan) {
   uint64_t id_bytes = 0;
   const uint64_t header = kStatePreambleBytes + kSectionHeaderBytes;
@@ -230,66 +230,11 @@ Result ReadStateStep(StateReader* reader, const LayerPlan& plan, const TargetOf&
   return Status::kOk;
 }
 
-// As ReadStateRows, on the reader's threads: every chunk of every layer section is a task
-// (the chunks write disjoint rows), each thread reading through a reader of its own.
-// Allocates the list of sections and the readers.
-template <typename Layout, typename TargetOf, typename Held, typename LocateOf>
-Result ReadStateRowsParallel(StateReader* reader, const LayerPlan& plan, const TargetOf& target_of,
-                             const Held& held, const LocateOf& locate_of) {
-  struct Section {
-    size_t layer;
-    uint64_t rows;  // where its rows start in the source
-    LayerSection fields;
-    uint64_t from;        // the first position the destination keeps
-    uint64_t first_task;  // of its chunks
-  };
-  std::vector<Section> sections;
-  uint64_t tasks = 0, offset = FirstLayerSection(reader, plan);
-  for (size_t layer = 0; layer < plan.NumLayers() && offset != 0; ++layer) {
-    if (!plan.Layer(layer).OwnsKV()) continue;
-    Section section{layer, offset + kSectionHeaderBytes + kLayerFixedBytes, {}, 0, tasks};
-    if (!section.fields.Read(reader, offset)) return ReadFailed(offset);
-    section.from = held(layer).first;
-    if (section.from < section.fields.end) {
-      tasks += (section.fields.end - 1) / kRowChunk - section.from / kRowChunk + 1;
-    }
-    sections.push_back(section);
-    offset = section.fields.Next(offset);
-  }
-  if (offset == 0) return ReadFailed(kStatePreambleBytes);
-  std::vector<StateReader> readers(reader->Threads(), StateReader(reader->Source()));
-  std::vector<uint8_t> failed(reader->Threads(), 0);
-  reader->Runner().Run(tasks, [&](uint64_t task, uint32_t thread) {
-    const Section& section =
-        *(std::upper_bound(sections.begin(), sections.end(), task,
-                           [](uint64_t t, const Section& s) { return t < s.first_task; }) -
-          1);
-    const uint64_t chunk = section.from / kRowChunk + (task - section.first_task);
-    const uint64_t pos = std::max(section.from, chunk * kRowChunk);
-    const uint64_t to = std::min(section.fields.end, (chunk + 1) * kRowChunk);
-    const StateTarget target = target_of(section.layer);
-    bool ok = true;
-    ForEachRowPiece<PieceOrder::kStorage, Layout>(
-        target.shape, target.format, section.fields.first, pos, to, locate_of(section.layer),
-        [&](const RowPiece& piece) { ok = ok && readers[thread].CopyPiece(section.rows, piece); });
-    StoreFence();
-    if (!ok) failed[thread] = 1;
-  });
-  for (uint8_t f : failed) {
-    if (f != 0) return ReadFailed(FirstLayerSection(reader, plan));
-  }
-  return Status::kOk;
-}
-
 // Reads the rows of every layer section of a checked state whose ranges RestoreStateRanges
-// gave the destination, on the reader's threads (ReadStateRowsParallel) when it has several.
-// kIOError if the source fails to read.
+// gave the destination. kIOError if the source fails to read.
 template <typename Layout, typename TargetOf, typename Held, typename LocateOf>
 Result ReadStateRows(StateReader* reader, const LayerPlan& plan, const TargetOf& target_of,
                      const Held& held, const LocateOf& locate_of) {
-  if (reader->Threads() > 1) {
-    return ReadStateRowsParallel<Layout>(reader, plan, target_of, held, locate_of);
-  }
   StateCursor cursor;
   cursor.offset = FirstLayerSection(reader, plan);
   for (bool more = true; more;) {

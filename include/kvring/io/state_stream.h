@@ -209,12 +209,13 @@ class StateReader {
         ok[task] = alone.Crc(offset + from, len, &crcs[task]);
       });
       *crc = crcs[0];
+      const Crc32cZeros zeros(part);
       for (uint32_t task = 0; task < parts; ++task) {
         if (!ok[task]) return false;
         if (task == 0) continue;
         const uint64_t from = task * part;
         const uint64_t len = task + 1 == parts ? bytes - from : std::min(part, bytes - from);
-        *crc = Crc32cCombine(*crc, crcs[task], len);
+        *crc = (len == part ? zeros.Apply(*crc) : Crc32cZeros(len).Apply(*crc)) ^ crcs[task];
       }
       return true;
     }
