@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "kvring/dispatch.h"
 #include "kvring/kvring.h"
 #include "mini_engine/model.h"
+#include "serve/config.h"
 
 namespace serve {
 
@@ -18,6 +20,34 @@ using kvring::Status;
 using mini_engine::Activations;
 using mini_engine::Model;
 using mini_engine::Span;
+
+// The plans of a run over `context` positions: the pool's (its layers at that context, the
+// prefill chunk, no rollback) and the flat reference's (a rollback headroom of the context
+// plans every owner flat, as in the mini engine). Prints why and returns false if either is
+// refused.
+template <class Layout>
+bool MakePlans(const Config& config, uint64_t context, kvring::Expected<kvring::LayerPlan>* plan,
+               kvring::Expected<kvring::LayerPlan>* flat_plan) {
+  kvring::LayerPlan::Builder builder;
+  for (const kvring::LayerSpec& spec : mini_engine::LayerSpecs(config.model)) {
+    builder.AddLayer(spec);
+  }
+  builder.SetContext(context).SetBatch(std::min(config.batch, context)).SetRollback(0);
+  builder.SetLayout<Layout>();
+  *plan = builder.Build();
+  if (!plan->ok()) {
+    std::fprintf(stderr, "serve: %s\n", plan->error().message.c_str());
+    return false;
+  }
+  kvring::RuntimeSpec flat_runtime = (*plan)->Runtime();
+  flat_runtime.rollback = context;
+  *flat_plan = (*plan)->WithRuntime(flat_runtime);
+  if (!flat_plan->ok()) {
+    std::fprintf(stderr, "serve: %s\n", flat_plan->error().message.c_str());
+    return false;
+  }
+  return true;
+}
 
 // Runs `prompt` alone on `cache` (flat, holding the prompt's first positions, or nothing),
 // step by step: the rest of the prompt in chunks of `batch`, then one token per step, each

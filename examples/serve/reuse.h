@@ -200,21 +200,8 @@ int RunReuse(const Config& config) {
     for (uint64_t t = 0; t < config.turns; ++t) positions += c.user[t].size() + c.generate[t];
     context = std::max(context, positions);
   }
-  kvring::LayerPlan::Builder builder;
-  for (const kvring::LayerSpec& spec : mini_engine::LayerSpecs(config.model)) {
-    builder.AddLayer(spec);
-  }
-  builder.SetContext(context).SetBatch(std::min(config.batch, context)).SetRollback(0);
-  builder.SetLayout<Layout>();
-  const kvring::Expected<kvring::LayerPlan> plan = builder.Build();
-  kvring::RuntimeSpec flat_runtime = plan.ok() ? plan->Runtime() : kvring::RuntimeSpec();
-  flat_runtime.rollback = context;
-  const kvring::Expected<kvring::LayerPlan> flat_plan =
-      plan.ok() ? plan->WithRuntime(flat_runtime) : plan;
-  if (!flat_plan.ok()) {
-    std::fprintf(stderr, "serve: %s\n", flat_plan.error().message.c_str());
-    return 2;
-  }
+  kvring::Expected<kvring::LayerPlan> plan = kvring::Error{}, flat_plan = kvring::Error{};
+  if (!MakePlans<Layout>(config, context, &plan, &flat_plan)) return 2;
   kvring::PoolSpec spec;
   spec.budget_bytes = config.budget_kib * 1024;
   // A checkpoint per turn at most, the turn running and its cold twin.

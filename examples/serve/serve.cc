@@ -528,24 +528,8 @@ int Run(const Config& config) {
   //    flat reference has every owner at that context (a rollback headroom of the context
   //    plans every owner flat, as in the mini engine); each request's own KVCache is planned
   //    at its own positions.
-  kvring::LayerPlan::Builder builder;
-  for (const kvring::LayerSpec& spec : mini_engine::LayerSpecs(config.model)) {
-    builder.AddLayer(spec);
-  }
-  builder.SetContext(context).SetBatch(std::min(config.batch, context)).SetRollback(0);
-  builder.SetLayout<Layout>();
-  const kvring::Expected<kvring::LayerPlan> plan = builder.Build();
-  if (!plan.ok()) {
-    std::fprintf(stderr, "serve: %s\n", plan.error().message.c_str());
-    return 2;
-  }
-  kvring::RuntimeSpec flat_runtime = plan->Runtime();
-  flat_runtime.rollback = context;
-  const kvring::Expected<kvring::LayerPlan> flat_plan = plan->WithRuntime(flat_runtime);
-  if (!flat_plan.ok()) {
-    std::fprintf(stderr, "serve: %s\n", flat_plan.error().message.c_str());
-    return 2;
-  }
+  kvring::Expected<kvring::LayerPlan> plan = kvring::Error{}, flat_plan = kvring::Error{};
+  if (!MakePlans<Layout>(config, context, &plan, &flat_plan)) return 2;
   uint64_t all_kvcache_bytes = 0, all_flat_bytes = 0, num_shared = 0, generated = 0;
   uint64_t shortest = context, longest = 0;
   for (Request& r : requests) {
