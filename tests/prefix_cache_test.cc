@@ -440,8 +440,12 @@ TYPED_TEST(PrefixCacheTest, MovesKeepTheCheckpoints) {
   EXPECT_EQ(pool.Usage().live_sequences, 2u);
   second.Clear();
   EXPECT_EQ(pool.Usage().live_sequences, 1u);
+  // The moved-from cache refuses, it does not crash.
+  EXPECT_EQ(first.Insert(id, a.data(), a.size()).status(), Status::kBadArgument);  // NOLINT
+  EXPECT_EQ(first.Match(a.data(), a.size()).length, 0u);                           // NOLINT
+  EXPECT_EQ(first.MakeRoom(1).status(), Status::kBadArgument);                     // NOLINT
+  EXPECT_EQ(first.Stats().checkpoints, 0u);                                        // NOLINT
 }
-
 
 // --- Saved and loaded ----------------------------------------------------------------------
 

@@ -207,6 +207,9 @@ Result SavePrefixCache(const PrefixCache<Layout>& cache, const std::string& mode
                            "%llu)",
                            uint64_t{model_id.size()}, kMaxModelIdBytes);
   }
+  if (detail::PrefixStateAccess::PoolOf(cache) == nullptr) {
+    return Result::Refused(Status::kBadArgument, "SavePrefixCache: a moved-from cache");
+  }
   const KVPool<Layout>& pool = *detail::PrefixStateAccess::PoolOf(cache);
   uint64_t count = 0;
   detail::PrefixStateAccess::ForEach(
@@ -248,8 +251,10 @@ Result SavePrefixCache(const PrefixCache<Layout>& cache, const std::string& mode
 template <typename Layout>
 Result LoadPrefixCache(ByteSource* source, const std::string& model_id,
                        PrefixCache<Layout>* cache) {
-  if (source == nullptr || cache == nullptr) {
-    return Result::Refused(Status::kBadArgument, "LoadPrefixCache: the source or cache is null");
+  if (source == nullptr || cache == nullptr ||
+      detail::PrefixStateAccess::PoolOf(*cache) == nullptr) {
+    return Result::Refused(Status::kBadArgument,
+                           "LoadPrefixCache: the source or cache is null, or the cache moved from");
   }
   detail::StateReader reader(source);
   std::vector<detail::PrefixRecord> records;

@@ -96,7 +96,8 @@ class PrefixCache {
     }
     return *this;
   }
-  // Frees every checkpoint's sequence.
+  // Frees every checkpoint's sequence. A moved-from cache holds none and refuses every call
+  // (kBadArgument) but Match (no match) and Stats.
   ~PrefixCache() { Clear(); }
 
   // Takes a checkpoint of `sequence`, which holds the K/V of tokens[0, count) (count ==
@@ -108,6 +109,7 @@ class PrefixCache {
   // no room for a copy of the sequence's rings: MakeRoom first). Costs a fork: the rings.
   Result Insert(SequenceId sequence, const TokenId* tokens, uint64_t count, uint64_t salt = 0,
                 uint32_t priority = 0) {
+    if (pool_ == nullptr) return MovedFrom();
     const ValueResult<uint64_t> end = pool_->EndPos(sequence);
     if (!end.ok()) return end;
     if (tokens == nullptr) return Result::Refused(Status::kBadArgument, "Insert: tokens is null");
@@ -140,7 +142,7 @@ class PrefixCache {
   // token's logits. Counts a hit or a miss. O(prompt + checkpoints along it).
   PrefixMatch Match(const TokenId* tokens, uint64_t count, uint64_t salt = 0) {
     PrefixMatch match;
-    if (tokens != nullptr && count != 0) {
+    if (pool_ != nullptr && tokens != nullptr && count != 0) {
       const detail::PrefixPoint point = index_.Longest(salt, tokens, count);
       if (point.checkpoint != detail::PrefixPoint::kNone) {
         match = PrefixMatch{point.length, point.rollback, point.checkpoint,
@@ -200,6 +202,7 @@ class PrefixCache {
   // `sequences` sequence slots free. kPoolExhausted when evicting every checkpoint is not
   // enough (those evicted stay evicted; the pool's live sequences hold the rest).
   Result MakeRoom(uint64_t bytes, uint32_t sequences = 0) {
+    if (pool_ == nullptr) return MovedFrom();
     while (!HasRoom(bytes, sequences)) {
       uint32_t victim = detail::PrefixPoint::kNone;
       for (uint32_t id = 0; id < entries_.size(); ++id) {
@@ -241,6 +244,7 @@ class PrefixCache {
   // Returns what the cache holds now and its counts. O(checkpoints + their blocks); allocates.
   PrefixCacheStats Stats() const {
     PrefixCacheStats stats = stats_;
+    if (pool_ == nullptr) return stats;
     std::vector<uint32_t> blocks;
     for (uint32_t id = 0; id < entries_.size(); ++id) {
       if (!index_.IsLive(id)) continue;
@@ -271,7 +275,12 @@ class PrefixCache {
     uint64_t generation = 0;  // advanced when the checkpoint goes
   };
 
+  static Result MovedFrom() {
+    return Result::Refused(Status::kBadArgument, "PrefixCache: moved from; it has no pool");
+  }
+
   Result CheckMatch(const PrefixMatch& match) const {
+    if (pool_ == nullptr) return MovedFrom();
     if (index_.IsLive(match.checkpoint) &&
         entries_[match.checkpoint].generation == match.generation &&
         index_.LengthOf(match.checkpoint) == match.length + match.rollback) {
