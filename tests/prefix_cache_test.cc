@@ -447,6 +447,103 @@ TYPED_TEST(PrefixCacheTest, MovesKeepTheCheckpoints) {
   EXPECT_EQ(first.Stats().checkpoints, 0u);                                        // NOLINT
 }
 
+// Random conversations on a tight budget: prompts from a few stems, parting anywhere, under two
+// salts; each resumes from what Match finds (after MakeRoom when the budget refuses), is
+// prefilled on, checked row by row against prefilling from zero, and leaves a checkpoint of a
+// random priority; a few sequences stay live across later evictions and keep their rows.
+TYPED_TEST(PrefixCacheTest, RandomConversationsReadAsPrefillingFromZero) {
+  KVPool<TypeParam> pool = MakePool<TypeParam>(48, 3ull << 20);
+  ToyModel<TypeParam> model(&pool);
+  PrefixCache<TypeParam> cache(&pool);
+  std::mt19937_64 rng(17);
+  std::vector<std::vector<TokenId>> stems;
+  for (uint64_t i = 0; i < 5; ++i) stems.push_back(Tokens(160, 300 + i));
+  struct Live {
+    SequenceId id;
+    std::vector<TokenId> tokens;
+  };
+  std::vector<Live> live;
+  std::vector<std::vector<TokenId>> earlier[2];  // prompts run, per salt
+  uint64_t resumed = 0, compared = 0;
+  // Runs `call`; when the budget refuses it, makes room for `bytes` and a slot and runs it again.
+  const auto room = [&](uint64_t bytes, const auto& call) {
+    Result result = call();
+    if (result.status() == Status::kPoolExhausted) {
+      (void)cache.MakeRoom(bytes, 1);
+      result = call();
+    }
+    return result;
+  };
+  for (int step = 0; step < 120; ++step) {
+    // A stem cut anywhere, or (a next turn) an earlier prompt of the salt, then new tokens.
+    const uint64_t salt = rng() % 2;
+    std::vector<TokenId> prompt = stems[rng() % stems.size()];
+    prompt.resize(8 + rng() % 150);
+    if (!earlier[salt].empty() && rng() % 2 == 0) {
+      prompt = earlier[salt][rng() % earlier[salt].size()];
+      if (prompt.size() > 200) prompt.resize(100 + rng() % 100);
+    }
+    const std::vector<TokenId> own = Tokens(1 + rng() % 24, 1000 + static_cast<uint64_t>(step));
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    earlier[salt].push_back(prompt);
+    const PrefixMatch match = cache.Match(prompt.data(), prompt.size() - 1, salt);
+    ASSERT_LT(match.length, prompt.size());
+    SequenceId id;
+    Result made = Status::kPoolExhausted;
+    if (match.length > 0) {
+      made = room(*cache.AttachBytes(match), [&] { return cache.Attach(match, &id); });
+      resumed += made.ok();
+    }
+    if (!made.ok()) made = room(pool.RingBytesFor(1), [&] { return pool.AddSequence(&id, 1); });
+    if (!made.ok()) continue;  // the live sequences hold the budget
+    Result filled = Status::kOk;
+    for (uint64_t pos = *pool.EndPos(id); pos < prompt.size() && filled.ok();) {
+      const uint64_t n = std::min<uint64_t>(8, prompt.size() - pos);
+      const std::vector<TokenId> upto(prompt.begin(),
+                                      prompt.begin() + static_cast<ptrdiff_t>(pos + n));
+      filled = room(*pool.ReserveBytes(id, n), [&] { return model.Prefill(id, upto); });
+      pos = *pool.EndPos(id);
+    }
+    if (!filled.ok()) {
+      ASSERT_TRUE(pool.Free(id).ok());
+      continue;
+    }
+    SequenceId scratch;
+    const uint64_t scratch_bytes = pool.RingBytesFor(8) + pool.BlockBytesFor(prompt.size());
+    (void)cache.MakeRoom(scratch_bytes, 1);
+    if (pool.AddSequence(&scratch).ok()) {
+      if (model.Prefill(scratch, prompt).ok()) {
+        model.ExpectSame(id, scratch);
+        ++compared;
+      }
+      ASSERT_TRUE(pool.Free(scratch).ok());
+    }
+    (void)room(*pool.RingBytesOf(id), [&] {
+      return cache.Insert(id, prompt.data(), prompt.size(), salt, static_cast<uint32_t>(rng() % 3));
+    });
+    if (live.size() < 3 && rng() % 4 == 0) {
+      live.push_back({id, prompt});
+    } else {
+      ASSERT_TRUE(pool.Free(id).ok());
+    }
+  }
+  EXPECT_GT(resumed, 30u);
+  EXPECT_GT(compared, 100u);
+  EXPECT_GT(cache.Stats().evictions, 0u);  // the budget made room by evicting
+  for (const Live& l : live) {
+    SequenceId scratch;
+    ASSERT_TRUE(cache.MakeRoom(pool.RingBytesFor(8) + pool.BlockBytesFor(l.tokens.size()), 1).ok());
+    ASSERT_TRUE(pool.AddSequence(&scratch).ok());
+    ASSERT_TRUE(model.Prefill(scratch, l.tokens).ok());
+    model.ExpectSame(l.id, scratch);
+    ASSERT_TRUE(pool.Free(scratch).ok());
+    ASSERT_TRUE(pool.Free(l.id).ok());
+  }
+  cache.Clear();
+  EXPECT_EQ(pool.Usage().bytes_in_use, 0u);
+  EXPECT_EQ(pool.Usage().live_sequences, 0u);
+}
+
 // --- Saved and loaded ----------------------------------------------------------------------
 
 // Checkpoints of a prompt every block and at the end of two turns, saved: a new pool and cache
