@@ -100,14 +100,7 @@ class PrefixIndex {
       path.push_back(
           NewNode(parent, salt, BlockHash(nodes_[parent].hash, tokens + from), tokens + from));
     }
-    uint32_t id = kNone;
-    if (free_checkpoints_.empty()) {
-      id = static_cast<uint32_t>(checkpoints_.size());
-      checkpoints_.emplace_back();
-    } else {
-      id = free_checkpoints_.back();
-      free_checkpoints_.pop_back();
-    }
+    const uint32_t id = TakeId(&checkpoints_, &free_checkpoints_);
     Checkpoint& checkpoint = checkpoints_[id];
     checkpoint.node = path.back();
     checkpoint.tail.assign(tokens + count / block_ * block_, tokens + count);
@@ -249,15 +242,20 @@ class PrefixIndex {
     return kNone;
   }
 
-  uint32_t NewNode(uint32_t parent, uint64_t salt, uint64_t hash, const TokenId* block) {
-    uint32_t id = kNone;
-    if (free_nodes_.empty()) {
-      id = static_cast<uint32_t>(nodes_.size());
-      nodes_.emplace_back();
-    } else {
-      id = free_nodes_.back();
-      free_nodes_.pop_back();
+  // Returns a free id of `items` (a removed one's, or a new one at the end).
+  template <typename T>
+  static uint32_t TakeId(std::vector<T>* items, std::vector<uint32_t>* free) {
+    if (free->empty()) {
+      items->emplace_back();
+      return static_cast<uint32_t>(items->size() - 1);
     }
+    const uint32_t id = free->back();
+    free->pop_back();
+    return id;
+  }
+
+  uint32_t NewNode(uint32_t parent, uint64_t salt, uint64_t hash, const TokenId* block) {
+    const uint32_t id = TakeId(&nodes_, &free_nodes_);
     Node& node = nodes_[id];
     node.parent = parent;
     node.depth = parent == kNone ? 0 : nodes_[parent].depth + 1;
