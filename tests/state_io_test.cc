@@ -561,7 +561,6 @@ TEST(StateIO, SaveIsRefusedMidStepAndForLongModelIds) {
   EXPECT_EQ(SaveState(whole, kModel, nullptr), Status::kBadArgument);
 }
 
-
 // Every sink writes the same bytes; a sink that fails stops the save with its kIOError; loads
 // with and without non-temporal stores (the memcpy of other architectures) fill the same rows.
 TEST(StateIO, SinksAndBothCopiesAgree) {
