@@ -80,16 +80,57 @@ __attribute__((target("sse4.2"))) inline uint32_t Crc32cLaneHardware(uint32_t st
   return crc32;
 }
 
+// The operator that appends `len` zero bytes to a CRC32C (a 32 x 32 matrix over GF(2), built
+// by repeated squaring as zlib's crc32_combine does): Crc32c(0, a followed by b) ==
+// Crc32cZeros(len(b)).Apply(Crc32c(0, a)) ^ Crc32c(0, b). Build once per length, apply in 32
+// steps.
+class Crc32cZeros {
+ public:
+  explicit Crc32cZeros(uint64_t len) {
+    uint32_t power[32], odd[32];  // power: 2^k zero bytes as len's bits are read
+    odd[0] = kCrc32cPolynomial;   // one zero bit
+    for (int n = 1; n < 32; ++n) odd[n] = uint32_t{1} << (n - 1);
+    Square(power, odd);                                          // two zero bits
+    Square(odd, power);                                          // four
+    Square(power, odd);                                          // one zero byte
+    for (int n = 0; n < 32; ++n) matrix_[n] = uint32_t{1} << n;  // none
+    for (; len != 0; len >>= 1) {
+      if (len & 1) {
+        uint32_t next[32];
+        for (int n = 0; n < 32; ++n) next[n] = Times(power, matrix_[n]);
+        std::memcpy(matrix_, next, sizeof(next));
+      }
+      if (len > 1) {
+        Square(odd, power);
+        std::memcpy(power, odd, sizeof(odd));
+      }
+    }
+  }
+  uint32_t Apply(uint32_t crc) const { return Times(matrix_, crc); }
+
+ private:
+  static uint32_t Times(const uint32_t* matrix, uint32_t vector) {
+    uint32_t sum = 0;
+    for (; vector != 0; vector >>= 1, ++matrix) {
+      if (vector & 1) sum ^= *matrix;
+    }
+    return sum;
+  }
+  static void Square(uint32_t* out, const uint32_t* matrix) {
+    for (int n = 0; n < 32; ++n) out[n] = Times(matrix, matrix[n]);
+  }
+
+  uint32_t matrix_[32];
+};
+
 // The linear map "append kCrc32cLane zero bytes" on raw CRC states, as four byte tables:
 // Shift(s) = t[0][s & 0xFF] ^ t[1][(s >> 8) & 0xFF] ^ t[2][(s >> 16) & 0xFF] ^ t[3][s >> 24].
 struct Crc32cShift {
   uint32_t table[4][256];
   Crc32cShift() {
-    static const uint8_t zeros[kCrc32cLane] = {};
+    const Crc32cZeros zeros(kCrc32cLane);
     uint32_t basis[32];  // the images of the 32 unit states
-    for (int bit = 0; bit < 32; ++bit) {
-      basis[bit] = Crc32cSoftware(uint32_t{1} << bit, zeros, kCrc32cLane);
-    }
+    for (int bit = 0; bit < 32; ++bit) basis[bit] = zeros.Apply(uint32_t{1} << bit);
     for (int k = 0; k < 4; ++k) {
       for (uint32_t b = 0; b < 256; ++b) {
         uint32_t image = 0;
@@ -155,49 +196,6 @@ inline uint32_t Crc32c(uint32_t crc, const void* data, size_t size) {
 #endif
   return ~Crc32cSoftware(~crc, bytes, size);
 }
-
-// The operator that appends `len` zero bytes to a CRC32C (a 32 x 32 matrix over GF(2), built
-// by repeated squaring as zlib's crc32_combine does): Crc32c(0, a followed by b) ==
-// Crc32cZeros(len(b)).Apply(Crc32c(0, a)) ^ Crc32c(0, b). Build once per length, apply in 32
-// steps.
-class Crc32cZeros {
- public:
-  explicit Crc32cZeros(uint64_t len) {
-    uint32_t power[32], odd[32];  // power: 2^k zero bytes as len's bits are read
-    odd[0] = kCrc32cPolynomial;   // one zero bit
-    for (int n = 1; n < 32; ++n) odd[n] = uint32_t{1} << (n - 1);
-    Square(power, odd);                                          // two zero bits
-    Square(odd, power);                                          // four
-    Square(power, odd);                                          // one zero byte
-    for (int n = 0; n < 32; ++n) matrix_[n] = uint32_t{1} << n;  // none
-    for (; len != 0; len >>= 1) {
-      if (len & 1) {
-        uint32_t next[32];
-        for (int n = 0; n < 32; ++n) next[n] = Times(power, matrix_[n]);
-        std::memcpy(matrix_, next, sizeof(next));
-      }
-      if (len > 1) {
-        Square(odd, power);
-        std::memcpy(power, odd, sizeof(odd));
-      }
-    }
-  }
-  uint32_t Apply(uint32_t crc) const { return Times(matrix_, crc); }
-
- private:
-  static uint32_t Times(const uint32_t* matrix, uint32_t vector) {
-    uint32_t sum = 0;
-    for (; vector != 0; vector >>= 1, ++matrix) {
-      if (vector & 1) sum ^= *matrix;
-    }
-    return sum;
-  }
-  static void Square(uint32_t* out, const uint32_t* matrix) {
-    for (int n = 0; n < 32; ++n) out[n] = Times(matrix, matrix[n]);
-  }
-
-  uint32_t matrix_[32];
-};
 
 // Returns the CRC32C of `a` followed by `b` from crc_a = Crc32c(0, a), crc_b = Crc32c(0, b)
 // and b's length. O(log len_b); reuse a Crc32cZeros for many parts of one length.

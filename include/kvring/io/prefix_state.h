@@ -46,6 +46,10 @@ struct PrefixStateAccess {
   static KVPool<Layout>* PoolOf(const PrefixCache<Layout>& cache) {
     return cache.pool_;
   }
+  template <typename Layout>
+  static uint64_t Count(const PrefixCache<Layout>& cache) {
+    return cache.index_.NumCheckpoints();
+  }
   // Calls fn(sequence, salt, priority, tokens) for every checkpoint, shortest first.
   template <typename Layout, typename Fn>
   static void ForEach(const PrefixCache<Layout>& cache, const Fn& fn) {
@@ -211,9 +215,7 @@ Result SavePrefixCache(const PrefixCache<Layout>& cache, const std::string& mode
     return Result::Refused(Status::kBadArgument, "SavePrefixCache: a moved-from cache");
   }
   const KVPool<Layout>& pool = *detail::PrefixStateAccess::PoolOf(cache);
-  uint64_t count = 0;
-  detail::PrefixStateAccess::ForEach(
-      cache, [&](SequenceId, uint64_t, uint32_t, const std::vector<TokenId>&) { ++count; });
+  const uint64_t count = detail::PrefixStateAccess::Count(cache);
   detail::StateWriter out(sink);
   out.Put(detail::kPrefixMagic, 8);
   out.PutU32(detail::kPrefixVersion);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "kvring/base.h"
@@ -102,6 +103,25 @@ inline bool NextOwner(const LayerPlan& plan, StateCursor* cursor) {
   return cursor->layer < plan.NumLayers();
 }
 
+// Writes the header of owning layer `layer`'s section (holding [first, end)) to `to`, and
+// returns its CRC32C (the section's, so far).
+inline uint32_t LayerSectionHeader(const LayerPlan& plan, size_t layer, uint64_t first,
+                                   uint64_t end,
+                                   uint8_t (&to)[kSectionHeaderBytes + kLayerFixedBytes]) {
+  const LayerInfo& info = plan.Layer(layer);
+  uint64_t rows = 0;
+  (void)PieceBytes(KVShape::Of(info.spec, info.num_slots), info.spec.format, end - first, &rows);
+  const uint32_t words[4] = {kLayerTag, 0, static_cast<uint32_t>(layer),
+                             static_cast<uint32_t>(info.spec.format)};
+  const uint64_t payload = kLayerFixedBytes + rows;
+  std::memcpy(to, &words[0], 8);
+  std::memcpy(to + 8, &payload, 8);
+  std::memcpy(to + 16, &words[2], 8);
+  std::memcpy(to + 24, &first, 8);
+  std::memcpy(to + 32, &end, 8);
+  return Crc32c(0, to, sizeof(to));
+}
+
 // Writes the next step of a state's layers to `out`: positions [cursor->pos, the end of their
 // chunk) of owning layer cursor->layer, which holds held(layer) = {first, end} at
 // locate_of(layer)(pos), opening its section before its first position and closing it after
@@ -115,15 +135,9 @@ bool WriteStateStep(const LayerPlan& plan, const Held& held, const LocateOf& loc
   const auto range = held(layer);
   const KVShape shape = KVShape::Of(info.spec, info.num_slots);
   if (!cursor->open) {
-    uint64_t rows = 0;
-    const bool fits = PieceBytes(shape, info.spec.format, range.second - range.first, &rows);
-    KVRING_DASSERT(fits);  // StateBytesOf checked it
-    (void)fits;
-    out->BeginSection(kLayerTag, kLayerFixedBytes + rows);
-    out->PutU32(static_cast<uint32_t>(layer));
-    out->PutU32(static_cast<uint32_t>(info.spec.format));
-    out->PutU64(range.first);
-    out->PutU64(range.second);
+    uint8_t header[kSectionHeaderBytes + kLayerFixedBytes];
+    (void)LayerSectionHeader(plan, layer, range.first, range.second, header);
+    out->BeginSection(header, sizeof(header));
     cursor->pos = range.first;
     cursor->open = true;
   }
@@ -195,6 +209,20 @@ Result RestoreStateRanges(StateReader* reader, const LayerPlan& plan, const Begi
   return Status::kOk;
 }
 
+// Copies positions [pos, to) of a layer section holding [first, ...), whose rows start at
+// `rows` in the source, into the destination `target` describes at locate(pos), with
+// non-temporal stores and a fence after them; false if the source failed to read.
+template <typename Layout, typename Locate>
+bool ReadStateChunk(StateReader* reader, uint64_t rows, const StateTarget& target, uint64_t first,
+                    uint64_t pos, uint64_t to, const Locate& locate) {
+  bool ok = true;
+  ForEachRowPiece<PieceOrder::kStorage, Layout>(
+      target.shape, target.format, first, pos, to, locate,
+      [&](const RowPiece& piece) { ok = ok && reader->CopyPiece(rows, piece); });
+  StoreFence();
+  return ok;
+}
+
 // Reads the next step of a checked state's rows into the destination: positions
 // [cursor->pos, the end of their chunk) of owning layer cursor->layer, which keeps held(layer)
 // = {from, end} of the section's range (RestoreStateRanges made it) at locate_of(layer)(pos).
@@ -212,15 +240,12 @@ Result ReadStateStep(StateReader* reader, const LayerPlan& plan, const TargetOf&
     cursor->pos = held(layer).first;
     cursor->open = true;
   }
-  const StateTarget target = target_of(layer);
   const uint64_t rows = cursor->offset + kSectionHeaderBytes + kLayerFixedBytes;
   const uint64_t to = std::min(section.end, (cursor->pos / kRowChunk + 1) * kRowChunk);
-  bool ok = true;
-  ForEachRowPiece<PieceOrder::kStorage, Layout>(
-      target.shape, target.format, section.first, cursor->pos, to, locate_of(layer),
-      [&](const RowPiece& piece) { ok = ok && reader->CopyPiece(rows, piece); });
-  StoreFence();
-  if (!ok) return ReadFailed(rows);
+  if (!ReadStateChunk<Layout>(reader, rows, target_of(layer), section.first, cursor->pos, to,
+                              locate_of(layer))) {
+    return ReadFailed(rows);
+  }
   cursor->pos = to;
   if (to == section.end) {
     cursor->offset = section.Next(cursor->offset);

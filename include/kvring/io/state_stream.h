@@ -114,6 +114,12 @@ class StateWriter {
     PutU32(0);
     PutU64(payload_bytes);
   }
+  // Begins a section with its header and leading payload fields encoded already.
+  void BeginSection(const void* header, uint64_t bytes) {
+    crc_ = 0;
+    crc_from_ = used_;
+    Put(header, bytes);
+  }
   void EndSection() {
     CrcStage();
     const uint32_t crc = crc_;

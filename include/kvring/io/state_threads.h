@@ -90,25 +90,6 @@ class StepCrcs {
   Crc32cZeros zeros_{0};
 };
 
-// Writes the header of owning layer `layer`'s section (holding [first, end)) to `to`, and
-// returns its CRC32C (the section's, so far).
-inline uint32_t LayerSectionHeader(const LayerPlan& plan, size_t layer, uint64_t first,
-                                   uint64_t end,
-                                   uint8_t (&to)[kSectionHeaderBytes + kLayerFixedBytes]) {
-  const LayerInfo& info = plan.Layer(layer);
-  uint64_t rows = 0;
-  (void)PieceBytes(KVShape::Of(info.spec, info.num_slots), info.spec.format, end - first, &rows);
-  const uint32_t words[4] = {kLayerTag, 0, static_cast<uint32_t>(layer),
-                             static_cast<uint32_t>(info.spec.format)};
-  const uint64_t payload = kLayerFixedBytes + rows;
-  std::memcpy(to, &words[0], 8);
-  std::memcpy(to + 8, &payload, 8);
-  std::memcpy(to + 16, &words[2], 8);
-  std::memcpy(to + 24, &first, 8);
-  std::memcpy(to + 32, &end, 8);
-  return Crc32c(0, to, sizeof(to));
-}
-
 // Copies the rows of `step` (its layer holds [first, ...) at locate_of(layer)) into `to`, in
 // the state's order, and returns their CRC32C.
 template <typename Layout, typename LocateOf>
@@ -278,13 +259,10 @@ Result ReadStateRowsParallel(StateReader* reader, const LayerPlan& plan, const T
     const uint64_t chunk = section.from / kRowChunk + (task - section.first_task);
     const uint64_t pos = std::max(section.from, chunk * kRowChunk);
     const uint64_t to = std::min(section.fields.end, (chunk + 1) * kRowChunk);
-    const StateTarget target = target_of(section.layer);
-    bool ok = true;
-    ForEachRowPiece<PieceOrder::kStorage, Layout>(
-        target.shape, target.format, section.fields.first, pos, to, locate_of(section.layer),
-        [&](const RowPiece& piece) { ok = ok && readers[thread].CopyPiece(section.rows, piece); });
-    StoreFence();
-    if (!ok) failed[thread] = 1;
+    if (!ReadStateChunk<Layout>(&readers[thread], section.rows, target_of(section.layer),
+                                section.fields.first, pos, to, locate_of(section.layer))) {
+      failed[thread] = 1;
+    }
   });
   for (uint8_t f : failed) {
     if (f != 0) return ReadFailed(FirstLayerSection(reader, plan));
