@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/plan_cli_run.h"
+#include "hf_config_files.h"
 #include "kvring/layer_plan.h"
 #include "kvring/model_presets.h"
 #include "plan_cli.h"
@@ -21,60 +22,6 @@ namespace tools {
 namespace {
 
 constexpr uint64_t kKiB = 1024, kGiB = kKiB * kKiB * kKiB;
-
-// Returns the path of a file under tests/configs/ (found beside this source file).
-std::string ConfigPath(const std::string& name) {
-  std::string dir = __FILE__;
-  dir = dir.substr(0, dir.find_last_of('/'));
-  return dir + "/configs/" + name;
-}
-
-HfModel Read(const std::string& name) {
-  Expected<HfModel> model = ReadHfConfig(ConfigPath(name));
-  EXPECT_TRUE(model.ok()) << model.error().message;
-  return model.ok() ? model.value() : HfModel();
-}
-
-LayerPlan Plan(const std::vector<LayerSpec>& layers, uint64_t context, uint64_t batch) {
-  LayerPlan::Builder builder;
-  for (const LayerSpec& spec : layers) builder.AddLayer(spec);
-  Expected<LayerPlan> plan = builder.SetContext(context).SetBatch(batch).Build();
-  EXPECT_TRUE(plan.ok()) << plan.error().message;
-  return plan.ok() ? plan.value() : LayerPlan();
-}
-
-// What one layer of a plan must be: 'S' sliding, 'G' global, 'C' chunked; `owner` its KV
-// owner; `capacity` 0 for consumers.
-struct Row {
-  char kind;
-  uint64_t span;  // window or chunk (0 for global)
-  size_t owner;
-  uint64_t capacity;
-};
-
-void ExpectRows(const LayerPlan& plan, const std::vector<Row>& rows, uint32_t num_kv_heads,
-                uint32_t head_dim) {
-  ASSERT_EQ(plan.NumLayers(), rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const LayerInfo& layer = plan.Layer(i);
-    const AttentionKind kind = rows[i].kind == 'S'   ? AttentionKind::kSliding
-                               : rows[i].kind == 'C' ? AttentionKind::kChunked
-                                                     : AttentionKind::kGlobal;
-    EXPECT_EQ(layer.spec.kind, kind) << "layer " << i;
-    EXPECT_EQ(layer.spec.Span(), rows[i].span) << "layer " << i;
-    EXPECT_EQ(layer.owner, rows[i].owner) << "layer " << i;
-    EXPECT_EQ(layer.capacity, rows[i].capacity) << "layer " << i;
-    EXPECT_EQ(layer.spec.num_kv_heads, num_kv_heads) << "layer " << i;
-    EXPECT_EQ(layer.spec.head_dim, head_dim) << "layer " << i;
-  }
-}
-
-bool HasDefault(const HfModel& model, const std::string& key, const std::string& value) {
-  for (const HfDefault& entry : model.defaults) {
-    if (entry.key == key && entry.value == value) return true;
-  }
-  return false;
-}
 
 // --- One file per family, layer by layer ---------------------------------------------------
 
@@ -145,7 +92,7 @@ TEST(HfConfig, MistralSlidesEverywhereUnlessTheWindowIsNull) {
              {{'G', 0, 0, 32768}, {'G', 0, 1, 32768}, {'G', 0, 2, 32768}}, 2, 64);
 
   const HfModel sliding = Read("mistral_default_window.json");
-  // sliding_window absent: MistralConfig's 4096; num_key_value_heads null: MHA (8 heads).
+  // sliding_window absent: MistralConfig's 4096.
   EXPECT_TRUE(HasDefault(sliding, "sliding_window", "4096"));
   ExpectRows(Plan(sliding.layers, 8192, 512), {{'S', 4096, 0, 4607}, {'S', 4096, 1, 4607}}, 8, 32);
 }
@@ -189,7 +136,7 @@ TEST(HfConfig, Llama4ChunksTheRopeLayers) {
 
   const HfModel nested = Read("llama4_nested_layer_types.json");
   // Explicit layer_types; attention_chunk_size absent: 8192, so at context 128 the chunked
-  // layers keep everything. head_dim null: 256 / 4.
+  // layers keep everything.
   EXPECT_TRUE(HasDefault(nested, "text_config.attention_chunk_size", "8192"));
   ExpectRows(Plan(nested.layers, 128, 4),
              {{'G', 0, 0, 128}, {'C', 8192, 1, 128}, {'C', 8192, 2, 128}}, 4, 64);
@@ -257,7 +204,7 @@ TEST(HfConfig, EveryPresetsConfigFilePlansLikeThePreset) {
     EXPECT_EQ(from_file.FlatBytes(), from_preset.FlatBytes());
     ++compared;
   }
-  EXPECT_EQ(compared, 19u);
+  EXPECT_EQ(compared, 23u);
 }
 
 TEST(HfConfig, PublishedGemma3_27BConfigGivesTheDesignsWorkedCheck) {
@@ -310,7 +257,10 @@ TEST(HfConfig, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/mistral_layer_types.json", "layer_types[1]: full_attention, but layer 1 is sliding"},
       {"bad/llama_with_sliding_window.json", "sliding_window: 4096 is set, but LlamaConfig"},
       {"bad/mla_in_llama.json", "kv_lora_rank: 512 is set, but LlamaConfig"},
-      {"bad/cohere2_head_dim.json", "head_dim: 64 contradicts hidden_size / num_attention_heads"},
+      {"bad/cohere2_head_dim.json", "head_dim: is null; the model would have no head dimension"},
+      {"bad/mistral_null_kv_heads.json",
+       "num_key_value_heads: is null; MistralConfig's default 8 is one checkpoint's count"},
+      {"bad/gpt_oss_null_head_dim.json", "head_dim: is null; GptOssConfig needs a number here"},
       {"bad/gemma3_without_text_config.json", "text_config: is missing"},
       {"bad/text_config_model_type.json", "text_config.model_type: \"llama\" is not gemma3_text"},
       {"bad/gemma3n_no_producer.json", "num_kv_shared_layers: 1 makes layer 4 (full_attention)"},

@@ -30,6 +30,7 @@ struct Pattern {
   uint64_t span;  // window or chunk of the local layers
   uint32_t num_kv_heads, head_dim, latent_dim;
   uint64_t max_context;
+  uint32_t global_kv_heads = 0, global_head_dim = 0;  // global layers of another shape (Gemma 4)
 };
 
 // From the models' published configs, counted by hand: e.g. Gemma 3 27B has 62 layers, globals at
@@ -45,6 +46,11 @@ constexpr Pattern kPatterns[] = {
     {"gemma-3-27b", 62, 52, 0, 10, 0, 1024, 16, 128, 0, 131072},
     {"gemma-3n-e2b", 30, 24, 0, 6, 10, 512, 2, 256, 0, 32768},
     {"gemma-3n-e4b", 35, 28, 0, 7, 15, 512, 2, 256, 0, 32768},
+    // Gemma 4 E2B: full iff (i + 1) % 5 == 0; E4B and the others (i + 1) % 6 == 0 (and the last).
+    {"gemma-4-e2b", 35, 28, 0, 7, 20, 512, 1, 256, 0, 131072, 1, 512},
+    {"gemma-4-e4b", 42, 35, 0, 7, 18, 512, 2, 256, 0, 131072, 2, 512},
+    {"gemma-4-26b-a4b", 30, 25, 0, 5, 0, 1024, 8, 256, 0, 262144, 2, 512},
+    {"gemma-4-31b", 60, 50, 0, 10, 0, 1024, 16, 256, 0, 262144, 4, 512},
     {"mistral-7b-v0.1", 32, 32, 0, 0, 0, 4096, 8, 128, 0, 32768},
     {"llama-3.1-8b", 32, 0, 0, 32, 0, 0, 8, 128, 0, 131072},
     {"llama-3.1-70b", 80, 0, 0, 80, 0, 0, 8, 128, 0, 131072},
@@ -70,8 +76,9 @@ TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
       global += spec.kind == AttentionKind::kGlobal;
       consumers += !spec.OwnsKV();
       if (spec.kind != AttentionKind::kGlobal) EXPECT_EQ(spec.Span(), p.span) << p.name;
-      EXPECT_EQ(spec.num_kv_heads, p.num_kv_heads) << p.name;
-      EXPECT_EQ(spec.head_dim, p.head_dim) << p.name;
+      const bool other = spec.kind == AttentionKind::kGlobal && p.global_head_dim != 0;
+      EXPECT_EQ(spec.num_kv_heads, other ? p.global_kv_heads : p.num_kv_heads) << p.name;
+      EXPECT_EQ(spec.head_dim, other ? p.global_head_dim : p.head_dim) << p.name;
       EXPECT_EQ(spec.latent_dim, p.latent_dim) << p.name;
     }
     EXPECT_EQ(sliding, p.num_sliding) << p.name;

@@ -22,30 +22,13 @@
 
 #include "kvring/base.h"
 #include "kvring/hf_config/families.h"
+#include "kvring/hf_config/gemma4.h"
 #include "kvring/hf_config/layers.h"
+#include "kvring/hf_config/reader.h"
 #include "kvring/hf_config/scope.h"
 #include "kvring/layer_plan.h"
 
 namespace kvring {
-
-// The attention of one model read from its config.json.
-struct HfModel {
-  std::string model_type;            // the text model's family, e.g. "gemma3_text"
-  std::string class_name;            // transformers' configuration class, e.g. "Gemma3TextConfig"
-  uint64_t max_context = 0;          // max_position_embeddings (or the class default)
-  uint32_t num_attention_heads = 0;  // query heads
-  std::vector<LayerSpec> layers;
-  std::vector<HfDefault> defaults;  // class defaults applied, in the order they were read
-
-  // Returns a builder with the model's layers and max_context as the context: set the batch,
-  // rollback, formats and layout, then Build(). Allocates.
-  LayerPlan::Builder PlanBuilder() const {
-    LayerPlan::Builder builder;
-    for (const LayerSpec& spec : layers) builder.AddLayer(spec);
-    builder.SetContext(max_context);
-    return builder;
-  }
-};
 
 // Returns the model_type values ParseHfConfig understands, in a stable order.
 inline std::vector<std::string> KnownModelTypes() {
@@ -59,162 +42,6 @@ inline std::vector<std::string> KnownModelTypes() {
 
 namespace detail {
 namespace hf {
-
-// The window and chunk of the model's sliding and chunked layers (0: none), or a failure.
-struct Spans {
-  uint64_t window = 0;
-  uint64_t chunk = 0;
-};
-
-// `qwen_window`: for a family of PatternRule::kMaxWindowLayers, its sliding_window, set
-// exactly when use_sliding_window is true (the caller refuses a null one before this).
-inline Spans ReadSpans(const Scope& scope, const Kinds& kinds,
-                       const std::optional<uint64_t>& qwen_window) {
-  const Family& family = scope.family();
-  Spans spans;
-  for (size_t i = 0; i < kinds.types.size() && !scope.Failed(); ++i) {
-    const std::string layer_key = "layer_types[" + std::to_string(i) + "]";
-    if (kinds.types[i] == LayerType::kSliding && spans.window == 0) {
-      if (family.sliding_window_default == 0) {
-        scope.Fail(layer_key,
-                   "is sliding_attention, but " + scope.ClassName() + " has no sliding_window");
-      } else if (family.pattern == PatternRule::kMaxWindowLayers) {
-        if (!qwen_window) {
-          scope.Fail(layer_key, "is sliding_attention, but use_sliding_window is false, so " +
-                                    scope.ClassName() + " drops sliding_window");
-        } else {
-          spans.window = *qwen_window;
-        }
-      } else {
-        const std::optional<uint64_t> value =
-            scope.NullableOrDefault("sliding_window", family.sliding_window_default, 1, UINT64_MAX);
-        if (!value) {
-          scope.Fail("sliding_window", "is null, but " + KindOf(kinds, i));
-        } else {
-          spans.window = *value;
-        }
-      }
-      continue;
-    }
-    if (kinds.types[i] == LayerType::kChunked && spans.chunk == 0) {
-      if (!family.reads_chunk) {
-        scope.Fail(layer_key, "is chunked_attention, but " + scope.ClassName() +
-                                  " has no attention_chunk_size");
-        continue;
-      }
-      const std::optional<uint64_t> value =
-          scope.NullableOrDefault("attention_chunk_size", 8192, 1, UINT64_MAX);
-      if (!value) {
-        scope.Fail("attention_chunk_size", "is null, but " + KindOf(kinds, i));
-      } else {
-        spans.chunk = *value;
-      }
-    }
-  }
-  return spans;
-}
-
-// Gemma 3n: the last num_kv_shared_layers layers read the KV of the last earlier layer of
-// their own kind.
-inline void ReadSharedKV(const Scope& scope, const Kinds& kinds, HfModel* model) {
-  const char* key = "num_kv_shared_layers";
-  const uint64_t num_layers = kinds.types.size();
-  const uint64_t num_shared = scope.OrDefault(key, 15, 0, UINT64_MAX);
-  if (num_shared >= num_layers) {
-    scope.Fail(key, std::to_string(num_shared) + " leaves no layer of the " +
-                        std::to_string(num_layers) + " to own the shared KV");
-    return;
-  }
-  const size_t first_shared = num_layers - num_shared;
-  for (size_t i = first_shared; i < num_layers; ++i) {
-    size_t j = first_shared;
-    while (j > 0 && kinds.types[j - 1] != kinds.types[i]) --j;
-    if (j == 0) {
-      scope.Fail(key, std::to_string(num_shared) + " makes layer " + std::to_string(i) + " (" +
-                          LayerTypeName(kinds.types[i]) +
-                          ") read shared KV, but no earlier layer of that kind owns any");
-      return;
-    }
-    model->layers[i].kv_source = static_cast<int32_t>(j - 1);
-  }
-}
-
-// Returns the spec every layer of the model starts from (its K/V shape), a global one.
-inline LayerSpec ReadShape(const Scope& scope, uint64_t num_heads) {
-  if (scope.family().mla) {
-    const std::optional<uint64_t> rank = scope.NullableOrDefault("kv_lora_rank", 512, 1, kMaxDim);
-    if (!rank) {
-      scope.Fail("kv_lora_rank", "is null; an MLA model caches a latent of this rank");
-      return LayerSpec();
-    }
-    const uint64_t rope = scope.OrDefault("qk_rope_head_dim", 64, 0, kMaxDim);
-    return LayerSpec::Latent(static_cast<uint32_t>(*rank + rope));
-  }
-  const uint64_t kv_heads = ReadKvHeads(scope, num_heads);
-  const uint64_t head_dim = ReadHeadDim(scope, num_heads);
-  return LayerSpec::Global(static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim));
-}
-
-// Reads the model of `scope` into *model; the first failure is in the scope's Failure.
-inline void Interpret(const Scope& scope, HfModel* model) {
-  const Family& family = scope.family();
-  model->model_type = family.model_type;
-  model->class_name = family.class_name;
-  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
-  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
-  model->num_attention_heads = static_cast<uint32_t>(num_heads);
-  if (scope.IsSet("use_bidirectional_attention") &&
-      scope.Bool("use_bidirectional_attention", false)) {
-    scope.Fail("use_bidirectional_attention",
-               "is true: every token attends to later tokens too (an encoder), so there is no "
-               "causal KV cache to plan");
-  }
-  model->max_context =
-      scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
-  // Qwen 2 and 3 drop sliding_window unless use_sliding_window is true.
-  bool qwen_sliding = false;
-  std::optional<uint64_t> qwen_window;
-  if (family.pattern == PatternRule::kMaxWindowLayers) {
-    qwen_sliding = scope.Bool("use_sliding_window", false);
-    if (qwen_sliding) {
-      qwen_window =
-          scope.NullableOrDefault("sliding_window", family.sliding_window_default, 1, UINT64_MAX);
-      if (!qwen_window) {
-        scope.Fail("sliding_window", "is null, but use_sliding_window is true; " +
-                                         scope.ClassName() +
-                                         " would silently make every layer full_attention");
-      }
-    }
-  }
-  if (scope.Failed()) return;
-  Kinds kinds;
-  std::optional<std::vector<LayerType>> listed;
-  if (family.reads_layer_types) listed = ReadLayerTypes(scope, num_layers);
-  if (listed) {
-    kinds.types = std::move(*listed);
-    kinds.source = "layer_types";
-  } else {
-    kinds = DeriveKinds(scope, num_layers, qwen_sliding);
-  }
-  if (scope.Failed()) return;
-  const Spans spans = ReadSpans(scope, kinds, qwen_window);
-  const LayerSpec shape = ReadShape(scope, num_heads);
-  if (scope.Failed()) return;
-  for (LayerType type : kinds.types) {
-    LayerSpec spec = shape;
-    if (type == LayerType::kSliding) {
-      spec.kind = AttentionKind::kSliding;
-      spec.window = spans.window;
-    } else if (type == LayerType::kChunked) {
-      spec.kind = AttentionKind::kChunked;
-      spec.chunk = spans.chunk;
-    }
-    model->layers.push_back(spec);
-  }
-  if (family.shares_kv) ReadSharedKV(scope, kinds, model);
-  if (scope.Failed()) return;
-  CheckForeignKeys(scope, kinds);
-}
 
 // nlohmann-json's DOM parser, keeping a syntax error's message instead of throwing it.
 class DomParser : public nlohmann::detail::json_sax_dom_callback_parser<Json> {
@@ -295,6 +122,10 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
   for (const Wrapper& wrapper : kWrappers) {
     if (model_type != wrapper.model_type) continue;
     const auto it = root.find("text_config");
+    if ((it == root.end() || it->is_null()) && wrapper.flat) {
+      text_model_type = wrapper.text_model_type;  // an older file: the text keys at the top
+      break;
+    }
     if (it == root.end() || it->is_null()) {
       failure->Fail("text_config", std::string("is missing; ") + wrapper.model_type +
                                        " keeps its language model's configuration there (its "
@@ -340,7 +171,15 @@ inline void ParseText(const std::string& text, std::vector<HfDefault>* defaults,
   const Family* family = nullptr;
   const Json* object = TextModel(root, &prefix, &family, failure);
   if (object == nullptr) return;
-  Interpret(Scope(*object, prefix, *family, defaults, failure), out);
+  const Scope scope(*object, prefix, *family, defaults, failure);
+  switch (family->reader) {
+    case Reader::kStandard:
+      ReadStandard(scope, out);
+      break;
+    case Reader::kGemma4:
+      ReadGemma4(scope, out);
+      break;
+  }
 }
 
 }  // namespace hf

@@ -75,6 +75,27 @@ inline ModelPreset Gemma3n(const char* name, size_t num_layers, size_t num_share
   return preset;
 }
 
+// Gemma 4: sliding layers of head dim 256, every `period`-th layer (and the last) global with
+// head dim 512 and `global_kv_heads` (attention_k_eq_v: K and V are one projection, both
+// cached); the last `num_shared` layers read shared KV.
+inline ModelPreset Gemma4(const char* name, size_t num_layers, size_t period, uint64_t window,
+                          uint32_t num_kv_heads, uint32_t global_kv_heads, size_t num_shared,
+                          uint64_t max_context) {
+  ModelPreset preset{
+      name, max_context,
+      EveryNthGlobal(num_layers, period, LayerSpec::Sliding(window, num_kv_heads, 256),
+                     LayerSpec::Global(global_kv_heads, 512)),
+      "global layers: head dim 512, " + std::to_string(global_kv_heads) + " KV heads"};
+  preset.layers.back() = LayerSpec::Global(global_kv_heads, 512);  // the last layer is global
+  if (num_shared > 0) {
+    preset.notes += "; the last " + std::to_string(num_shared) + " layers read shared KV";
+    ShareLastLayers(num_shared, &preset.layers);
+  } else {
+    preset.notes += " (attention_k_eq_v: V is K, both cached)";
+  }
+  return preset;
+}
+
 inline ModelPreset AllGlobal(const char* name, size_t num_layers, uint32_t num_kv_heads,
                              uint32_t head_dim, uint64_t max_context) {
   return {name, max_context,
@@ -104,6 +125,10 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Gemma3("gemma-3-27b", 62, 16, 128, 1024, 131072));
   presets.push_back(detail::Gemma3n("gemma-3n-e2b", 30, 10));
   presets.push_back(detail::Gemma3n("gemma-3n-e4b", 35, 15));
+  presets.push_back(detail::Gemma4("gemma-4-e2b", 35, 5, 512, 1, 1, 20, 131072));
+  presets.push_back(detail::Gemma4("gemma-4-e4b", 42, 6, 512, 2, 2, 18, 131072));
+  presets.push_back(detail::Gemma4("gemma-4-26b-a4b", 30, 6, 1024, 8, 2, 0, 262144));
+  presets.push_back(detail::Gemma4("gemma-4-31b", 60, 6, 1024, 16, 4, 0, 262144));
   presets.push_back(
       {"mistral-7b-v0.1", 32768, std::vector<LayerSpec>(32, LayerSpec::Sliding(4096, 8, 128)), ""});
   presets.push_back(AllGlobal("llama-3.1-8b", 32, 8, 128, 131072));

@@ -42,13 +42,13 @@ enum class KvHeadsRule {
 
 // What a family does when head_dim is absent or null.
 enum class HeadDimRule {
-  kHiddenOverHeads,      // absent or null: hidden_size / num_attention_heads
-  kDefaultNullIsHidden,  // absent: the class default; null: hidden_size / num_attention_heads
-  kAbsentIsHidden,       // absent: hidden_size / num_attention_heads (the model's getattr); null
-                         // refused
-  kDefaultNoNull,        // absent: the class default; null refused
-  kAlwaysHidden,         // always hidden_size / num_attention_heads, whatever the file says
-  kUnused,               // MLA
+  kHiddenOverHeads,  // absent or null: hidden_size / num_attention_heads
+  kAbsentIsHidden,   // absent: hidden_size / num_attention_heads (the model's getattr); null
+                     // refused
+  kDefaultNoNull,    // absent: the class default; null refused
+  kAlwaysHidden,     // always hidden_size / num_attention_heads, whatever the file says
+  kRequired,         // absent or null refused (the class default None gives no head dim)
+  kUnused,           // MLA
 };
 
 // How a family fills layer_types when the file has none (or when it never reads them).
@@ -56,11 +56,19 @@ enum class PatternRule {
   kAllFull,          // no local attention
   kAllSliding,       // every layer slides when sliding_window is not null (Mistral)
   kEvenSliding,      // sliding on even layers (Gemma 2, GPT-OSS)
-  kSlidingPattern,   // full iff (i + 1) % sliding_window_pattern == 0 (Gemma 3, Cohere 2)
-  kEveryFifthFull,   // full iff (i + 1) % 5 == 0 (Gemma 3n)
+  kSlidingPattern,   // full iff (i + 1) % <pattern_key> == 0 (Gemma 3, Cohere 2, EXAONE 4, AFMoE)
+  kEveryNthFull,     // full iff (i + 1) % pattern_default == 0, a constant (Gemma 3n, 4, OLMo 3)
   kMaxWindowLayers,  // sliding iff use_sliding_window and i >= max_window_layers (Qwen 2, 3)
   kNoRopeLayers,     // chunked iff no_rope_layers[i] == 1 (Llama 4)
+  kNoRopeSliding,    // sliding iff use_sliding_window and no_rope_layers[i] == 0 (SmolLM3)
 };
+
+// Which reader reads a family's layers: the families whose rules are the data below, or a
+// family group with rules of its own (kvring/hf_config/gemma4.h).
+enum class Reader { kStandard, kGemma4 };
+
+// A class whose sliding_window defaults to None (sliding_window_default).
+inline constexpr uint64_t kNullWindow = UINT64_MAX;
 
 struct Family {
   const char* model_type;
@@ -71,26 +79,30 @@ struct Family {
   HeadDimRule head_dim;
   uint64_t head_dim_default;
   PatternRule pattern;
-  uint64_t sliding_window_default;  // 0: the family has no sliding window
-  uint64_t pattern_default;         // kSlidingPattern: sliding_window_pattern's default
+  uint64_t sliding_window_default;  // 0: the family has no sliding window; kNullWindow: None
+  uint64_t pattern_default;         // kSlidingPattern: <pattern_key>'s default; kEveryNthFull: the
+                                    // period; kMaxWindowLayers: max_window_layers' default
   bool reads_layer_types;
   bool reads_chunk;       // attention_chunk_size (default 8192)
-  bool shares_kv;         // num_kv_shared_layers (default 15)
+  bool shares_kv;         // num_kv_shared_layers (default shared_default)
   bool mla;               // kv_lora_rank (512) + qk_rope_head_dim (64)
   const char* rule_text;  // the derived pattern, for messages
+  const char* pattern_key = "sliding_window_pattern";  // kSlidingPattern: the key of the period
+  uint64_t shared_default = 15;                        // num_kv_shared_layers' class default
+  Reader reader = Reader::kStandard;
 };
 
 inline constexpr Family kFamilies[] = {
     {"llama", "LlamaConfig", 2048, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kHiddenOverHeads, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
-    {"mistral", "MistralConfig", 131072, KvHeadsRule::kNumberNullIsMha, 8,
+    {"mistral", "MistralConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kHiddenOverHeads, 0, PatternRule::kAllSliding, 4096, 0, false, false, false,
      false, "every layer slides when sliding_window is set"},
     {"qwen2", "Qwen2Config", 32768, KvHeadsRule::kNumberNullIsMha, 32, HeadDimRule::kAbsentIsHidden,
-     0, PatternRule::kMaxWindowLayers, 4096, 0, true, false, false, false,
+     0, PatternRule::kMaxWindowLayers, 4096, 28, true, false, false, false,
      "sliding iff use_sliding_window and i >= max_window_layers"},
     {"qwen3", "Qwen3Config", 32768, KvHeadsRule::kNumberNullIsMha, 32, HeadDimRule::kDefaultNoNull,
-     128, PatternRule::kMaxWindowLayers, 4096, 0, true, false, false, false,
+     128, PatternRule::kMaxWindowLayers, 4096, 28, true, false, false, false,
      "sliding iff use_sliding_window and i >= max_window_layers"},
     {"gemma2", "Gemma2Config", 8192, KvHeadsRule::kNumberNoNullRule, 4, HeadDimRule::kDefaultNoNull,
      256, PatternRule::kEvenSliding, 4096, 0, true, false, false, false,
@@ -99,28 +111,57 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kDefaultNoNull, 256, PatternRule::kSlidingPattern, 4096, 6, true, false, false,
      false, "full iff (i + 1) % sliding_window_pattern == 0"},
     {"gemma3n_text", "Gemma3nTextConfig", 32768, KvHeadsRule::kNumberNoNullRule, 2,
-     HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryFifthFull, 512, 0, true, false, true,
-     false, "full iff (i + 1) % 5 == 0"},
-    {"llama4_text", "Llama4TextConfig", 131072, KvHeadsRule::kNumberNullIsMha, 8,
-     HeadDimRule::kDefaultNullIsHidden, 128, PatternRule::kNoRopeLayers, 0, 0, true, true, false,
-     false, "chunked iff no_rope_layers[i] == 1"},
-    {"gpt_oss", "GptOssConfig", 131072, KvHeadsRule::kNumberNullIsMha, 8,
-     HeadDimRule::kDefaultNullIsHidden, 64, PatternRule::kEvenSliding, 128, 0, true, false, false,
-     false, "sliding on even layers, full on odd"},
-    {"cohere2", "Cohere2Config", 8192, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAlwaysHidden, 0,
-     PatternRule::kSlidingPattern, 4096, 4, true, false, false, false,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryNthFull, 512, 5, true, false, true, false,
+     "full iff (i + 1) % 5 == 0"},
+    {"llama4_text", "Llama4TextConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kNoRopeLayers, 0, 0, true, true, false, false,
+     "chunked iff no_rope_layers[i] == 1"},
+    {"gpt_oss", "GptOssConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kDefaultNoNull, 64, PatternRule::kEvenSliding, 128, 0, true, false, false, false,
+     "sliding on even layers, full on odd"},
+    {"cohere2", "Cohere2Config", 8192, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden,
+     0, PatternRule::kSlidingPattern, 4096, 4, true, false, false, false,
      "full iff (i + 1) % sliding_window_pattern == 0"},
     {"deepseek_v3", "DeepseekV3Config", 4096, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)"},
+    // Sliding-window families (transformers 5.12).
+    {"qwen2_vl_text", "Qwen2VLTextConfig", 32768, KvHeadsRule::kNumberNullIsMha, 8,
+     HeadDimRule::kAlwaysHidden, 0, PatternRule::kMaxWindowLayers, 4096, 80, true, false, false,
+     false, "sliding iff use_sliding_window and i >= max_window_layers"},
+    {"olmo3", "Olmo3Config", 2048, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden, 0,
+     PatternRule::kEveryNthFull, 4096, 4, true, false, false, false, "full iff (i + 1) % 4 == 0"},
+    {"exaone4", "Exaone4Config", 2048, KvHeadsRule::kNumberNoNullRule, 32,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kSlidingPattern, 4096, 4, true, false, false,
+     false, "full iff (i + 1) % sliding_window_pattern == 0"},
+    {"afmoe", "AfmoeConfig", 16384, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kDefaultNoNull, 128,
+     PatternRule::kSlidingPattern, 1024, 4, true, false, false, false,
+     "full iff (i + 1) % global_attn_every_n_layers == 0", "global_attn_every_n_layers"},
+    {"smollm3", "SmolLM3Config", 32768, KvHeadsRule::kNumberNullIsMha, 4,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kNoRopeSliding, kNullWindow, 0, true, false,
+     false, false, "sliding iff use_sliding_window and no_rope_layers[i] == 0"},
+    {"ministral", "MinistralConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kRequired, 0, PatternRule::kAllSliding, 4096, 0, true, false, false, false,
+     "every layer slides when sliding_window is set"},
+    {"ministral3", "Ministral3Config", 262144, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllSliding, kNullWindow, 0, false, false,
+     false, false, "every layer slides when sliding_window is set"},
+    // Gemma 4: global layers of their own shape (kvring/hf_config/gemma4.h).
+    {"gemma4_text", "Gemma4TextConfig", 131072, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryNthFull, 512, 6, true, false, true, false,
+     "full iff (i + 1) % 6 == 0, and the last layer", "sliding_window_pattern", 0, Reader::kGemma4},
 };
 
 // Multimodal checkpoints whose language model is configured under text_config.
 struct Wrapper {
   const char* model_type;
   const char* text_model_type;
+  bool flat = false;  // without text_config, the text keys sit at the top level (older files)
 };
-inline constexpr Wrapper kWrappers[] = {
-    {"gemma3", "gemma3_text"}, {"gemma3n", "gemma3n_text"}, {"llama4", "llama4_text"}};
+inline constexpr Wrapper kWrappers[] = {{"gemma3", "gemma3_text"},
+                                        {"gemma3n", "gemma3n_text"},
+                                        {"llama4", "llama4_text"},
+                                        {"gemma4", "gemma4_text"},
+                                        {"qwen2_vl", "qwen2_vl_text", true}};
 
 inline const Family* FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {

@@ -87,10 +87,6 @@ inline uint64_t ReadHeadDim(const Scope& scope, uint64_t num_heads) {
     case HeadDimRule::kHiddenOverHeads:
       if (absent || null) return derived();
       break;
-    case HeadDimRule::kDefaultNullIsHidden:
-      if (null) return derived();
-      if (absent) return default_dim();
-      break;
     case HeadDimRule::kAbsentIsHidden:
       if (absent) return derived();
       if (null) {
@@ -117,6 +113,13 @@ inline uint64_t ReadHeadDim(const Scope& scope, uint64_t num_heads) {
       }
       return head_dim;
     }
+    case HeadDimRule::kRequired:
+      if (absent || null) {
+        scope.Fail(key, std::string(absent ? "is missing" : "is null") + "; " + scope.ClassName() +
+                            "'s default None leaves its attention without a head dimension");
+        return 1;
+      }
+      break;
     case HeadDimRule::kUnused:
       return 0;
   }
@@ -178,39 +181,75 @@ inline uint64_t ReadPattern(const Scope& scope, const char* key) {
   return scope.ToUInt(key, *value, 1, kMaxLayers);
 }
 
-// Fills `types` (num_layers entries) by the Llama 4 rule: chunked iff no_rope_layers[i] == 1,
-// or, without that list, unless (i + 1) % no_rope_layer_interval == 0.
-inline void ReadNoRopeLayers(const Scope& scope, Kinds* kinds) {
-  std::vector<LayerType>& types = kinds->types;
+// Returns whether a pattern the file states at `key` makes layer i local: a period (full iff
+// (i + 1) % period == 0), or a string of 'L' (local) and 'G' (global) letters repeated over the
+// layers (EXAONE 4's "LLLG"). nullopt when the file states none (or after a failure).
+inline std::optional<std::vector<bool>> ReadStatedPattern(const Scope& scope, const char* key,
+                                                          size_t num_layers) {
+  const Json* value = scope.Find(key);
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  std::vector<bool> local(num_layers);
+  if (value->is_string()) {
+    const std::string letters = value->get<std::string>();
+    if (letters.empty() || letters.find_first_not_of("LG") != std::string::npos) {
+      scope.Fail(key, Show(*value) + " is not a period nor a string of L (local) and G (global)");
+      return std::nullopt;
+    }
+    for (size_t i = 0; i < num_layers; ++i) local[i] = letters[i % letters.size()] == 'L';
+    return local;
+  }
+  const uint64_t period = scope.ToUInt(key, *value, 1, kMaxLayers);
+  if (scope.Failed()) return std::nullopt;
+  for (size_t i = 0; i < num_layers; ++i) local[i] = (i + 1) % period != 0;
+  return local;
+}
+
+// Returns the family's sliding_window: the file's, or the class default when absent (nullopt
+// for a null value, or a class default of None).
+inline std::optional<uint64_t> ReadWindow(const Scope& scope) {
+  const uint64_t fallback = scope.family().sliding_window_default;
+  if (fallback == kNullWindow && scope.Find("sliding_window") == nullptr) {
+    scope.Record("sliding_window", "null");
+    return std::nullopt;
+  }
+  return scope.NullableOrDefault("sliding_window", fallback, 1, UINT64_MAX);
+}
+
+// Returns no_rope_layers (1: the layer uses RoPE, 0: NoPE), or, without the list (absent, null
+// or, for Llama 4, empty), the class's interval rule: NoPE iff (i + 1) % interval == 0.
+inline std::vector<bool> ReadRopeLayers(const Scope& scope, size_t num_layers, bool empty_is_absent,
+                                        std::string* source) {
+  std::vector<bool> rope(num_layers, true);
   const Json* list = scope.Find("no_rope_layers");
   if (list != nullptr && !list->is_null() && !list->is_array()) {
     scope.Fail("no_rope_layers", Mistyped(*list, "a list"));
-    return;
+    return rope;
   }
-  if (list == nullptr || list->is_null() || list->empty()) {
-    // Llama4TextConfig treats an empty list as absent: a NoPE (full) layer every interval.
+  if (list == nullptr || list->is_null() || (empty_is_absent && list->empty())) {
     const uint64_t interval = scope.OrDefault("no_rope_layer_interval", 4, 1, kMaxLayers);
-    for (size_t i = 0; i < types.size(); ++i) {
-      if ((i + 1) % interval != 0) types[i] = LayerType::kChunked;
-    }
-    kinds->source = std::string(scope.family().class_name) +
-                    "'s rule: chunked unless (i + 1) % no_rope_layer_interval == 0";
-    return;
+    for (size_t i = 0; i < num_layers; ++i) rope[i] = (i + 1) % interval != 0;
+    *source = "no_rope_layer_interval";
+    return rope;
   }
-  if (list->size() != types.size()) {
+  if (list->size() != num_layers) {
     scope.Fail("no_rope_layers", "has " + std::to_string(list->size()) +
                                      " entries, but num_hidden_layers is " +
-                                     std::to_string(types.size()));
-    return;
+                                     std::to_string(num_layers));
+    return rope;
   }
-  for (size_t i = 0; i < types.size(); ++i) {
+  for (size_t i = 0; i < num_layers; ++i) {
     const std::string key = "no_rope_layers[" + std::to_string(i) + "]";
-    if (scope.ToUInt(key, (*list)[i], 0, 1) == 1) types[i] = LayerType::kChunked;
+    rope[i] = scope.ToUInt(key, (*list)[i], 0, 1) == 1;
   }
+  *source = "no_rope_layers";
+  return rope;
 }
 
 // Returns the kinds of `num_layers` layers by the family's rule (a file without layer_types).
-inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers, bool qwen_sliding) {
+// `switched_window`: the window of a family whose use_sliding_window switches it (nullopt when
+// switched off).
+inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers,
+                         const std::optional<uint64_t>& switched_window) {
   const Family& family = scope.family();
   Kinds kinds;
   kinds.source = std::string(family.class_name) + "'s rule: " + family.rule_text;
@@ -220,49 +259,69 @@ inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers, bool qwen_slid
     case PatternRule::kAllFull:
       break;
     case PatternRule::kAllSliding:
-      if (scope.NullableOrDefault("sliding_window", family.sliding_window_default, 1, UINT64_MAX)) {
-        types.assign(num_layers, LayerType::kSliding);
-      }
+      if (ReadWindow(scope)) types.assign(num_layers, LayerType::kSliding);
       break;
     case PatternRule::kEvenSliding:
       for (size_t i = 0; i < num_layers; i += 2) types[i] = LayerType::kSliding;
       break;
     case PatternRule::kSlidingPattern: {
-      // Only sliding_window_pattern derives layer_types; _sliding_window_pattern is checked
-      // against the result (CheckForeignKeys), like any pattern the file states.
-      const Json* value = scope.Find("sliding_window_pattern");
-      if (value != nullptr && value->is_null()) {
-        scope.Fail("sliding_window_pattern",
-                   "is null; " + scope.ClassName() + " derives layer_types from a number");
+      // Only the pattern key derives layer_types; _sliding_window_pattern is checked against
+      // the result (CheckForeignKeys), like any pattern the file states.
+      const char* key = family.pattern_key;
+      const Json* value = scope.Find(key);
+      if (value != nullptr && !value->is_number_integer()) {
+        scope.Fail(key, Mistyped(*value, "a number") + "; " + scope.ClassName() +
+                            " derives layer_types from a number (or write layer_types)");
         break;
       }
-      uint64_t pattern = ReadPattern(scope, "sliding_window_pattern");
+      uint64_t pattern = ReadPattern(scope, key);
       if (pattern == 0) {
         pattern = family.pattern_default;
-        scope.Record("sliding_window_pattern", std::to_string(pattern));
+        scope.Record(key, std::to_string(pattern));
       }
       for (size_t i = 0; i < num_layers; ++i) {
         if ((i + 1) % pattern != 0) types[i] = LayerType::kSliding;
       }
       break;
     }
-    case PatternRule::kEveryFifthFull:
+    case PatternRule::kEveryNthFull:
       for (size_t i = 0; i < num_layers; ++i) {
-        if ((i + 1) % 5 != 0) types[i] = LayerType::kSliding;
+        if ((i + 1) % family.pattern_default != 0) types[i] = LayerType::kSliding;
       }
       break;
     case PatternRule::kMaxWindowLayers: {
-      if (!qwen_sliding) break;
-      const uint64_t first_sliding = scope.OrDefault("max_window_layers", 28, 0, UINT64_MAX);
+      if (!switched_window) break;
+      const uint64_t first_sliding =
+          scope.OrDefault("max_window_layers", family.pattern_default, 0, UINT64_MAX);
       for (size_t i = first_sliding < num_layers ? first_sliding : num_layers; i < num_layers;
            ++i) {
         types[i] = LayerType::kSliding;
       }
       break;
     }
-    case PatternRule::kNoRopeLayers:
-      ReadNoRopeLayers(scope, &kinds);
+    case PatternRule::kNoRopeLayers: {
+      // Llama 4: chunked iff the layer uses RoPE; an empty list counts as absent.
+      std::string source;
+      const std::vector<bool> rope = ReadRopeLayers(scope, num_layers, true, &source);
+      for (size_t i = 0; i < num_layers; ++i) {
+        if (rope[i]) types[i] = LayerType::kChunked;
+      }
+      if (source == "no_rope_layer_interval") {
+        kinds.source = std::string(family.class_name) +
+                       "'s rule: chunked unless (i + 1) % no_rope_layer_interval == 0";
+      }
       break;
+    }
+    case PatternRule::kNoRopeSliding: {
+      // SmolLM3: the NoPE layers slide, when use_sliding_window and a sliding_window are set.
+      std::string source;
+      const std::vector<bool> rope = ReadRopeLayers(scope, num_layers, false, &source);
+      if (!switched_window) break;
+      for (size_t i = 0; i < num_layers; ++i) {
+        if (!rope[i]) types[i] = LayerType::kSliding;
+      }
+      break;
+    }
   }
   return kinds;
 }
@@ -300,14 +359,14 @@ inline void CheckForeignKeys(const Scope& scope, const Kinds& kinds) {
   // A pattern the file states (beside explicit layer_types, in a family that never reads it,
   // or as the _sliding_window_pattern that transformers does not read) must describe the
   // same layers.
-  for (const char* key : {"sliding_window_pattern", "_sliding_window_pattern"}) {
-    const uint64_t pattern = ReadPattern(scope, key);
-    if (pattern == 0) continue;
+  for (const char* key :
+       {family.pattern_key, "sliding_window_pattern", "_sliding_window_pattern"}) {
+    const auto local = ReadStatedPattern(scope, key, kinds.types.size());
+    if (!local) continue;
     for (size_t i = 0; i < kinds.types.size(); ++i) {
-      const bool pattern_local = (i + 1) % pattern != 0;
-      if (pattern_local != (kinds.types[i] != LayerType::kFull)) {
-        scope.Fail(key, std::to_string(pattern) + " makes layer " + std::to_string(i) +
-                            (pattern_local ? " sliding_attention" : " full_attention") + ", but " +
+      if ((*local)[i] != (kinds.types[i] != LayerType::kFull)) {
+        scope.Fail(key, Show(*scope.Find(key)) + " makes layer " + std::to_string(i) +
+                            ((*local)[i] ? " sliding_attention" : " full_attention") + ", but " +
                             KindOf(kinds, i));
         return;
       }

@@ -1,0 +1,236 @@
+// kvring/hf_config/reader.h: the model a config.json describes (HfModel), the steps every
+// family group's reader shares (the header keys, the layer kinds, windows and chunks, the K/V
+// shape, KV sharing, building the layers), and the reader of the families whose rules are the
+// data in families.h. Family groups with rules of their own have their own reader
+// (gemma4.h). Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
+#ifndef KVRING_HF_CONFIG_READER_H_
+#define KVRING_HF_CONFIG_READER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvring/hf_config/families.h"
+#include "kvring/hf_config/layers.h"
+#include "kvring/hf_config/scope.h"
+#include "kvring/layer_plan.h"
+
+namespace kvring {
+
+// The attention of one model read from its config.json.
+struct HfModel {
+  std::string model_type;            // the text model's family, e.g. "gemma3_text"
+  std::string class_name;            // transformers' configuration class, e.g. "Gemma3TextConfig"
+  uint64_t max_context = 0;          // max_position_embeddings (or the class default)
+  uint32_t num_attention_heads = 0;  // query heads
+  std::vector<LayerSpec> layers;
+  std::vector<HfDefault> defaults;  // class defaults applied, in the order they were read
+
+  // Returns a builder with the model's layers and max_context as the context: set the batch,
+  // rollback, formats and layout, then Build(). Allocates.
+  LayerPlan::Builder PlanBuilder() const {
+    LayerPlan::Builder builder;
+    for (const LayerSpec& spec : layers) builder.AddLayer(spec);
+    builder.SetContext(max_context);
+    return builder;
+  }
+};
+
+namespace detail {
+namespace hf {
+
+// What every reader reads first: the sizes, the context and the layer kinds.
+struct Header {
+  uint64_t num_layers = 0;
+  uint64_t num_heads = 0;
+  Kinds kinds;
+  // The window of a family whose use_sliding_window switches it (Qwen 2 and 3, SmolLM3): set
+  // exactly when use_sliding_window is true (a null one is refused).
+  std::optional<uint64_t> switched_window;
+};
+
+// Refuses use_bidirectional_attention: true (an encoder keeps no causal KV cache).
+inline void CheckCausal(const Scope& scope) {
+  if (scope.IsSet("use_bidirectional_attention") &&
+      scope.Bool("use_bidirectional_attention", false)) {
+    scope.Fail("use_bidirectional_attention",
+               "is true: every token attends to later tokens too (an encoder), so there is no "
+               "causal KV cache to plan");
+  }
+}
+
+// Reads the sizes, max_position_embeddings and the layer kinds (layer_types when the family
+// reads them, else the family's rule) into *header and *model, checking after the sizes that
+// the model is causal (`check_causal`: the family's rule); false after a failure.
+inline bool ReadHeader(const Scope& scope, void (*check_causal)(const Scope&), Header* header,
+                       HfModel* model) {
+  const Family& family = scope.family();
+  model->model_type = family.model_type;
+  model->class_name = family.class_name;
+  header->num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  header->num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
+  model->num_attention_heads = static_cast<uint32_t>(header->num_heads);
+  check_causal(scope);
+  model->max_context =
+      scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
+  // Qwen 2 and 3 and SmolLM3 drop sliding_window unless use_sliding_window is true.
+  bool switched = false;
+  if (family.pattern == PatternRule::kMaxWindowLayers ||
+      family.pattern == PatternRule::kNoRopeSliding) {
+    switched = scope.Bool("use_sliding_window", false);
+    if (switched) {
+      header->switched_window = ReadWindow(scope);
+      if (!header->switched_window) {
+        const bool absent = scope.Find("sliding_window") == nullptr;
+        scope.Fail("sliding_window", std::string(absent ? "is missing" : "is null") +
+                                         ", but use_sliding_window is true; " + scope.ClassName() +
+                                         " would silently make every layer full_attention");
+      }
+    }
+  }
+  if (scope.Failed()) return false;
+  std::optional<std::vector<LayerType>> listed;
+  if (family.reads_layer_types) listed = ReadLayerTypes(scope, header->num_layers);
+  if (listed) {
+    header->kinds.types = std::move(*listed);
+    header->kinds.source = "layer_types";
+  } else {
+    header->kinds = DeriveKinds(scope, header->num_layers, header->switched_window);
+  }
+  return !scope.Failed();
+}
+
+// The window and chunk of the model's sliding and chunked layers (0: none), or a failure.
+struct Spans {
+  uint64_t window = 0;
+  uint64_t chunk = 0;
+};
+
+inline Spans ReadSpans(const Scope& scope, const Header& header) {
+  const Family& family = scope.family();
+  const Kinds& kinds = header.kinds;
+  Spans spans;
+  for (size_t i = 0; i < kinds.types.size() && !scope.Failed(); ++i) {
+    const std::string layer_key = "layer_types[" + std::to_string(i) + "]";
+    if (kinds.types[i] == LayerType::kSliding && spans.window == 0) {
+      if (family.sliding_window_default == 0) {
+        scope.Fail(layer_key,
+                   "is sliding_attention, but " + scope.ClassName() + " has no sliding_window");
+      } else if (family.pattern == PatternRule::kMaxWindowLayers ||
+                 family.pattern == PatternRule::kNoRopeSliding) {
+        if (!header.switched_window) {
+          scope.Fail(layer_key, "is sliding_attention, but use_sliding_window is false, so " +
+                                    scope.ClassName() + " drops sliding_window");
+        } else {
+          spans.window = *header.switched_window;
+        }
+      } else {
+        const std::optional<uint64_t> value = ReadWindow(scope);
+        if (!value) {
+          const bool absent = scope.Find("sliding_window") == nullptr;
+          scope.Fail("sliding_window",
+                     std::string(absent ? "is missing (the class default is null)" : "is null") +
+                         ", but " + KindOf(kinds, i));
+        } else {
+          spans.window = *value;
+        }
+      }
+      continue;
+    }
+    if (kinds.types[i] == LayerType::kChunked && spans.chunk == 0) {
+      if (!family.reads_chunk) {
+        scope.Fail(layer_key, "is chunked_attention, but " + scope.ClassName() +
+                                  " has no attention_chunk_size");
+        continue;
+      }
+      const std::optional<uint64_t> value =
+          scope.NullableOrDefault("attention_chunk_size", 8192, 1, UINT64_MAX);
+      if (!value) {
+        scope.Fail("attention_chunk_size", "is null, but " + KindOf(kinds, i));
+      } else {
+        spans.chunk = *value;
+      }
+    }
+  }
+  return spans;
+}
+
+// The last num_kv_shared_layers layers read the KV of the last earlier layer of their own kind
+// (Gemma 3n, Gemma 4).
+inline void ReadSharedKV(const Scope& scope, const Kinds& kinds, HfModel* model) {
+  const char* key = "num_kv_shared_layers";
+  const uint64_t num_layers = kinds.types.size();
+  const uint64_t num_shared = scope.OrDefault(key, scope.family().shared_default, 0, UINT64_MAX);
+  if (num_shared >= num_layers) {
+    scope.Fail(key, std::to_string(num_shared) + " leaves no layer of the " +
+                        std::to_string(num_layers) + " to own the shared KV");
+    return;
+  }
+  const size_t first_shared = num_layers - num_shared;
+  for (size_t i = first_shared; i < num_layers; ++i) {
+    size_t j = first_shared;
+    while (j > 0 && kinds.types[j - 1] != kinds.types[i]) --j;
+    if (j == 0) {
+      scope.Fail(key, std::to_string(num_shared) + " makes layer " + std::to_string(i) + " (" +
+                          LayerTypeName(kinds.types[i]) +
+                          ") read shared KV, but no earlier layer of that kind owns any");
+      return;
+    }
+    model->layers[i].kv_source = static_cast<int32_t>(j - 1);
+  }
+}
+
+// Returns the spec every layer of the model starts from (its K/V shape), a global one.
+inline LayerSpec ReadShape(const Scope& scope, uint64_t num_heads) {
+  if (scope.family().mla) {
+    const std::optional<uint64_t> rank = scope.NullableOrDefault("kv_lora_rank", 512, 1, kMaxDim);
+    if (!rank) {
+      scope.Fail("kv_lora_rank", "is null; an MLA model caches a latent of this rank");
+      return LayerSpec();
+    }
+    const uint64_t rope = scope.OrDefault("qk_rope_head_dim", 64, 0, kMaxDim);
+    return LayerSpec::Latent(static_cast<uint32_t>(*rank + rope));
+  }
+  const uint64_t kv_heads = ReadKvHeads(scope, num_heads);
+  const uint64_t head_dim = ReadHeadDim(scope, num_heads);
+  return LayerSpec::Global(static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim));
+}
+
+// Appends one layer per kind: sliding and chunked layers of shape `local` with the spans, full
+// layers of shape `full`.
+inline void BuildLayers(const Kinds& kinds, const Spans& spans, const LayerSpec& local,
+                        const LayerSpec& full, HfModel* model) {
+  for (LayerType type : kinds.types) {
+    LayerSpec spec = type == LayerType::kFull ? full : local;
+    if (type == LayerType::kSliding) {
+      spec.kind = AttentionKind::kSliding;
+      spec.window = spans.window;
+    } else if (type == LayerType::kChunked) {
+      spec.kind = AttentionKind::kChunked;
+      spec.chunk = spans.chunk;
+    }
+    model->layers.push_back(spec);
+  }
+}
+
+// The reader of the families whose rules are the data in families.h: one K/V shape for every
+// layer. Reads the model of `scope` into *model; the first failure is in the scope's Failure.
+inline void ReadStandard(const Scope& scope, HfModel* model) {
+  Header header;
+  if (!ReadHeader(scope, CheckCausal, &header, model)) return;
+  const Spans spans = ReadSpans(scope, header);
+  const LayerSpec shape = ReadShape(scope, header.num_heads);
+  if (scope.Failed()) return;
+  BuildLayers(header.kinds, spans, shape, shape, model);
+  if (scope.family().shares_kv) ReadSharedKV(scope, header.kinds, model);
+  if (scope.Failed()) return;
+  CheckForeignKeys(scope, header.kinds);
+}
+
+}  // namespace hf
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_HF_CONFIG_READER_H_

@@ -1,0 +1,216 @@
+// Tests of kvring/hf_config.h on the families added for transformers 5.12: Gemma 4 (global
+// layers of their own shape), OLMo 3, EXAONE 4, AFMoE, SmolLM3, Ministral, Ministral 3 and
+// Qwen2-VL's flat files; and their bad files. Every expected layer is worked out here by hand
+// from the file and the family's rules (docs/configs.md); tools/transformers/check_configs.py
+// checks the same files against transformers itself.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli/plan_cli_run.h"
+#include "hf_config_files.h"
+#include "kvring/hf_config.h"
+#include "kvring/layer_plan.h"
+#include "kvring/model_presets.h"
+#include "plan_cli.h"
+
+namespace kvring {
+namespace tools {
+namespace {
+
+constexpr uint64_t kKiB = 1024;
+
+// One layer's kind, window, owner, capacity and K/V shape.
+struct ShapedRow {
+  Row row;
+  uint32_t num_kv_heads;
+  uint32_t head_dim;
+};
+
+void ExpectShapedRows(const LayerPlan& plan, const std::vector<ShapedRow>& rows) {
+  ASSERT_EQ(plan.NumLayers(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const LayerInfo& layer = plan.Layer(i);
+    const Row& row = rows[i].row;
+    EXPECT_EQ(layer.spec.kind, row.kind == 'S' ? AttentionKind::kSliding : AttentionKind::kGlobal)
+        << "layer " << i;
+    EXPECT_EQ(layer.spec.Span(), row.span) << "layer " << i;
+    EXPECT_EQ(layer.owner, row.owner) << "layer " << i;
+    EXPECT_EQ(layer.capacity, row.capacity) << "layer " << i;
+    EXPECT_EQ(layer.spec.num_kv_heads, rows[i].num_kv_heads) << "layer " << i;
+    EXPECT_EQ(layer.spec.head_dim, rows[i].head_dim) << "layer " << i;
+    EXPECT_EQ(layer.spec.VHeadDim(), rows[i].head_dim) << "layer " << i;
+  }
+}
+
+TEST(HfConfigFamilies, Gemma4GlobalLayersHaveTheirOwnHeadDimAndSharedLayersReadTheLastOwner) {
+  const HfModel model = Read("gemma4_e2b_like.json");
+  EXPECT_EQ(model.model_type, "gemma4_text");
+  EXPECT_EQ(model.max_context, 4096u);
+  // layer_types 4:1; full layers take global_head_dim 64 (sliding: head_dim 32), both on the
+  // one KV head (attention_k_eq_v absent: false). num_kv_shared_layers 4: layers 8-11 read
+  // the last earlier layer of their kind, 7 (sliding) and 4 (full). Window 16, batch 4: 19.
+  EXPECT_TRUE(HasDefault(model, "text_config.attention_k_eq_v", "false"));
+  const ShapedRow s{{'S', 16, 0, 19}, 1, 32}, g{{'G', 0, 4, 4096}, 1, 64};
+  std::vector<ShapedRow> rows;
+  for (size_t i = 0; i < 12; ++i) {
+    const bool full = (i + 1) % 5 == 0 || i == 11;
+    ShapedRow row = full ? g : s;
+    row.row.owner = i < 8 ? i : (full ? 4 : 7);
+    if (i >= 8) row.row.capacity = 0;
+    rows.push_back(row);
+  }
+  ExpectShapedRows(Plan(model.layers, 4096, 4), rows);
+}
+
+TEST(HfConfigFamilies, Gemma4KEqVTakesTheGlobalKvHeadsAndTheLastLayerIsAlwaysFull) {
+  const HfModel model = Read("gemma4_text_k_eq_v.json");
+  // No layer_types: full iff (i + 1) % 6 == 0, so layer 5; layer 7 (the last) is made full too,
+  // and the reading says so. attention_k_eq_v: the full layers have num_global_key_value_heads
+  // 1 of global_head_dim's default 512; the sliding ones 2 of head_dim's default 256.
+  EXPECT_TRUE(HasDefault(model, "layer_types[7]",
+                         "full_attention (Gemma4TextConfig makes the last layer full)"));
+  EXPECT_TRUE(HasDefault(model, "global_head_dim", "512"));
+  EXPECT_TRUE(HasDefault(model, "max_position_embeddings", "131072"));
+  std::vector<ShapedRow> rows;
+  for (size_t i = 0; i < 8; ++i) {
+    const bool full = i == 5 || i == 7;
+    rows.push_back(full ? ShapedRow{{'G', 0, i, 1024}, 1, 512}
+                        : ShapedRow{{'S', 16, i, 17}, 2, 256});
+  }
+  ExpectShapedRows(Plan(model.layers, 1024, 2), rows);
+}
+
+TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
+  // OLMo 3: full iff (i + 1) % 4 == 0; KV heads given; head_dim 256 / 4.
+  ExpectRows(Plan(Read("olmo3_tiny.json").layers, 1024, 4),
+             {{'S', 32, 0, 35},
+              {'S', 32, 1, 35},
+              {'S', 32, 2, 35},
+              {'G', 0, 3, 1024},
+              {'S', 32, 4, 35},
+              {'S', 32, 5, 35},
+              {'S', 32, 6, 35},
+              {'G', 0, 7, 1024}},
+             2, 64);
+  // EXAONE 4: layer_types, with the published letter pattern "LLLG" agreeing.
+  ExpectRows(Plan(Read("exaone4_llg.json").layers, 1024, 4),
+             {{'S', 64, 0, 67},
+              {'S', 64, 1, 67},
+              {'S', 64, 2, 67},
+              {'G', 0, 3, 1024},
+              {'S', 64, 4, 67},
+              {'S', 64, 5, 67},
+              {'S', 64, 6, 67},
+              {'G', 0, 7, 1024}},
+             2, 32);
+  // AFMoE: global_attn_every_n_layers 3; head_dim absent: AfmoeConfig's 128.
+  const HfModel afmoe = Read("afmoe_tiny.json");
+  EXPECT_TRUE(HasDefault(afmoe, "head_dim", "128"));
+  EXPECT_EQ(afmoe.max_context, 16384u);
+  ExpectRows(Plan(afmoe.layers, 1024, 4),
+             {{'S', 32, 0, 35},
+              {'S', 32, 1, 35},
+              {'G', 0, 2, 1024},
+              {'S', 32, 3, 35},
+              {'S', 32, 4, 35},
+              {'G', 0, 5, 1024}},
+             2, 128);
+  // SmolLM3: with use_sliding_window, the NoPE layers (no_rope_layers[i] == 0) slide.
+  ExpectRows(Plan(Read("smollm3_sliding.json").layers, 1024, 4),
+             {{'G', 0, 0, 1024},
+              {'G', 0, 1, 1024},
+              {'S', 32, 2, 35},
+              {'G', 0, 3, 1024},
+              {'G', 0, 4, 1024},
+              {'S', 32, 5, 35}},
+             2, 64);
+  // Ministral: every layer slides (no layer_types) over sliding_window.
+  ExpectRows(Plan(Read("ministral_tiny.json").layers, 1024, 4),
+             {{'S', 32, 0, 35}, {'S', 32, 1, 35}, {'S', 32, 2, 35}}, 2, 32);
+  // Ministral 3: sliding_window's default is null, so every layer is full; head_dim 128 and
+  // the context 262144 are the class's defaults.
+  const HfModel ministral3 = Read("ministral3_defaults.json");
+  EXPECT_EQ(ministral3.max_context, 262144u);
+  EXPECT_TRUE(HasDefault(ministral3, "sliding_window", "null"));
+  ExpectRows(Plan(ministral3.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 2, 128);
+  // Qwen2-VL without text_config (older files): the top-level keys are the text model's;
+  // i >= max_window_layers 2 slide when use_sliding_window; head_dim 256 / 4.
+  const HfModel qwen2_vl = Read("qwen2_vl_flat.json");
+  EXPECT_EQ(qwen2_vl.model_type, "qwen2_vl_text");
+  ExpectRows(Plan(qwen2_vl.layers, 1024, 4),
+             {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}, {'S', 32, 2, 35}, {'S', 32, 3, 35}}, 2, 64);
+}
+
+TEST(HfConfigFamilies, Gemma4PresetsMatchLlamaCppFiguresAndThePublishedOwners) {
+  // llama.cpp reported 104 MiB of cache for Gemma 4 E4B at 4096 positions and 552 MiB at
+  // 32768: 4 owning full layers of 2 x 512 (4 KiB a position) and 20 owning sliding ones of
+  // 2 x 256 kept at 1024 cells (2 KiB a cell). kvring keeps 511 + 512 = 1023 positions a ring.
+  for (const uint64_t context : {uint64_t{4096}, uint64_t{32768}}) {
+    Expected<ModelPreset> preset = FindModelPreset("gemma-4-e4b");
+    ASSERT_TRUE(preset.ok());
+    Expected<LayerPlan> plan = BuilderFor(*preset).SetContext(context).SetBatch(512).Build();
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    const uint64_t llama_cpp = (context == 4096 ? 104 : 552) * kKiB * kKiB;
+    EXPECT_EQ(plan->TotalBytes() - plan->PaddingBytes(), llama_cpp - 20 * 2 * kKiB);
+    EXPECT_EQ(plan->NumOwningLayers(), 24u);
+    for (size_t i = 24; i < 42; ++i) {
+      EXPECT_EQ(plan->Layer(i).owner, (i + 1) % 6 == 0 ? 23u : 22u) << i;
+    }
+  }
+}
+
+// --- Bad files of the new families: one line naming the file and the key, exit status 2 ----
+
+TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
+  const struct {
+    const char* file;
+    const char* message;  // what follows "kvring-plan: <path>: "
+  } kCases[] = {
+      {"bad/gemma4_k_eq_v_without_global_heads.json",
+       "text_config.num_global_key_value_heads: is missing, but attention_k_eq_v is true"},
+      {"bad/gemma4_global_heads_not_dividing.json",
+       "num_global_key_value_heads: 3 does not divide num_attention_heads 4"},
+      {"bad/gemma4_null_global_head_dim.json", "global_head_dim: is null"},
+      {"bad/gemma4_all_shared.json", "num_kv_shared_layers: 8 leaves no layer of the 8"},
+      {"bad/gemma4_shared_full_without_owner.json",
+       "num_kv_shared_layers: 3 makes layer 5 (full_attention) read shared KV, but no earlier"},
+      {"bad/gemma4_bidirectional_all.json", "use_bidirectional_attention: is \"all\""},
+      {"bad/gemma4_bidirectional_unknown.json",
+       "use_bidirectional_attention: \"text\" is not \"all\", \"vision\" or null"},
+      {"bad/gemma4_text_config_model_type.json",
+       "text_config.model_type: \"gemma3_text\" is not gemma4_text"},
+      {"bad/exaone4_pattern_string_without_layer_types.json",
+       "sliding_window_pattern: \"LLLG\" is a string, not a number; Exaone4Config derives"},
+      {"bad/exaone4_pattern_letters.json",
+       "sliding_window_pattern: \"LLXG\" is not a period nor a string of L (local) and G"},
+      {"bad/exaone4_pattern_contradicts.json",
+       "sliding_window_pattern: \"LLG\" makes layer 2 full_attention, but layer 2 is sliding"},
+      {"bad/smollm3_window_missing.json",
+       "sliding_window: is missing, but use_sliding_window is true; SmolLM3Config"},
+      {"bad/smollm3_no_rope_length.json", "no_rope_layers: has 3 entries, but num_hidden_layers"},
+      {"bad/ministral_no_head_dim.json", "head_dim: is missing; MinistralConfig's default None"},
+      {"bad/ministral3_layer_types.json",
+       "layer_types[1]: full_attention, but layer 1 is sliding_attention (by Ministral3Config"},
+      {"bad/olmo3_null_window.json", "sliding_window: is null, but layer 0 is sliding"},
+      {"bad/afmoe_null_head_dim.json", "head_dim: is null; AfmoeConfig needs a number here"},
+      {"bad/afmoe_zero_interval.json", "global_attn_every_n_layers: 0 is invalid"},
+      {"bad/qwen2_vl_flat_head_dim.json",
+       "head_dim: 32 contradicts hidden_size / num_attention_heads = 64"},
+  };
+  for (const auto& c : kCases) {
+    const std::string path = ConfigPath(c.file);
+    const CliRun run = RunCli({"--config", path});
+    EXPECT_EQ(run.status, 2) << c.file;
+    EXPECT_EQ(run.out, "") << c.file;
+    const std::string expected = "kvring-plan: " + path + ": " + c.message;
+    EXPECT_EQ(run.err.rfind(expected, 0), 0u) << c.file << "\n" << run.err;
+    EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << c.file << "\n" << run.err;
+  }
+}
+
+}  // namespace
+}  // namespace tools
+}  // namespace kvring

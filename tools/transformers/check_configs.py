@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Checks that kvring-plan reads config.json files as transformers builds the model.
+
+For each file: transformers' configuration class of its model_type reads it, the text model is
+built on PyTorch's meta device (no memory, no weights), and each decoder layer's attention
+module gives its kind, window or chunk, K/V heads, head dims and, for layers that read another
+layer's KV, the owner. `kvring-plan --config FILE --json` must report the same per layer, and
+the same context (max_position_embeddings). A file that transformers refuses (an exception
+while reading it or building the model) must be refused by kvring-plan too (exit status 2);
+kvring-plan may refuse more (it never guesses what a class default of one checkpoint means).
+
+Run it where transformers and torch are installed (tools/transformers/README.md: a chroot of
+Debian's unstable release): python3 check_configs.py --kvring-plan BIN FILE...
+Exit status 0 when every file agrees; 1 with one line per difference otherwise.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import warnings
+
+
+# Keys whose values decide the KV cache; a strict type error on any other key (for example
+# Llama 4 Scout's published "attn_temperature_tuning": 4, which transformers 5 types as a bool)
+# is not what this check is about: the file is checked again without that key, and said so.
+KV_KEYS = {"model_type", "text_config", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "head_dim", "hidden_size", "sliding_window", "layer_types",
+           "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "use_sliding_window",
+           "max_window_layers", "sliding_window_pattern", "num_kv_shared_layers",
+           "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "kv_lora_rank",
+           "qk_rope_head_dim", "max_position_embeddings", "global_attn_every_n_layers",
+           "use_bidirectional_attention"}
+
+
+def transformers_layers(path, dropped=None):
+    """Returns (context, [layer facts]) as transformers builds the model of `path`; appends to
+    `dropped` the keys left out because transformers refused their type (not KV keys)."""
+    with open(path) as f:
+        config_dict = json.load(f)
+    while True:
+        try:
+            return build_layers(dict(config_dict))
+        except Exception as error:
+            found = re.search(r"Validation error for field '(\w+)'", str(error))
+            key = found.group(1) if found else None
+            holder = config_dict.get("text_config", config_dict)
+            if dropped is None or key is None or key in KV_KEYS or key not in holder:
+                raise
+            dropped.append(f"{key}: {json.dumps(holder.pop(key))}")
+
+
+def build_layers(config_dict):
+    import torch
+    from transformers import AutoModel, CONFIG_MAPPING
+
+    model_type = config_dict.pop("model_type")
+    config = CONFIG_MAPPING[model_type].from_dict(config_dict)
+    text = config.get_text_config()
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            model = AutoModel.from_config(text)
+        except ValueError:  # a text config with no model class of its own
+            model = AutoModel.from_config(config)
+    layers = decoder_layers(model)
+    if len(layers) != text.num_hidden_layers:
+        raise RuntimeError(f"found {len(layers)} decoder layers, not {text.num_hidden_layers}")
+    layer_types = getattr(text, "layer_types", None)
+    facts = []
+    for i, layer in enumerate(layers):
+        attention = getattr(layer, "self_attn", None) or getattr(layer, "attention")
+        facts.append(layer_facts(text, layer_types, i, attention, facts))
+    return text.max_position_embeddings, facts
+
+
+def decoder_layers(model):
+    for holder in (model, getattr(model, "model", None), getattr(model, "language_model", None)):
+        if holder is not None and hasattr(holder, "layers"):
+            return list(holder.layers)
+    raise RuntimeError(f"no decoder layers in {type(model).__name__}")
+
+
+def layer_facts(text, layer_types, i, attention, earlier):
+    kind = layer_types[i] if layer_types else None
+    if kind is None:  # classes without layer_types: Mistral-like windows on every layer
+        kind = "sliding_attention" if getattr(text, "sliding_window", None) else "full_attention"
+    fact = {"kind": {"full_attention": "global", "sliding_attention": "sliding",
+                     "chunked_attention": "chunked"}[kind],
+            "window": text.sliding_window if kind == "sliding_attention" else 0,
+            "chunk": text.attention_chunk_size if kind == "chunked_attention" else 0,
+            "owner": i}
+    if getattr(text, "kv_lora_rank", None):  # MLA: engines cache the latent and the RoPE key
+        fact.update(latent_dim=text.kv_lora_rank + text.qk_rope_head_dim, num_kv_heads=0,
+                    head_dim=0, v_head_dim=0)
+        return fact
+    if getattr(attention, "is_kv_shared_layer", False):
+        owner = getattr(attention, "kv_shared_layer_index", None)  # Gemma 3n
+        if owner is None:  # Gemma 4: the last earlier layer of the kind that stores its KV
+            owner = max(j for j in range(i) if earlier[j]["owner"] == j
+                        and layer_types[j] == kind)
+        shared = dict(earlier[owner])
+        shared.update(owner=owner, kind=fact["kind"], window=fact["window"], chunk=fact["chunk"])
+        return shared
+    head_dim = attention.head_dim
+    k_out = attention.k_proj.out_features
+    v_proj = getattr(attention, "v_proj", None)
+    kv_heads = k_out // head_dim
+    fact.update(latent_dim=0, num_kv_heads=kv_heads, head_dim=head_dim,
+                v_head_dim=(v_proj.out_features // kv_heads) if v_proj is not None else head_dim)
+    return fact
+
+
+def kvring_layers(binary, path):
+    run = subprocess.run([binary, "--config", path, "--json"], capture_output=True, text=True)
+    if run.returncode != 0:
+        return run.returncode, run.stderr.strip(), None
+    plan = json.loads(run.stdout)
+    keys = ("kind", "window", "chunk", "owner", "num_kv_heads", "head_dim", "v_head_dim",
+            "latent_dim")
+    return 0, plan["context"], [{key: layer[key] for key in keys} for layer in plan["layers"]]
+
+
+def check(binary, path):
+    """Returns (the differences for one file as lines, what both did)."""
+    status, context_or_error, kvring = kvring_layers(binary, path)
+    dropped = []
+    try:
+        context, reference = transformers_layers(path, dropped)
+    except Exception as error:  # transformers refuses the file
+        if status == 2:
+            return [], f"refused by both ({type(error).__name__}; {context_or_error})"
+        return [f"{path}: transformers refuses it ({type(error).__name__}: {error}), "
+                f"but kvring-plan exits {status}"], ""
+    if status == 2:  # kvring-plan refuses more than transformers (it does not guess)
+        return [], f"read by transformers, refused by kvring-plan ({context_or_error})"
+    if status != 0:
+        return [f"{path}: kvring-plan exits {status}: {context_or_error}"], ""
+    differences = []
+    if context_or_error != context:
+        differences.append(f"{path}: context {context_or_error}, transformers {context}")
+    if len(kvring) != len(reference):
+        return differences + [f"{path}: {len(kvring)} layers, transformers {len(reference)}"], ""
+    for i, (ours, theirs) in enumerate(zip(kvring, reference)):
+        for key, value in theirs.items():
+            if ours[key] != value:
+                differences.append(f"{path}: layer {i} {key} {ours[key]}, transformers {value}")
+    note = f" (without {', '.join(dropped)}: transformers refuses its type)" if dropped else ""
+    return differences, f"same {len(reference)} layers{note}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kvring-plan", required=True, help="the kvring-plan binary")
+    parser.add_argument("files", nargs="+")
+    args = parser.parse_args()
+    import transformers
+    print(f"transformers {transformers.__version__}", flush=True)
+    failures = 0
+    for path in args.files:
+        differences, verdict = check(args.kvring_plan, path)
+        for line in differences:
+            print(line, flush=True)
+        if differences:
+            failures += 1
+        else:
+            print(f"ok {path}: {verdict}", flush=True)
+    print(f"{len(args.files) - failures} of {len(args.files)} files agree")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
