@@ -1,0 +1,241 @@
+// kvring's attention against what transformers computes, family by family (issue 17). The
+// fixtures in tests/transformers/ were written by tools/transformers/attention_fixtures.py:
+// a tiny random-weight model of each family ran a 40-position prompt through transformers
+// (eager attention), and each layer's attention call was captured (queries after RoPE and
+// norms, the keys and values it attended, its scale, soft-cap and sinks, its output). Here
+// kvring plans the fixture's config.json as kvring-plan would, appends the K/V three
+// positions at a time to a flash and a tiled16 cache (so every ring wraps several times), attends
+// the same queries with the same options, and must give the same outputs up to the BF16 rounding of
+// the stored K/V. A shared-KV layer must attend exactly the K/V of the layer kvring names as its
+// owner. No Python runs here.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kvring/dispatch.h"
+#include "kvring/hf_config.h"
+#include "kvring/kvring.h"
+
+namespace kvring {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr uint32_t kStep = 3;  // positions appended and attended per forward pass
+// Normwise relative error of a layer's outputs. The fixtures' attention read K/V rounded to
+// BF16 as kvring stores them, so the two differ by float32 arithmetic: about 2e-7 measured.
+// A window or chunk one position off moves them by 1e-2 or more (the negative test).
+constexpr double kTolerance = 1e-5;
+
+std::string FixturePath(const std::string& name) {
+  std::string dir = __FILE__;
+  dir = dir.substr(0, dir.find_last_of('/'));
+  return dir + "/transformers/" + name + ".json";
+}
+
+Json ReadFixture(const std::string& name) {
+  std::ifstream file(FixturePath(name));
+  std::stringstream text;
+  text << file.rdbuf();
+  return Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+}
+
+// Decodes base64 text of little-endian float32 values.
+std::vector<float> DecodeFloats(const std::string& text) {
+  static const std::string kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::vector<uint8_t> bytes;
+  uint32_t bits = 0;
+  int count = 0;
+  for (char c : text) {
+    const size_t value = kAlphabet.find(c);
+    if (value == std::string::npos) continue;  // '=' padding
+    bits = (bits << 6) | static_cast<uint32_t>(value);
+    count += 6;
+    if (count >= 8) {
+      count -= 8;
+      bytes.push_back(static_cast<uint8_t>(bits >> count));
+    }
+  }
+  std::vector<float> values(bytes.size() / 4);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint32_t word = uint32_t{bytes[4 * i]} | uint32_t{bytes[4 * i + 1]} << 8 |
+                          uint32_t{bytes[4 * i + 2]} << 16 | uint32_t{bytes[4 * i + 3]} << 24;
+    std::memcpy(&values[i], &word, 4);
+  }
+  return values;
+}
+
+struct CapturedLayer {
+  std::vector<float> q, k, v, out;
+  uint32_t num_q_heads = 0, num_kv_heads = 0, head_dim = 0, v_head_dim = 0;
+  AttentionOptions options;
+  std::vector<float> sinks;
+};
+
+std::vector<CapturedLayer> Captured(const Json& fixture) {
+  std::vector<CapturedLayer> layers;
+  for (const Json& entry : fixture["layers"]) {
+    CapturedLayer layer;
+    for (const char* name : {"q", "k", "v", "out"}) {
+      std::vector<float> values = DecodeFloats(entry[name].get<std::string>());
+      if (name[0] == 'q') layer.q = std::move(values);
+      if (name[0] == 'k') layer.k = std::move(values);
+      if (name[0] == 'v') layer.v = std::move(values);
+      if (name[0] == 'o') layer.out = std::move(values);
+    }
+    const Json& shapes = entry["shapes"];
+    layer.num_q_heads = shapes["q"][1].get<uint32_t>();
+    layer.head_dim = shapes["q"][2].get<uint32_t>();
+    layer.num_kv_heads = shapes["k"][1].get<uint32_t>();
+    layer.v_head_dim = shapes["v"][2].get<uint32_t>();
+    layer.options.scale = entry["scale"].get<float>();
+    layer.options.soft_cap = entry["soft_cap"].get<float>();
+    layer.sinks = entry["sinks"].get<std::vector<float>>();
+    layers.push_back(std::move(layer));
+  }
+  return layers;
+}
+
+// Plans `fixture`'s config as kvring-plan reads it, with `edit` applied to the layers (the
+// negative test's wrong windows), runs the prompt through a KVCache of `Layout` kStep
+// positions at a time, and returns each layer's normwise relative error against
+// transformers' output.
+template <typename Layout, typename Edit>
+std::vector<double> LayerErrors(const Json& fixture, const Edit& edit) {
+  const Expected<HfModel> model =
+      ParseHfConfig(fixture["config"].dump(), fixture["model_type"].get<std::string>());
+  EXPECT_TRUE(model.ok()) << model.error().message;
+  if (!model.ok()) return {};
+  const uint64_t positions = fixture["positions"].get<uint64_t>();
+  LayerPlan::Builder builder;
+  for (size_t i = 0; i < model->layers.size(); ++i) {
+    LayerSpec spec = model->layers[i];
+    edit(i, &spec);
+    builder.AddLayer(spec);
+  }
+  const Expected<LayerPlan> plan =
+      builder.SetContext(positions).SetBatch(kStep).SetLayout<Layout>().Build();
+  EXPECT_TRUE(plan.ok()) << plan.error().message;
+  if (!plan.ok()) return {};
+  Expected<KVCache<Layout>> created = KVCache<Layout>::Create(*plan);
+  EXPECT_TRUE(created.ok());
+  if (!created.ok()) return {};
+  KVCache<Layout> cache = std::move(created).value();
+  std::vector<CapturedLayer> layers = Captured(fixture);
+  EXPECT_EQ(layers.size(), plan->NumLayers());
+  if (layers.size() != plan->NumLayers()) return {};
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LayerInfo& info = plan->Layer(i);
+    EXPECT_EQ(info.spec.num_kv_heads, layers[i].num_kv_heads) << "layer " << i;
+    EXPECT_EQ(info.spec.head_dim, layers[i].head_dim) << "layer " << i;
+    EXPECT_EQ(info.spec.VHeadDim(), layers[i].v_head_dim) << "layer " << i;
+    // A shared-KV layer attends its owner's K/V: transformers' must be the same arrays.
+    if (!info.OwnsKV()) {
+      EXPECT_EQ(layers[i].k, layers[info.owner].k) << "layer " << i << " owner " << info.owner;
+      EXPECT_EQ(layers[i].v, layers[info.owner].v) << "layer " << i << " owner " << info.owner;
+    }
+  }
+  std::vector<std::vector<float>> outputs(layers.size());
+  AttentionWorkspace workspace;
+  for (uint64_t pos = 0; pos < positions; pos += kStep) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kStep, positions - pos));
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (!cache.OwnsKV(i)) continue;
+      const CapturedLayer& layer = layers[i];
+      const Result appended =
+          cache.AppendF32(i, pos, layer.k.data() + pos * layer.num_kv_heads * layer.head_dim,
+                          layer.v.data() + pos * layer.num_kv_heads * layer.v_head_dim, n);
+      EXPECT_TRUE(appended.ok()) << appended.Message();
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      CapturedLayer& layer = layers[i];
+      const size_t out_row = size_t{layer.num_q_heads} * layer.v_head_dim;
+      outputs[i].resize(outputs[i].size() + n * out_row);
+      AttentionBatch batch;
+      batch.queries_f32 = layer.q.data() + pos * layer.num_q_heads * layer.head_dim;
+      batch.out_f32 = outputs[i].data() + pos * out_row;
+      batch.first_q_pos = pos;
+      batch.num_queries = n;
+      batch.num_q_heads = layer.num_q_heads;
+      batch.head_dim = layer.head_dim;
+      AttentionOptions options = layer.options;
+      options.sinks = layer.sinks.empty() ? nullptr : layer.sinks.data();
+      const Result attended = Attention(cache.View(i), batch, options, workspace);
+      EXPECT_TRUE(attended.ok()) << attended.Message();
+    }
+  }
+  std::vector<double> errors;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    double diff = 0, norm = 0;
+    for (size_t j = 0; j < layers[i].out.size(); ++j) {
+      const double d = double{outputs[i][j]} - layers[i].out[j];
+      diff += d * d;
+      norm += double{layers[i].out[j]} * layers[i].out[j];
+    }
+    errors.push_back(std::sqrt(diff / std::max(norm, 1e-30)));
+  }
+  return errors;
+}
+
+const char* const kFamilies[] = {"mistral",      "qwen2",       "gemma2",      "gemma3_text",
+                                 "gemma3n_text", "gemma4_text", "llama4_text", "gpt_oss",
+                                 "cohere2",      "olmo3",       "smollm3"};
+
+TEST(TransformersSemantics, EveryFamilyAttendsAsTransformersThroughWrappedRings) {
+  for (const char* family : kFamilies) {
+    SCOPED_TRACE(family);
+    const Json fixture = ReadFixture(family);
+    ASSERT_FALSE(fixture.is_discarded()) << FixturePath(family);
+    const auto keep = [](size_t, LayerSpec*) {};
+    std::vector<double> errors = LayerErrors<FlashLayout>(fixture, keep);
+    const std::vector<double> tiled = LayerErrors<TiledLayout<16>>(fixture, keep);
+    ASSERT_FALSE(errors.empty());
+    ASSERT_EQ(tiled.size(), errors.size());
+    for (size_t i = 0; i < errors.size(); ++i) {
+      EXPECT_LT(errors[i], kTolerance) << "flash, layer " << i;
+      EXPECT_LT(tiled[i], kTolerance) << "tiled16, layer " << i;
+      errors[i] = std::max(errors[i], tiled[i]);
+    }
+    std::printf("%-13s %zu layers, largest normwise error %.2e (transformers %s)\n", family,
+                errors.size(), *std::max_element(errors.begin(), errors.end()),
+                fixture["transformers"].get<std::string>().c_str());
+  }
+}
+
+// The check can fail: the same runs with each owning layer's sliding window (or chunk) one
+// position wider than the config's miss transformers' outputs by far more than the tolerance.
+TEST(TransformersSemantics, AWindowOnePositionOffIsCaught) {
+  size_t caught = 0;
+  for (const char* family : kFamilies) {
+    SCOPED_TRACE(family);
+    const Json fixture = ReadFixture(family);
+    ASSERT_FALSE(fixture.is_discarded()) << FixturePath(family);
+    const std::vector<double> errors =
+        LayerErrors<FlashLayout>(fixture, [](size_t, LayerSpec* spec) {
+          if (spec->kind == AttentionKind::kSliding && spec->OwnsKV()) ++spec->window;
+          if (spec->kind == AttentionKind::kChunked && spec->OwnsKV()) ++spec->chunk;
+        });
+    const Expected<HfModel> model =
+        ParseHfConfig(fixture["config"].dump(), fixture["model_type"].get<std::string>());
+    ASSERT_TRUE(model.ok());
+    for (size_t i = 0; i < errors.size(); ++i) {
+      const LayerSpec& spec = model->layers[i];
+      if (spec.kind == AttentionKind::kGlobal || !spec.OwnsKV()) continue;
+      EXPECT_GT(errors[i], 100 * kTolerance) << "layer " << i;
+      ++caught;
+    }
+  }
+  EXPECT_GE(caught, 15u);
+}
+
+}  // namespace
+}  // namespace kvring

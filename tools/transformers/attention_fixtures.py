@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Writes what transformers' attention computes on tiny random-weight models, for kvring's test.
+
+For each family below, a model of a few layers with small windows (or chunks) is built from a
+config.json written here, its weights drawn from a fixed seed, and a prompt long enough to wrap
+every ring several times runs through it once (eager attention). Each decoder layer's attention
+call is captured: the queries after RoPE and norms, the keys and values it attends (a shared-KV
+layer's are its owner's), the scale, soft-cap and sinks, and the output before o_proj. Inside each call the keys and
+values are rounded to BF16 first, as kvring stores them, so the outputs of the two differ by
+float32 arithmetic only. The
+fixture (one JSON file per family) holds the config, those arrays and the versions used; the
+C++ test (tests/transformers_semantics_test.cc) plans the config with kvring, appends the K/V
+a few positions at a time so the rings wrap, attends the same queries, and compares.
+
+Run in the chroot of tools/transformers/README.md (run.sh --fixtures does it):
+    python3 attention_fixtures.py OUT_DIR
+"""
+
+import base64
+import importlib
+import json
+import os
+import sys
+
+import torch
+
+SEED = 1234
+PROMPT = 40  # positions: every ring below (windows and chunks 6-12) wraps 3-6 times
+
+S, F, C = "sliding_attention", "full_attention", "chunked_attention"
+BASE = {"hidden_size": 64, "intermediate_size": 64, "vocab_size": 97, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 64,
+        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False}
+
+# Each family: what differs from BASE, and what the fixture tests in kvring's terms.
+FAMILIES = {
+    "mistral": dict(num_hidden_layers=2, sliding_window=7),
+    "qwen2": dict(num_hidden_layers=3, use_sliding_window=True, sliding_window=6,
+                  max_window_layers=1),
+    "gemma2": dict(num_hidden_layers=3, sliding_window=8, query_pre_attn_scalar=24,
+                   attn_logit_softcapping=10.0, final_logit_softcapping=None),
+    "gemma3_text": dict(num_hidden_layers=4, sliding_window=9, sliding_window_pattern=3,
+                        query_pre_attn_scalar=16),
+    "gemma3n_text": dict(num_hidden_layers=6, sliding_window=8, num_kv_shared_layers=2,
+                         layer_types=[S, S, F, S, S, F], intermediate_size=[64] * 6,
+                         activation_sparsity_pattern=[0.0] * 6, hidden_size_per_layer_input=8,
+                         vocab_size_per_layer_input=97, laurel_rank=4, altup_num_inputs=2),
+    "gemma4_text": dict(num_hidden_layers=6, sliding_window=10, global_head_dim=32,
+                        num_key_value_heads=2, num_global_key_value_heads=1,
+                        attention_k_eq_v=True, num_kv_shared_layers=2,
+                        layer_types=[S, S, F, S, S, F], hidden_size_per_layer_input=8,
+                        vocab_size_per_layer_input=97),
+    "llama4_text": dict(num_hidden_layers=3, attention_chunk_size=8, no_rope_layers=[1, 1, 0],
+                        num_local_experts=2, num_experts_per_tok=1, intermediate_size_mlp=64,
+                        interleave_moe_layer_step=1, attn_temperature_tuning=False),
+    "gpt_oss": dict(num_hidden_layers=2, sliding_window=6, num_local_experts=2,
+                    num_experts_per_tok=1),
+    "cohere2": dict(num_hidden_layers=4, sliding_window=7, sliding_window_pattern=2,
+                    head_dim=16),
+    "olmo3": dict(num_hidden_layers=4, sliding_window=11),
+    "smollm3": dict(num_hidden_layers=4, use_sliding_window=True, sliding_window=12,
+                    no_rope_layers=[1, 0, 1, 0]),
+}
+
+
+def config_of(model_type):
+    config = dict(BASE, model_type=model_type)
+    config.update(FAMILIES[model_type])
+    if model_type == "cohere2":
+        config.pop("head_dim")  # Cohere2Config derives it: 64 / 4
+    return config
+
+
+class Capture:
+    """Records each attention call of a forward pass, keyed by the module's layer index."""
+
+    def __init__(self):
+        self.calls = {}
+
+    def wrap(self, eager):
+        def capture(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                    **kwargs):
+            # kvring stores K/V in BF16 (rounded to nearest even): attend exactly those values,
+            # so that the outputs differ from kvring's by f32 arithmetic only.
+            key = key.to(torch.bfloat16).to(key.dtype)
+            value = value.to(torch.bfloat16).to(value.dtype)
+            output, weights = eager(module, query, key, value, attention_mask, scaling=scaling,
+                                    dropout=dropout, **kwargs)
+            if scaling is None:
+                scaling = module.head_dim ** -0.5
+            softcap = kwargs.get("softcap", getattr(module, "attn_logit_softcapping", None))
+            sinks = getattr(module, "sinks", None)
+            self.calls[module.layer_idx] = {
+                "q": query[0].transpose(0, 1),  # [T][q heads][D]
+                "k": key[0].transpose(0, 1),    # [T][kv heads][D]
+                "v": value[0].transpose(0, 1),
+                "out": output[0],               # [T][q heads][Dv]
+                "scale": float(scaling),
+                "soft_cap": float(softcap or 0.0),
+                "sinks": sinks.tolist() if sinks is not None else [],
+            }
+            return output, weights
+        return capture
+
+
+def randomize(model, generator, model_type):
+    """Draws every weight from N(0, 0.15^2), embeddings from N(0, 1) and norm scales near 1
+    (Gemma's norms scale by 1 + weight): scores of a few units, so windows, scales, caps and
+    sinks all show in the outputs."""
+    offset = 0.0 if model_type.startswith("gemma") else 1.0
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            if "norm" in name:
+                parameter.copy_(offset + 0.1 * noise)
+            else:
+                parameter.copy_(noise * (1.0 if "embed" in name else 0.15))
+
+
+def encode(tensor):
+    """Little-endian float32 values, base64: a fifth of the text of decimal numbers."""
+    data = tensor.detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+    return base64.b64encode(data).decode("ascii")
+
+
+def run(model_type):
+    from transformers import CONFIG_MAPPING, AutoModel
+    config_dict = config_of(model_type)
+    config = CONFIG_MAPPING[model_type].from_dict(dict(config_dict))
+    config._attn_implementation = "eager"
+    generator = torch.Generator().manual_seed(SEED)
+    torch.manual_seed(SEED)
+    model = AutoModel.from_config(config, attn_implementation="eager").eval()
+    randomize(model, generator, model_type)
+    modeling = importlib.import_module(type(model).__module__)
+    capture = Capture()
+    eager = modeling.eager_attention_forward
+    modeling.eager_attention_forward = capture.wrap(eager)
+    try:
+        ids = torch.randint(3, config.vocab_size, (1, PROMPT), generator=generator)
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        modeling.eager_attention_forward = eager
+    layers = []
+    for index in range(config.num_hidden_layers):
+        call = capture.calls[index]
+        layers.append({"layer": index, "scale": call["scale"], "soft_cap": call["soft_cap"],
+                       "sinks": call["sinks"],
+                       **{name: encode(call[name]) for name in ("q", "k", "v", "out")},
+                       "shapes": {name: list(call[name].shape)
+                                  for name in ("q", "k", "v", "out")}})
+    import transformers
+    return {"model_type": model_type, "transformers": transformers.__version__,
+            "torch": torch.__version__, "seed": SEED, "positions": PROMPT,
+            "config": config_dict, "layers": layers}
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    names = sys.argv[2:] or list(FAMILIES)
+    for model_type in names:
+        fixture = run(model_type)
+        path = os.path.join(out_dir, model_type + ".json")
+        with open(path, "w") as f:
+            json.dump(fixture, f, indent=1)
+        print(f"{path}: {len(fixture['layers'])} layers", flush=True)
+
+
+if __name__ == "__main__":
+    main()
