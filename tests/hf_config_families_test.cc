@@ -162,6 +162,51 @@ TEST(HfConfigFamilies, Gemma4PresetsMatchLlamaCppFiguresAndThePublishedOwners) {
   }
 }
 
+TEST(HfConfigFamilies, MlaFamiliesPlanTheLatentOrTheExpandedHeads) {
+  // Latent (the default, what engines store): kv_lora_rank + qk_rope_head_dim per position.
+  // Mistral 4: rank 64 (file) + Mistral4Config's rope 64; GLM-4.7-Flash: both defaults, 512 +
+  // 64; Kimi K2 (DeepSeek V3's classes): 32 + 16.
+  const struct {
+    const char* file;
+    uint32_t latent, num_heads, k_dim, v_dim;
+    uint64_t max_context;
+  } kCases[] = {{"mistral4_tiny.json", 128, 4, 64 + 64, 128, 8192},
+                {"glm4_moe_lite_defaults.json", 576, 4, 192 + 64, 256, 202752},
+                {"kimi_k2_tiny.json", 48, 4, 32 + 16, 32, 131072},
+                {"deepseek_v3_tiny.json", 48, 8, 32 + 16, 32, 2048}};
+  for (const auto& c : kCases) {
+    SCOPED_TRACE(c.file);
+    const HfModel latent = Read(c.file);
+    EXPECT_EQ(latent.max_context, c.max_context);
+    for (const LayerSpec& spec : latent.layers) {
+      EXPECT_EQ(spec.kind, AttentionKind::kGlobal);
+      EXPECT_EQ(spec.latent_dim, c.latent);
+    }
+    // Expanded (transformers' cache): per query head, K of qk_nope + qk_rope, V of v_head_dim.
+    HfReadOptions options;
+    options.mla = MlaCache::kExpanded;
+    const Expected<HfModel> expanded = ReadHfConfig(ConfigPath(c.file), options);
+    ASSERT_TRUE(expanded.ok()) << expanded.error().message;
+    ASSERT_EQ(expanded->layers.size(), latent.layers.size());
+    for (const LayerSpec& spec : expanded->layers) {
+      EXPECT_EQ(spec.latent_dim, 0u);
+      EXPECT_EQ(spec.num_kv_heads, c.num_heads);
+      EXPECT_EQ(spec.head_dim, c.k_dim);
+      EXPECT_EQ(spec.VHeadDim(), c.v_dim);
+    }
+  }
+  // GLM-4.5's glm4_moe is no MLA: its head_dim is only in the file (64, not 256 / 8).
+  ExpectRows(Plan(Read("glm4_moe_head_dim.json").layers, 4096, 4),
+             {{'G', 0, 0, 4096}, {'G', 0, 1, 4096}, {'G', 0, 2, 4096}}, 2, 64);
+  // kvring-plan --mla expanded prints the per-head shapes; a bad form is refused.
+  const CliRun run = RunCli({"--config", ConfigPath("deepseek_v3_tiny.json"), "--mla", "expanded"});
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("8 x 48/32"), std::string::npos) << run.out;
+  const CliRun bad = RunCli({"--config", ConfigPath("deepseek_v3_tiny.json"), "--mla", "wide"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_EQ(bad.err, "kvring-plan: option --mla: 'wide' is not latent or expanded\n");
+}
+
 // --- Bad files of the new families: one line naming the file and the key, exit status 2 ----
 
 TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
@@ -199,6 +244,17 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/afmoe_zero_interval.json", "global_attn_every_n_layers: 0 is invalid"},
       {"bad/qwen2_vl_flat_head_dim.json",
        "head_dim: 32 contradicts hidden_size / num_attention_heads = 64"},
+      {"bad/deepseek_v32_unplanned.json",
+       "model_type: 'deepseek_v32' (transformers' DeepseekV32Config): its sparse attention keeps "
+       "an indexer key stream"},
+      {"bad/glm_moe_dsa_unplanned.json",
+       "model_type: 'glm_moe_dsa' (transformers' GlmMoeDsaConfig): its sparse attention"},
+      {"bad/deepseek_v4_unplanned.json",
+       "model_type: 'deepseek_v4' (transformers' DeepseekV4Config): its compressed attention"},
+      {"bad/mistral4_null_rope.json",
+       "qk_rope_head_dim: is null; Mistral4Config's latent attention needs a number here"},
+      {"bad/glm4_moe_missing_kv_heads.json",
+       "num_key_value_heads: is missing; Glm4MoeConfig's default 8"},
   };
   for (const auto& c : kCases) {
     const std::string path = ConfigPath(c.file);

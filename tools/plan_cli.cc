@@ -37,6 +37,9 @@ Model (one of):
   --config PATH        a Hugging Face config.json, read as transformers reads it (families
                        and keys understood: docs/configs.md)
   --list-presets       print the preset names with their layer counts and contexts
+  --mla FORM           how a --config file's MLA layers are planned: latent (default: the
+                       latent and RoPE key per position, as serving engines store them) or
+                       expanded (per query head K and V, as transformers' own cache holds)
 Runtime:
   --context N          context in tokens (default: the model's maximum, for --config the
                        file's max_position_embeddings)
@@ -88,6 +91,7 @@ struct Options {
   std::string preset = kDefaultPreset;
   bool has_preset = false;
   std::string config;  // empty: a preset
+  HfReadOptions read;  // --mla
   bool has_context = false, has_batch = false;
   uint64_t tensor_parallel = 1;
   bool sweep = false;
@@ -281,6 +285,16 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
         error = "option --tile-rows: " + std::to_string(rows) + " is not 8, 16, 32 or 64";
       }
       options->runtime.tile_rows = static_cast<uint32_t>(rows);
+    } else if (name == "--mla") {
+      std::string form;
+      error = text(&form);
+      if (form == "latent") {
+        options->read.mla = MlaCache::kLatent;
+      } else if (form == "expanded") {
+        options->read.mla = MlaCache::kExpanded;
+      } else if (error.empty()) {
+        error = "option --mla: '" + form + "' is not latent or expanded";
+      }
     } else if (name == "--backend") {
       std::string backend;
       error = text(&backend);
@@ -1179,7 +1193,7 @@ int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::stri
   }
   Model model;
   if (!options.config.empty()) {
-    Expected<HfModel> config = ReadHfConfig(options.config);
+    Expected<HfModel> config = ReadHfConfig(options.config, options.read);
     if (!config.ok()) return fail(config.error().message);
     model.name = options.config;
     model.max_context = config->max_context;

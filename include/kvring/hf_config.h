@@ -24,6 +24,7 @@
 #include "kvring/hf_config/families.h"
 #include "kvring/hf_config/gemma4.h"
 #include "kvring/hf_config/layers.h"
+#include "kvring/hf_config/mla.h"
 #include "kvring/hf_config/reader.h"
 #include "kvring/hf_config/scope.h"
 #include "kvring/layer_plan.h"
@@ -146,6 +147,13 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
       return nullptr;
     }
   }
+  for (const Unplanned& unplanned : kUnplanned) {
+    if (text_model_type != unplanned.model_type) continue;
+    failure->Fail("model_type", "'" + text_model_type + "' (transformers' " + unplanned.class_name +
+                                    "): " + unplanned.reason +
+                                    "; refused rather than planned wrong");
+    return nullptr;
+  }
   *family = FindFamily(text_model_type);
   if (*family == nullptr) {
     std::string known;
@@ -158,8 +166,8 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
   return object;
 }
 
-inline void ParseText(const std::string& text, std::vector<HfDefault>* defaults, HfModel* out,
-                      Failure* failure) {
+inline void ParseText(const std::string& text, const HfReadOptions& options,
+                      std::vector<HfDefault>* defaults, HfModel* out, Failure* failure) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     failure->Fail("", "is empty");
     return;
@@ -171,13 +179,16 @@ inline void ParseText(const std::string& text, std::vector<HfDefault>* defaults,
   const Family* family = nullptr;
   const Json* object = TextModel(root, &prefix, &family, failure);
   if (object == nullptr) return;
-  const Scope scope(*object, prefix, *family, defaults, failure);
+  const Scope scope(*object, prefix, *family, options, defaults, failure);
   switch (family->reader) {
     case Reader::kStandard:
       ReadStandard(scope, out);
       break;
     case Reader::kGemma4:
       ReadGemma4(scope, out);
+      break;
+    case Reader::kMla:
+      ReadMla(scope, out);
       break;
   }
 }
@@ -188,12 +199,14 @@ inline void ParseText(const std::string& text, std::vector<HfDefault>* defaults,
 // Returns the model that the JSON text `json_text` describes, or an Error whose field is the
 // offending key (for example "text_config.layer_types[3]", or "config" for the whole file)
 // and whose message is one line: "<file_name>: <key>: <what is wrong>". `file_name` is used
-// in messages only. Allocates; cost O(size of the text + layers).
-inline Expected<HfModel> ParseHfConfig(const std::string& json_text, const std::string& file_name) {
+// in messages only. `options`: how MLA layers are planned. Allocates; cost O(size of the text +
+// layers).
+inline Expected<HfModel> ParseHfConfig(const std::string& json_text, const std::string& file_name,
+                                       const HfReadOptions& options = HfReadOptions()) {
   HfModel model;
   std::vector<HfDefault> defaults;
   detail::hf::Failure failure;
-  detail::hf::ParseText(json_text, &defaults, &model, &failure);
+  detail::hf::ParseText(json_text, options, &defaults, &model, &failure);
   if (failure.Failed()) {
     const std::string& key = failure.Key();
     return Error{key.empty() ? "config" : key,
@@ -205,7 +218,8 @@ inline Expected<HfModel> ParseHfConfig(const std::string& json_text, const std::
 
 // Reads the file at `path` (at most 64 MiB) and returns ParseHfConfig of its text, or an Error
 // naming the file when it cannot be read (missing, a directory, unreadable).
-inline Expected<HfModel> ReadHfConfig(const std::string& path) {
+inline Expected<HfModel> ReadHfConfig(const std::string& path,
+                                      const HfReadOptions& options = HfReadOptions()) {
   const auto fail = [&](const std::string& what) { return Error{"config", path + ": " + what}; };
   struct stat info;
   if (stat(path.c_str(), &info) != 0) {
@@ -231,7 +245,7 @@ inline Expected<HfModel> ReadHfConfig(const std::string& path) {
   if (text.size() > detail::hf::kMaxFileBytes) {
     return fail("is larger than 64 MiB; a config.json holds a few KiB");
   }
-  return ParseHfConfig(text, path);
+  return ParseHfConfig(text, path, options);
 }
 
 }  // namespace kvring

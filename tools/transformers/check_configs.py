@@ -56,6 +56,7 @@ def build_layers(config_dict):
     from transformers import AutoModel, CONFIG_MAPPING
 
     model_type = config_dict.pop("model_type")
+    model_type = REMOTE_CODE.get(model_type, model_type)
     config = CONFIG_MAPPING[model_type].from_dict(config_dict)
     text = config.get_text_config()
     with torch.device("meta"), warnings.catch_warnings():
@@ -82,18 +83,31 @@ def decoder_layers(model):
     raise RuntimeError(f"no decoder layers in {type(model).__name__}")
 
 
+class Unplanned(Exception):
+    """A layer type transformers builds that kvring does not plan (kvring-plan must refuse)."""
+
+
+KINDS = {"full_attention": "global", "sliding_attention": "sliding",
+         "chunked_attention": "chunked"}
+
+
 def layer_facts(text, layer_types, i, attention, earlier):
     kind = layer_types[i] if layer_types else None
+    if kind is not None and kind not in KINDS:
+        raise Unplanned(kind)
     if kind is None:  # classes without layer_types: Mistral-like windows on every layer
         kind = "sliding_attention" if getattr(text, "sliding_window", None) else "full_attention"
-    fact = {"kind": {"full_attention": "global", "sliding_attention": "sliding",
-                     "chunked_attention": "chunked"}[kind],
+    fact = {"kind": KINDS[kind],
             "window": text.sliding_window if kind == "sliding_attention" else 0,
             "chunk": text.attention_chunk_size if kind == "chunked_attention" else 0,
             "owner": i}
-    if getattr(text, "kv_lora_rank", None):  # MLA: engines cache the latent and the RoPE key
-        fact.update(latent_dim=text.kv_lora_rank + text.qk_rope_head_dim, num_kv_heads=0,
-                    head_dim=0, v_head_dim=0)
+    if getattr(text, "kv_lora_rank", None):
+        if MLA == "latent":  # engines cache the latent and the RoPE key
+            fact.update(latent_dim=text.kv_lora_rank + text.qk_rope_head_dim, num_kv_heads=0,
+                        head_dim=0, v_head_dim=0)
+        else:  # transformers' cache: per query head, K of qk_head_dim and V of v_head_dim
+            fact.update(latent_dim=0, num_kv_heads=attention.num_heads,
+                        head_dim=attention.qk_head_dim, v_head_dim=attention.v_head_dim)
         return fact
     if getattr(attention, "is_kv_shared_layer", False):
         owner = getattr(attention, "kv_shared_layer_index", None)  # Gemma 3n
@@ -112,8 +126,16 @@ def layer_facts(text, layer_types, i, attention, earlier):
     return fact
 
 
+MLA = "latent"  # --mla
+
+# Families whose published files name transformers classes through remote code: Kimi K2's
+# configuration_deepseek.DeepseekV3Config.
+REMOTE_CODE = {"kimi_k2": "deepseek_v3"}
+
+
 def kvring_layers(binary, path):
-    run = subprocess.run([binary, "--config", path, "--json"], capture_output=True, text=True)
+    run = subprocess.run([binary, "--config", path, "--json", "--mla", MLA], capture_output=True,
+                         text=True)
     if run.returncode != 0:
         return run.returncode, run.stderr.strip(), None
     plan = json.loads(run.stdout)
@@ -128,6 +150,12 @@ def check(binary, path):
     dropped = []
     try:
         context, reference = transformers_layers(path, dropped)
+    except Unplanned as kind:
+        if status == 2:
+            return [], f"read by transformers (layer type {kind}), refused by kvring-plan " \
+                       f"({context_or_error})"
+        return [f"{path}: transformers builds layer type {kind}, but kvring-plan exits "
+                f"{status}"], ""
     except Exception as error:  # transformers refuses the file
         if status == 2:
             return [], f"refused by both ({type(error).__name__}; {context_or_error})"
@@ -153,8 +181,12 @@ def check(binary, path):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kvring-plan", required=True, help="the kvring-plan binary")
+    parser.add_argument("--mla", choices=("latent", "expanded"), default="latent",
+                        help="how kvring-plan plans MLA layers (transformers caches expanded)")
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
+    global MLA
+    MLA = args.mla
     import transformers
     print(f"transformers {transformers.__version__}", flush=True)
     failures = 0

@@ -65,7 +65,7 @@ enum class PatternRule {
 
 // Which reader reads a family's layers: the families whose rules are the data below, or a
 // family group with rules of its own (kvring/hf_config/gemma4.h).
-enum class Reader { kStandard, kGemma4 };
+enum class Reader { kStandard, kGemma4, kMla };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
 inline constexpr uint64_t kNullWindow = UINT64_MAX;
@@ -85,7 +85,7 @@ struct Family {
   bool reads_layer_types;
   bool reads_chunk;       // attention_chunk_size (default 8192)
   bool shares_kv;         // num_kv_shared_layers (default shared_default)
-  bool mla;               // kv_lora_rank (512) + qk_rope_head_dim (64)
+  bool mla;               // latent attention (kvring/hf_config/mla.h)
   const char* rule_text;  // the derived pattern, for messages
   const char* pattern_key = "sliding_window_pattern";  // kSlidingPattern: the key of the period
   uint64_t shared_default = 15;                        // num_kv_shared_layers' class default
@@ -122,8 +122,23 @@ inline constexpr Family kFamilies[] = {
     {"cohere2", "Cohere2Config", 8192, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden,
      0, PatternRule::kSlidingPattern, 4096, 4, true, false, false, false,
      "full iff (i + 1) % sliding_window_pattern == 0"},
+    // Latent attention (kvring/hf_config/mla.h). kimi_k2 files name transformers' DeepseekV3
+    // classes through remote code.
     {"deepseek_v3", "DeepseekV3Config", 4096, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
-     PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)"},
+     PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)",
+     "sliding_window_pattern", 15, Reader::kMla},
+    {"kimi_k2", "DeepseekV3Config (remote code)", 4096, KvHeadsRule::kUnused, 0,
+     HeadDimRule::kUnused, 0, PatternRule::kAllFull, 0, 0, false, false, false, true,
+     "every layer full_attention (MLA)", "sliding_window_pattern", 15, Reader::kMla},
+    {"mistral4", "Mistral4Config", 1048576, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)",
+     "sliding_window_pattern", 15, Reader::kMla},
+    {"glm4_moe_lite", "Glm4MoeLiteConfig", 202752, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)",
+     "sliding_window_pattern", 15, Reader::kMla},
+    {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
     // Sliding-window families (transformers 5.12).
     {"qwen2_vl_text", "Qwen2VLTextConfig", 32768, KvHeadsRule::kNumberNullIsMha, 8,
      HeadDimRule::kAlwaysHidden, 0, PatternRule::kMaxWindowLayers, 4096, 80, true, false, false,
@@ -149,6 +164,24 @@ inline constexpr Family kFamilies[] = {
     {"gemma4_text", "Gemma4TextConfig", 131072, KvHeadsRule::kNumberNoNullRule, 4,
      HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryNthFull, 512, 6, true, false, true, false,
      "full iff (i + 1) % 6 == 0, and the last layer", "sliding_window_pattern", 0, Reader::kGemma4},
+};
+
+// Families transformers reads whose attention kvring does not plan yet: refused with the
+// reason, never planned wrong.
+struct Unplanned {
+  const char* model_type;
+  const char* class_name;
+  const char* reason;
+};
+inline constexpr Unplanned kUnplanned[] = {
+    {"deepseek_v32", "DeepseekV32Config",
+     "its sparse attention keeps an indexer key stream (index_head_dim per position and layer) "
+     "beside the latent, which kvring does not plan yet"},
+    {"glm_moe_dsa", "GlmMoeDsaConfig",
+     "its sparse attention keeps an indexer key stream (index_head_dim per position and layer) "
+     "beside the latent, which kvring does not plan yet"},
+    {"deepseek_v4", "DeepseekV4Config",
+     "its compressed attention is not a layer kind kvring plans yet"},
 };
 
 // Multimodal checkpoints whose language model is configured under text_config.

@@ -184,15 +184,6 @@ inline void ReadSharedKV(const Scope& scope, const Kinds& kinds, HfModel* model)
 
 // Returns the spec every layer of the model starts from (its K/V shape), a global one.
 inline LayerSpec ReadShape(const Scope& scope, uint64_t num_heads) {
-  if (scope.family().mla) {
-    const std::optional<uint64_t> rank = scope.NullableOrDefault("kv_lora_rank", 512, 1, kMaxDim);
-    if (!rank) {
-      scope.Fail("kv_lora_rank", "is null; an MLA model caches a latent of this rank");
-      return LayerSpec();
-    }
-    const uint64_t rope = scope.OrDefault("qk_rope_head_dim", 64, 0, kMaxDim);
-    return LayerSpec::Latent(static_cast<uint32_t>(*rank + rope));
-  }
   const uint64_t kv_heads = ReadKvHeads(scope, num_heads);
   const uint64_t head_dim = ReadHeadDim(scope, num_heads);
   return LayerSpec::Global(static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim));

@@ -24,6 +24,17 @@ struct HfDefault {
   std::string value;
 };
 
+// How MLA layers are planned (kvring-plan --mla). kLatent: what serving engines store (vLLM,
+// SGLang, llama.cpp), one latent of kv_lora_rank + qk_rope_head_dim elements per position.
+// kExpanded: what transformers' own cache holds, per query head a K of qk_nope_head_dim +
+// qk_rope_head_dim and a V of v_head_dim elements per position.
+enum class MlaCache { kLatent, kExpanded };
+
+// How ParseHfConfig / ReadHfConfig read a file.
+struct HfReadOptions {
+  MlaCache mla = MlaCache::kLatent;
+};
+
 namespace detail {
 namespace hf {
 
@@ -83,15 +94,17 @@ inline std::string Mistyped(const Json& value, const std::string& wanted) {
 // One JSON object of the file and what was read from it.
 class Scope {
  public:
-  Scope(const Json& object, std::string prefix, const Family& family,
+  Scope(const Json& object, std::string prefix, const Family& family, const HfReadOptions& options,
         std::vector<HfDefault>* defaults, Failure* failure)
       : object_(object),
         prefix_(std::move(prefix)),
         family_(family),
+        options_(options),
         defaults_(defaults),
         failure_(failure) {}
 
   const Family& family() const { return family_; }
+  const HfReadOptions& options() const { return options_; }
   std::string Key(const std::string& key) const { return prefix_ + key; }
   std::string ClassName() const { return family_.class_name; }
 
@@ -201,6 +214,7 @@ class Scope {
   const Json& object_;
   std::string prefix_;
   const Family& family_;
+  const HfReadOptions& options_;
   std::vector<HfDefault>* defaults_;
   Failure* failure_;
 };
