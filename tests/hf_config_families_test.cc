@@ -207,6 +207,48 @@ TEST(HfConfigFamilies, MlaFamiliesPlanTheLatentOrTheExpandedHeads) {
   EXPECT_EQ(bad.err, "kvring-plan: option --mla: 'wide' is not latent or expanded\n");
 }
 
+TEST(HfConfigFamilies, GatedDeltaNetHybridsPlanStatesBesideTheFullLayers) {
+  // Qwen3-Next: full iff (i + 1) % 4 == 0; each linear_attention layer keeps a conv state of
+  // (kernel 4 - 1) x (2 x 2 x 32 + 4 x 16) = 576 BF16 elements and a recurrent state of
+  // 4 x 32 x 16 = 2048 elements, BF16 without mamba_ssm_dtype.
+  const HfModel next = Read("qwen3_next_tiny.json");
+  ASSERT_EQ(next.layers.size(), 8u);
+  for (size_t i = 0; i < 8; ++i) {
+    const LayerSpec& spec = next.layers[i];
+    EXPECT_EQ(spec.attends, (i + 1) % 4 == 0) << i;
+    if (spec.attends) {
+      EXPECT_EQ(spec.num_kv_heads, 2u);
+      EXPECT_EQ(spec.head_dim, 64u);
+      EXPECT_FALSE(spec.HasState());
+      continue;
+    }
+    EXPECT_EQ(spec.state.conv_elements, 576u) << i;
+    EXPECT_EQ(spec.state.conv_format, Format::kBF16);
+    EXPECT_EQ(spec.state.recurrent_elements, 2048u) << i;
+    EXPECT_EQ(spec.state.recurrent_format, Format::kBF16);
+  }
+  EXPECT_TRUE(HasDefault(next, "mamba_ssm_dtype", "bfloat16 (the model's type)"));
+  // Qwen3.5 (text_config, layer_types, mamba_ssm_dtype float32): class defaults head_dim 256,
+  // linear dims 128, kernel 4: conv 3 x (2 x 2 x 128 + 2 x 128) = 2304, recurrent 2 x 128 x
+  // 128 = 32768 F32 elements; with rollback 2, three copies of each.
+  const HfModel qwen35 = Read("qwen3_5_layer_types.json");
+  EXPECT_EQ(qwen35.model_type, "qwen3_5_text");
+  LayerPlan::Builder builder = qwen35.PlanBuilder();
+  const Expected<LayerPlan> plan = builder.SetContext(1024).SetBatch(16).SetRollback(2).Build();
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_EQ(plan->Layer(0).conv_state_bytes, 2304u * 2);
+  EXPECT_EQ(plan->Layer(0).recurrent_state_bytes, 32768u * 4);
+  EXPECT_EQ(plan->StateBytes(), 2 * 3 * (2304u * 2 + 32768u * 4));
+  EXPECT_EQ(plan->Layer(1).spec.head_dim, 256u);
+  // kvring-plan names the kinds and prints the state line.
+  const CliRun run = RunCli({"--config", ConfigPath("qwen3_next_tiny.json"), "--rollback", "2"});
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("0-2     state"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("recurrent state, per sequence: 92.25 KiB in 6 layers (3 copies"),
+            std::string::npos)
+      << run.out;
+}
+
 // --- Bad files of the new families: one line naming the file and the key, exit status 2 ----
 
 TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
@@ -255,6 +297,12 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "qk_rope_head_dim: is null; Mistral4Config's latent attention needs a number here"},
       {"bad/glm4_moe_missing_kv_heads.json",
        "num_key_value_heads: is missing; Glm4MoeConfig's default 8"},
+      {"bad/qwen3_next_layer_type.json",
+       "layer_types[1]: \"mamba\" is not linear_attention or full_attention (Qwen3NextConfig)"},
+      {"bad/qwen3_next_value_heads.json",
+       "linear_num_value_heads: 4 is not a multiple of linear_num_key_heads 3"},
+      {"bad/qwen3_5_ssm_dtype.json",
+       "mamba_ssm_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
   };
   for (const auto& c : kCases) {
     const std::string path = ConfigPath(c.file);

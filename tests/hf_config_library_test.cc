@@ -90,13 +90,19 @@ TEST(HfConfigLibrary, ReadsEveryConfigAsTheToolDoes) {
     for (size_t i = 0; i < model->layers.size(); ++i) {
       const LayerSpec& spec = model->layers[i];
       const nlohmann::json& layer = layers[i];
-      EXPECT_EQ(layer["kind"], ToString(spec.kind)) << i;
+      EXPECT_EQ(layer["kind"], LayerKindName(spec.kind, spec.attends, spec.HasState())) << i;
       EXPECT_EQ(layer["window"], spec.window) << i;
       EXPECT_EQ(layer["chunk"], spec.chunk) << i;
       EXPECT_EQ(layer["owner"], spec.kv_source < 0 ? int64_t(i) : int64_t{spec.kv_source}) << i;
       EXPECT_EQ(layer["num_kv_heads"], spec.num_kv_heads) << i;
       EXPECT_EQ(layer["head_dim"], spec.head_dim) << i;
       EXPECT_EQ(layer["latent_dim"], spec.latent_dim) << i;
+      EXPECT_EQ(layer["conv_state_bytes"],
+                spec.state.conv_elements * ElementBytes(spec.state.conv_format))
+          << i;
+      EXPECT_EQ(layer["recurrent_state_bytes"],
+                spec.state.recurrent_elements * ElementBytes(spec.state.recurrent_format))
+          << i;
     }
   }
   EXPECT_GT(read, 20);

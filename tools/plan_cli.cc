@@ -420,16 +420,29 @@ const char* FormatText(const LayerPlan& plan, const LayerInfo& layer) {
   return IsAccountingOnly(type) ? ToString(type) : ToString(layer.spec.format);
 }
 
-// The cells of a layer's table row, apart from its index range.
+const char* KindText(const LayerSpec& spec) {
+  return LayerKindName(spec.kind, spec.attends, spec.HasState());
+}
+
+// The cells of a layer's table row, apart from its index range; a plan with recurrent states
+// has a last column of each layer's state bytes (rollback copies included).
 std::vector<std::string> RowCells(const LayerPlan& plan, const LayerInfo& layer) {
-  return {ToString(layer.spec.kind),
-          SpanText(layer.spec),
-          layer.OwnsKV() ? "self" : "layer " + std::to_string(layer.owner),
-          ShapeText(layer.spec),
-          layer.OwnsKV() ? std::to_string(layer.capacity) : "-",
-          layer.OwnsKV() ? std::to_string(layer.num_slots) : "-",
-          layer.OwnsKV() ? FormatBytes(layer.bytes) : "0 (shared)",
-          FormatText(plan, layer)};
+  std::vector<std::string> cells;
+  if (layer.spec.attends) {
+    cells = {KindText(layer.spec),
+             SpanText(layer.spec),
+             layer.OwnsKV() ? "self" : "layer " + std::to_string(layer.owner),
+             ShapeText(layer.spec),
+             layer.OwnsKV() ? std::to_string(layer.capacity) : "-",
+             layer.OwnsKV() ? std::to_string(layer.num_slots) : "-",
+             layer.OwnsKV() ? FormatBytes(layer.bytes) : "0 (shared)",
+             FormatText(plan, layer)};
+  } else {
+    cells = {KindText(layer.spec), "-", "-", "-", "-", "-", "0 (no K/V)", "-"};
+  }
+  if (plan.HasStateLayers())
+    cells.push_back(layer.HasState() ? FormatBytes(layer.state_bytes) : "-");
+  return cells;
 }
 
 // The model being planned: a preset, or a config.json that hf_config read.
@@ -875,6 +888,7 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"layers", "kind", "window", "owner", "kv_heads x head_dim", "capacity",
                   "num_slots", "bytes", "format"});
+  if (plan.HasStateLayers()) rows.back().push_back("state");
   for (size_t first = 0; first < plan.NumLayers();) {
     const std::vector<std::string> cells = RowCells(plan, plan.Layer(first));
     size_t last = first;
@@ -886,7 +900,9 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
     first = last + 1;
   }
   // Numbers (capacity, num_slots, bytes) align right, words left.
-  out += TableText(rows, {false, false, false, false, false, true, true, true, false}, "");
+  std::vector<bool> right = {false, false, false, false, false, true, true, true, false};
+  if (plan.HasStateLayers()) right.push_back(true);
+  out += TableText(rows, right, "");
 
   const uint64_t total = plan.TotalBytes();
   const uint64_t flat = plan.FlatBytes();
@@ -912,6 +928,16 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
   }
   out += Format("one more token of context adds %s per sequence\n",
                 FormatBytes(plan.ContextTokenBytes()).c_str());
+  if (plan.HasStateLayers()) {
+    size_t state_layers = 0;
+    for (const LayerInfo& layer : plan.Layers()) state_layers += layer.HasState();
+    out += Format("recurrent state, per sequence: %s in %zu layers (%" PRIu64
+                  " cop%s each: rollback %" PRIu64 " + 1; it does not grow with the context)\n",
+                  FormatBytes(plan.StateBytes()).c_str(), state_layers, runtime.rollback + 1,
+                  runtime.rollback == 0 ? "y" : "ies", runtime.rollback);
+    out += Format("K/V and state, per sequence: %s\n",
+                  FormatBytes(plan.TotalBytes() + plan.StateBytes()).c_str());
+  }
 
   if (options.has_memory) {
     const CapacityReport report = plan.Capacity(options.budget, max_context);
@@ -967,7 +993,7 @@ std::string JsonReport(const Model& model, const LayerPlan& plan, const Options&
   for (const LayerInfo& layer : plan.Layers()) {
     nlohmann::ordered_json entry;
     entry["index"] = layer.index;
-    entry["kind"] = ToString(layer.spec.kind);
+    entry["kind"] = KindText(layer.spec);
     entry["window"] = layer.spec.window;
     entry["chunk"] = layer.spec.chunk;
     entry["owner"] = layer.owner;
@@ -983,6 +1009,10 @@ std::string JsonReport(const Model& model, const LayerPlan& plan, const Options&
     entry["slot_bytes"] = layer.slot_bytes;
     entry["bytes"] = layer.bytes;
     entry["padding_bytes"] = layer.padding_bytes;
+    entry["conv_state_bytes"] = layer.conv_state_bytes;
+    entry["recurrent_state_bytes"] = layer.recurrent_state_bytes;
+    entry["state_copies"] = layer.state_copies;
+    entry["state_bytes"] = layer.state_bytes;
     layers.push_back(entry);
   }
   json["layers"] = layers;
@@ -993,6 +1023,7 @@ std::string JsonReport(const Model& model, const LayerPlan& plan, const Options&
   json["flat_bytes"] = plan.FlatBytes();
   json["saving_bytes"] = plan.FlatBytes() - plan.TotalBytes();
   json["context_token_bytes"] = plan.ContextTokenBytes();
+  json["state_bytes"] = plan.StateBytes();
   if (options.has_memory) {
     const CapacityReport report = plan.Capacity(options.budget, max_context);
     json["capacity"] = {{"device_bytes", options.budget.device_bytes},
@@ -1150,6 +1181,11 @@ Expected<std::vector<LayerSpec>> SplitAcrossRanks(const std::vector<LayerSpec>& 
   std::vector<LayerSpec> rank_layers = layers;
   for (size_t i = 0; i < rank_layers.size(); ++i) {
     LayerSpec& spec = rank_layers[i];
+    if (tensor_parallel > 1 && (spec.HasState() || !spec.attends)) {
+      return Error{"tensor_parallel", "tensor_parallel: layer " + to_string(i) +
+                                          " has a recurrent state, whose split across ranks "
+                                          "kvring-plan does not plan yet"};
+    }
     if (spec.IsLatent() || tensor_parallel == 1) continue;  // MLA: every rank keeps the latent
     const std::string field = "layers[" + to_string(i) + "].num_kv_heads";
     const uint64_t kv_heads = spec.num_kv_heads;

@@ -23,6 +23,7 @@
 #include "kvring/base.h"
 #include "kvring/hf_config/families.h"
 #include "kvring/hf_config/gemma4.h"
+#include "kvring/hf_config/hybrid.h"
 #include "kvring/hf_config/layers.h"
 #include "kvring/hf_config/mla.h"
 #include "kvring/hf_config/reader.h"
@@ -189,6 +190,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
       break;
     case Reader::kMla:
       ReadMla(scope, out);
+      break;
+    case Reader::kGatedDeltaNet:
+      ReadGatedDeltaNetHybrid(scope, out);
       break;
   }
 }

@@ -30,6 +30,13 @@ inline const char* ToString(AttentionKind kind) {
   return "invalid";
 }
 
+// Returns how the plan's reports name a layer: its attention kind, or "state" for a layer
+// that only has a recurrent state, "none" for one without any sequence mixer.
+inline const char* LayerKindName(AttentionKind kind, bool attends, bool has_state) {
+  if (attends) return ToString(kind);
+  return has_state ? "state" : "none";
+}
+
 // The attention backend whose layout the storage uses.
 enum class Backend : uint8_t {
   kFlash,  // FlashLayout: K [kv_head][dim][slot], V [kv_head][slot][dim]

@@ -71,6 +71,10 @@ def build_layers(config_dict):
     layer_types = getattr(text, "layer_types", None)
     facts = []
     for i, layer in enumerate(layers):
+        recurrent = getattr(layer, "linear_attn", None)
+        if recurrent is not None:
+            facts.append(state_facts(text, recurrent))
+            continue
         attention = getattr(layer, "self_attn", None) or getattr(layer, "attention")
         facts.append(layer_facts(text, layer_types, i, attention, facts))
     return text.max_position_embeddings, facts
@@ -90,6 +94,20 @@ class Unplanned(Exception):
 KINDS = {"full_attention": "global", "sliding_attention": "sliding",
          "chunked_attention": "chunked"}
 
+NO_STATE = {"conv_state_bytes": 0, "recurrent_state_bytes": 0}
+
+
+def state_facts(text, module):
+    """A Gated DeltaNet layer's state from its module: the conv1d's channels and kernel (engines
+    keep kernel - 1 columns, in BF16) and the recurrent state of v_heads x k_dim x v_dim."""
+    channels, _, kernel = module.conv1d.weight.shape
+    state_bytes = 4 if getattr(text, "mamba_ssm_dtype", None) == "float32" else 2
+    return {"kind": "state", "window": 0, "chunk": 0, "owner": None, "num_kv_heads": 0,
+            "head_dim": 0, "v_head_dim": 0, "latent_dim": 0,
+            "conv_state_bytes": (kernel - 1) * channels * 2,
+            "recurrent_state_bytes": module.num_v_heads * module.head_k_dim * module.head_v_dim
+            * state_bytes}
+
 
 def layer_facts(text, layer_types, i, attention, earlier):
     kind = layer_types[i] if layer_types else None
@@ -100,7 +118,7 @@ def layer_facts(text, layer_types, i, attention, earlier):
     fact = {"kind": KINDS[kind],
             "window": text.sliding_window if kind == "sliding_attention" else 0,
             "chunk": text.attention_chunk_size if kind == "chunked_attention" else 0,
-            "owner": i}
+            "owner": i, **NO_STATE}
     if getattr(text, "kv_lora_rank", None):
         if MLA == "latent":  # engines cache the latent and the RoPE key
             fact.update(latent_dim=text.kv_lora_rank + text.qk_rope_head_dim, num_kv_heads=0,
@@ -140,7 +158,7 @@ def kvring_layers(binary, path):
         return run.returncode, run.stderr.strip(), None
     plan = json.loads(run.stdout)
     keys = ("kind", "window", "chunk", "owner", "num_kv_heads", "head_dim", "v_head_dim",
-            "latent_dim")
+            "latent_dim", "conv_state_bytes", "recurrent_state_bytes")
     return 0, plan["context"], [{key: layer[key] for key in keys} for layer in plan["layers"]]
 
 
@@ -172,7 +190,7 @@ def check(binary, path):
         return differences + [f"{path}: {len(kvring)} layers, transformers {len(reference)}"], ""
     for i, (ours, theirs) in enumerate(zip(kvring, reference)):
         for key, value in theirs.items():
-            if ours[key] != value:
+            if value is not None and ours[key] != value:
                 differences.append(f"{path}: layer {i} {key} {ours[key]}, transformers {value}")
     note = f" (without {', '.join(dropped)}: transformers refuses its type)" if dropped else ""
     return differences, f"same {len(reference)} layers{note}"

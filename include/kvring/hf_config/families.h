@@ -65,7 +65,7 @@ enum class PatternRule {
 
 // Which reader reads a family's layers: the families whose rules are the data below, or a
 // family group with rules of its own (kvring/hf_config/gemma4.h).
-enum class Reader { kStandard, kGemma4, kMla };
+enum class Reader { kStandard, kGemma4, kMla, kGatedDeltaNet };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
 inline constexpr uint64_t kNullWindow = UINT64_MAX;
@@ -136,6 +136,19 @@ inline constexpr Family kFamilies[] = {
     {"glm4_moe_lite", "Glm4MoeLiteConfig", 202752, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)",
      "sliding_window_pattern", 15, Reader::kMla},
+    // Hybrids of Gated DeltaNet and full attention (kvring/hf_config/hybrid.h).
+    {"qwen3_next", "Qwen3NextConfig", 32768, KvHeadsRule::kNumberNoNullRule, 2,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kAllFull, 0, 0, true, false, false, false,
+     "full iff (i + 1) % full_attention_interval == 0", "sliding_window_pattern", 15,
+     Reader::kGatedDeltaNet},
+    {"qwen3_5_text", "Qwen3_5TextConfig", 32768, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kAllFull, 0, 0, true, false, false, false,
+     "full iff (i + 1) % full_attention_interval == 0", "sliding_window_pattern", 15,
+     Reader::kGatedDeltaNet},
+    {"qwen3_5_moe_text", "Qwen3_5MoeTextConfig", 32768, KvHeadsRule::kNumberNoNullRule, 2,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kAllFull, 0, 0, true, false, false, false,
+     "full iff (i + 1) % full_attention_interval == 0", "sliding_window_pattern", 15,
+     Reader::kGatedDeltaNet},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},
@@ -190,11 +203,11 @@ struct Wrapper {
   const char* text_model_type;
   bool flat = false;  // without text_config, the text keys sit at the top level (older files)
 };
-inline constexpr Wrapper kWrappers[] = {{"gemma3", "gemma3_text"},
-                                        {"gemma3n", "gemma3n_text"},
-                                        {"llama4", "llama4_text"},
-                                        {"gemma4", "gemma4_text"},
-                                        {"qwen2_vl", "qwen2_vl_text", true}};
+inline constexpr Wrapper kWrappers[] = {
+    {"gemma3", "gemma3_text"},          {"gemma3n", "gemma3n_text"},
+    {"llama4", "llama4_text"},          {"gemma4", "gemma4_text"},
+    {"qwen3_5", "qwen3_5_text"},        {"qwen3_5_moe", "qwen3_5_moe_text"},
+    {"qwen2_vl", "qwen2_vl_text", true}};
 
 inline const Family* FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {

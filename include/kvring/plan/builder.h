@@ -183,7 +183,9 @@ inline Expected<std::vector<LayerSpec>> LayerPlan::Builder::ValidatedSpecs() con
     error = detail::ValidateLayer(specs, i);
     if (!error.field.empty()) return error;
     // A consumer reads its owner's buffers, so its format is the owner's (validated above).
-    if (!specs[i].OwnsKV()) specs[i].format = specs[static_cast<size_t>(specs[i].kv_source)].format;
+    if (specs[i].ReadsSharedKV()) {
+      specs[i].format = specs[static_cast<size_t>(specs[i].kv_source)].format;
+    }
   }
   if (IsAccountingOnly(runtime_.element_type)) {
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -211,7 +213,7 @@ inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
     LayerInfo& layer = plan.layers_[i];
     layer.index = i;
     layer.spec = specs[i];
-    layer.owner = specs[i].OwnsKV() ? i : static_cast<size_t>(specs[i].kv_source);
+    layer.owner = specs[i].ReadsSharedKV() ? static_cast<size_t>(specs[i].kv_source) : i;
     if (!detail::SlotBytes(specs[i], runtime_.element_type, &layer.k_slot_bytes,
                            &layer.v_slot_bytes) ||
         !detail::CheckedAdd(layer.k_slot_bytes, layer.v_slot_bytes, &layer.slot_bytes)) {
@@ -222,12 +224,18 @@ inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
   // The owner keeps the largest span any reader needs; a global reader needs everything.
   std::vector<bool> has_global_reader(specs.size(), false);
   for (const LayerInfo& reader : plan.layers_) {
+    if (!reader.spec.attends) continue;
     LayerInfo& owner = plan.layers_[reader.owner];
     if (reader.spec.kind == AttentionKind::kGlobal) has_global_reader[owner.index] = true;
     owner.span = std::max(owner.span, reader.spec.Span());
   }
 
   for (LayerInfo& layer : plan.layers_) {
+    if (!detail::PlanState(runtime_, &layer, &plan.state_bytes_)) {
+      return detail::FieldError(detail::LayerField(layer.index, "state"),
+                                to_string(layer.spec.state.recurrent_elements),
+                                "makes the state bytes overflow 64 bits");
+    }
     if (!layer.OwnsKV()) {
       layer.span = 0;
       continue;

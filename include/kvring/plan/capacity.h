@@ -53,6 +53,23 @@ inline bool SlotBytes(const LayerSpec& spec, Format element_type, uint64_t* k_by
          CheckedMul(spec.num_kv_heads, RowBytes(format, spec.VHeadDim()), v_bytes);
 }
 
+// Sets `layer`'s state bytes (one copy of each state, rollback + 1 copies) from its spec and
+// adds them to *total; false when a count overflows 64 bits.
+template <typename Info>
+bool PlanState(const RuntimeSpec& runtime, Info* layer, uint64_t* total) {
+  const StateSpec& state = layer->spec.state;
+  if (state.Empty()) return true;
+  uint64_t one_copy;
+  return CheckedMul(state.conv_elements, ElementBytes(state.conv_format),
+                    &layer->conv_state_bytes) &&
+         CheckedMul(state.recurrent_elements, ElementBytes(state.recurrent_format),
+                    &layer->recurrent_state_bytes) &&
+         CheckedAdd(runtime.rollback, uint64_t{1}, &layer->state_copies) &&
+         CheckedAdd(layer->conv_state_bytes, layer->recurrent_state_bytes, &one_copy) &&
+         CheckedMul(one_copy, layer->state_copies, &layer->state_bytes) &&
+         CheckedAdd(*total, layer->state_bytes, total);
+}
+
 }  // namespace detail
 }  // namespace kvring
 

@@ -37,7 +37,15 @@ struct LayerInfo {
   uint64_t bytes = 0;          // num_slots * slot_bytes; 0 for consumers
   uint64_t padding_bytes = 0;  // bytes of the padding slots: (num_slots - capacity) * slot_bytes
 
-  bool OwnsKV() const { return owner == index; }
+  // Recurrent state (spec.state), one copy: conv and recurrent state bytes in their formats.
+  uint64_t conv_state_bytes = 0;
+  uint64_t recurrent_state_bytes = 0;
+  uint64_t state_copies = 0;  // rollback + 1 for a layer with a state, else 0
+  uint64_t state_bytes = 0;   // (conv_state_bytes + recurrent_state_bytes) * state_copies
+
+  // Whether the layer holds K/V buffers of its own (an attending owner).
+  bool OwnsKV() const { return owner == index && spec.attends; }
+  bool HasState() const { return state_copies != 0; }
 };
 
 // Device memory available to an engine, for LayerPlan::Capacity.
@@ -83,8 +91,16 @@ class LayerPlan {
   // from its format (LayerInfo::slot_bytes).
   uint64_t ElementBytes() const { return kvring::ElementBytes(runtime_.element_type); }
 
-  // Bytes of one sequence: the sum of every owning layer's bytes, padding included.
+  // Bytes of one sequence's K/V: the sum of every owning layer's bytes, padding included.
   uint64_t TotalBytes() const { return total_bytes_; }
+  // Bytes of one sequence's recurrent states (every layer's state_bytes, rollback copies
+  // included), apart from the K/V: they do not grow with the context.
+  uint64_t StateBytes() const { return state_bytes_; }
+  // Whether some layer has no attention or holds a recurrent state (a hybrid model).
+  bool HasStateLayers() const {
+    return std::any_of(layers_.begin(), layers_.end(),
+                       [](const LayerInfo& l) { return !l.spec.attends || l.HasState(); });
+  }
   // Bytes of Runtime().num_sequences sequences.
   uint64_t TotalBytesAllSequences() const { return total_bytes_all_sequences_; }
   // Bytes of TotalBytes() that are layout padding beyond every layer's capacity.
@@ -95,10 +111,11 @@ class LayerPlan {
   // of every owning layer whose capacity is the context.
   uint64_t ContextTokenBytes() const { return context_token_bytes_; }
 
-  // Returns the bytes of one sequence if the context were `context` (all else the same),
-  // or kMaxU64 if that count does not fit 64 bits. Does not allocate. Cost: O(layers).
+  // Returns the bytes of one sequence (K/V and recurrent states) if the context were
+  // `context` (all else the same), or kMaxU64 if that count does not fit 64 bits. Does not
+  // allocate. Cost: O(layers).
   uint64_t BytesAtContext(uint64_t context) const {
-    uint64_t total = 0;
+    uint64_t total = state_bytes_;
     for (const LayerInfo& layer : layers_) {
       if (!layer.OwnsKV()) continue;
       const uint64_t capacity = CapacityOf(layer.span, context, runtime_);
@@ -119,8 +136,9 @@ class LayerPlan {
     uint64_t reserved = detail::SaturatingAdd(
         detail::SaturatingAdd(budget.weight_bytes, budget.workspace_bytes), budget.margin_bytes);
     report.usable_bytes = budget.device_bytes > reserved ? budget.device_bytes - reserved : 0;
-    report.bytes_per_sequence = total_bytes_;
-    report.max_sequences = total_bytes_ == 0 ? 0 : report.usable_bytes / total_bytes_;
+    report.bytes_per_sequence = detail::SaturatingAdd(total_bytes_, state_bytes_);
+    report.max_sequences =
+        report.bytes_per_sequence == 0 ? 0 : report.usable_bytes / report.bytes_per_sequence;
     report.max_tokens = detail::SaturatingMul(report.max_sequences, runtime_.context);
     // BytesAtContext is non-decreasing in the context: binary search the last that fits.
     const auto fits = [&](uint64_t context) {
@@ -160,6 +178,7 @@ class LayerPlan {
   RuntimeSpec runtime_;
   std::vector<LayerInfo> layers_;
   uint64_t total_bytes_ = 0;
+  uint64_t state_bytes_ = 0;
   uint64_t padding_bytes_ = 0;
   uint64_t total_bytes_all_sequences_ = 0;
   uint64_t flat_bytes_ = 0;

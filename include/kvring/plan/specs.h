@@ -14,6 +14,19 @@ namespace kvring {
 // Marks a layer that owns its K/V (LayerSpec::kv_source).
 inline constexpr int32_t kOwnsKV = -1;
 
+// A layer's per-sequence recurrent memory (Mamba's, Gated DeltaNet's, lightning attention's,
+// a short convolution's): a conv state and a recurrent state of fixed element counts, each in
+// BF16 or F32, that never grow with the context. A plan keeps rollback + 1 copies of each
+// (the state after each of the last rollback positions, and the current one).
+struct StateSpec {
+  uint64_t conv_elements = 0;
+  Format conv_format = Format::kBF16;
+  uint64_t recurrent_elements = 0;
+  Format recurrent_format = Format::kBF16;
+
+  bool Empty() const { return conv_elements == 0 && recurrent_elements == 0; }
+};
+
 // One layer's attention as the model defines it.
 struct LayerSpec {
   AttentionKind kind = AttentionKind::kGlobal;
@@ -31,6 +44,11 @@ struct LayerSpec {
   // its owner's, whatever it says here: a built plan's consumers carry their owner's format.
   // LayerPlan::Builder::SetFormat and RuntimeSpec::element_type kInt8 replace it.
   Format format = Format::kBF16;
+  // false: the layer has no attention (a recurrent layer, or no sequence mixer at all); it
+  // holds no K/V, and the attention fields above stay 0.
+  bool attends = true;
+  // The layer's recurrent state, if any (a recurrent layer, or a hybrid one that attends too).
+  StateSpec state;
 
   // Returns a full-attention layer.
   static LayerSpec Global(uint32_t num_kv_heads, uint32_t head_dim) {
@@ -59,6 +77,20 @@ struct LayerSpec {
     spec.latent_dim = latent_dim;
     return spec;
   }
+  // Returns a layer without attention whose per-sequence memory is `memory` (Mamba, Gated
+  // DeltaNet, ...); an empty state is a layer without any sequence mixer (an MLP or MoE block).
+  static LayerSpec Recurrent(const StateSpec& memory) {
+    LayerSpec spec;
+    spec.attends = false;
+    spec.state = memory;
+    return spec;
+  }
+  // Returns this attention layer holding `state` too (a hybrid layer: Falcon-H1).
+  LayerSpec WithState(const StateSpec& memory) const {
+    LayerSpec spec = *this;
+    spec.state = memory;
+    return spec;
+  }
   // Returns this layer reading the K/V of layer `source` instead of owning its own.
   LayerSpec SharedFrom(int32_t source) const {
     LayerSpec spec = *this;
@@ -67,9 +99,14 @@ struct LayerSpec {
   }
 
   bool IsLatent() const { return latent_dim != 0; }
-  bool OwnsKV() const { return kv_source == kOwnsKV; }
-  // Keys a query may see at most: window, chunk, or 0 for unbounded (global).
+  // Whether the layer has K/V of its own: it attends and reads no other layer's.
+  bool OwnsKV() const { return attends && kv_source == kOwnsKV; }
+  // Whether the layer attends with another layer's K/V (a consumer).
+  bool ReadsSharedKV() const { return attends && kv_source != kOwnsKV; }
+  bool HasState() const { return !state.Empty(); }
+  // Keys a query may see at most: window, chunk, or 0 for unbounded (global, or no attention).
   uint64_t Span() const {
+    if (!attends) return 0;
     switch (kind) {
       case AttentionKind::kSliding:
         return window;

@@ -91,6 +91,11 @@ inline Error ValidateKVSource(const std::vector<LayerSpec>& specs, size_t index)
                           (index == 0 ? std::string("none") : to_string(index - 1)) + ")");
   }
   const LayerSpec& owner = specs[static_cast<size_t>(source)];
+  if (!owner.attends) {
+    return FieldError(
+        field, to_string(source),
+        "is invalid: layer " + to_string(source) + " has no attention, so no K/V to read");
+  }
   if (!owner.OwnsKV()) {
     return FieldError(field, to_string(source),
                       "is invalid: layer " + to_string(source) + " reads the KV of layer " +
@@ -117,9 +122,48 @@ inline Error ValidateKVSource(const std::vector<LayerSpec>& specs, size_t index)
 
 // Returns an Error for the first invalid field of layer `index` (whose predecessors are
 // valid), or an empty field.
+// Refuses a recurrent state kept in another format than BF16 or F32, and attention fields on a
+// layer without attention.
+inline Error ValidateState(const LayerSpec& spec, size_t index) {
+  using std::to_string;
+  const std::pair<const char*, Format> formats[] = {
+      {"state.conv_format", spec.state.conv_format},
+      {"state.recurrent_format", spec.state.recurrent_format}};
+  for (const auto& [name, format] : formats) {
+    if (format == Format::kBF16 || format == Format::kF32) continue;
+    return FieldError(LayerField(index, name),
+                      RowBytes(format, 1) == 0 ? to_string(static_cast<int>(format))
+                                               : std::string(ToString(format)),
+                      "is not bf16 or f32: a recurrent state is kept in one of those");
+  }
+  if (spec.attends) return Error{};
+  const std::pair<const char*, uint64_t> fields[] = {{"window", spec.window},
+                                                     {"chunk", spec.chunk},
+                                                     {"num_kv_heads", spec.num_kv_heads},
+                                                     {"head_dim", spec.head_dim},
+                                                     {"v_head_dim", spec.v_head_dim},
+                                                     {"latent_dim", spec.latent_dim}};
+  for (const auto& [name, value] : fields) {
+    if (value == 0) continue;
+    return FieldError(LayerField(index, name), to_string(value),
+                      "is set on a layer without attention (attends is false), which holds no "
+                      "K/V");
+  }
+  if (spec.kv_source != kOwnsKV) {
+    return FieldError(LayerField(index, "kv_source"), to_string(spec.kv_source),
+                      "is set on a layer without attention (attends is false), which reads no "
+                      "K/V");
+  }
+  return Error{};
+}
+
 inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
   using std::to_string;
   const LayerSpec& spec = specs[index];
+  if (spec.HasState() || !spec.attends) {
+    Error error = ValidateState(spec, index);
+    if (!error.field.empty() || !spec.attends) return error;
+  }
   switch (spec.kind) {
     case AttentionKind::kGlobal:
     case AttentionKind::kSliding:

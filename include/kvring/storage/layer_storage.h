@@ -78,8 +78,8 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
 
 // Returns an Error unless `plan` can be stored in `Layout` by a KVCache or KVPool (`what`:
 // "cache" or "pool", for the message): a plan with layers, for this layout's backend and tile,
-// whose element type and layers' formats are stored (not accounting-only); else an empty
-// field.
+// whose element type and layers' formats are stored (not accounting-only), with attention
+// layers only (recurrent states are planned, not stored yet); else an empty field.
 template <typename Layout>
 Error ValidatePlanFor(const LayerPlan& plan, const char* what) {
   const RuntimeSpec& runtime = plan.Runtime();
@@ -101,6 +101,17 @@ Error ValidatePlanFor(const LayerPlan& plan, const char* what) {
     return FieldError(
         "runtime.tile_rows", std::to_string(runtime.tile_rows),
         "does not match the layout's tile of " + std::to_string(Layout::kSlotAlignment) + " rows");
+  }
+  for (size_t i = 0; i < plan.NumLayers(); ++i) {
+    const LayerSpec& spec = plan.Layer(i).spec;
+    if (!spec.attends || spec.HasState()) {
+      return FieldError(LayerField(i, "state"),
+                        LayerKindName(spec.kind, spec.attends, spec.HasState()),
+                        std::string("is a layer with a recurrent state or without attention: ") +
+                            "a kvring " + what +
+                            " holds attention K/V only so far (the plan "
+                            "counts such layers; docs/planning.md)");
+    }
   }
   for (size_t i = 0; i < plan.NumLayers(); ++i) {
     const Format format = plan.Layer(i).spec.format;
