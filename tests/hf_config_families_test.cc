@@ -249,6 +249,34 @@ TEST(HfConfigFamilies, GatedDeltaNetHybridsPlanStatesBesideTheFullLayers) {
       << run.out;
 }
 
+TEST(HfConfigFamilies, NemotronHPlansMambaAttentionAndBlocksWithoutMixer) {
+  // hybrid_override_pattern "M-M*EM": mamba, mlp, mamba, attention, moe, mamba. A mamba block
+  // keeps (conv_kernel 4 - 1) x (8 x 16 + 2 x 2 x 16) = 576 BF16 conv elements and an SSM
+  // state of 8 x 16 x 16 = 2048 elements, F32 (NemotronHConfig's mamba_ssm_cache_dtype).
+  const HfModel pattern = Read("nemotron_h_pattern.json");
+  const char* const kKinds[] = {"state", "none", "state", "global", "none", "state"};
+  ASSERT_EQ(pattern.layers.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const LayerSpec& spec = pattern.layers[i];
+    EXPECT_STREQ(LayerKindName(spec.kind, spec.attends, spec.HasState()), kKinds[i]) << i;
+    if (spec.HasState()) {
+      EXPECT_EQ(spec.state.conv_elements, 576u);
+      EXPECT_EQ(spec.state.recurrent_elements, 2048u);
+      EXPECT_EQ(spec.state.recurrent_format, Format::kF32);
+    }
+  }
+  EXPECT_EQ(pattern.layers[3].num_kv_heads, 2u);
+  EXPECT_EQ(pattern.layers[3].head_dim, 64u);
+  EXPECT_TRUE(HasDefault(pattern, "mamba_ssm_cache_dtype", "float32"));
+  // layers_block_type, with the SSM state in BF16 as the file asks.
+  const HfModel list = Read("nemotron_h_block_list.json");
+  ASSERT_EQ(list.layers.size(), 4u);
+  EXPECT_FALSE(list.layers[0].attends);
+  EXPECT_EQ(list.layers[0].state.recurrent_format, Format::kBF16);
+  EXPECT_TRUE(list.layers[1].attends);
+  EXPECT_FALSE(list.layers[2].HasState());
+}
+
 // --- Bad files of the new families: one line naming the file and the key, exit status 2 ----
 
 TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
@@ -301,6 +329,11 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "layer_types[1]: \"mamba\" is not linear_attention or full_attention (Qwen3NextConfig)"},
       {"bad/qwen3_next_value_heads.json",
        "linear_num_value_heads: 4 is not a multiple of linear_num_key_heads 3"},
+      {"bad/nemotron_h_pattern_letter.json",
+       "hybrid_override_pattern: \"M-X*\" has 'X' at 2, not M (mamba), E (moe)"},
+      {"bad/nemotron_h_no_blocks.json",
+       "layers_block_type: is missing, and so is hybrid_override_pattern"},
+      {"bad/nemotron_h_groups.json", "n_groups: 3 does not divide mamba_num_heads 8"},
       {"bad/qwen3_5_ssm_dtype.json",
        "mamba_ssm_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
   };

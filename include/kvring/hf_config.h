@@ -194,6 +194,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kGatedDeltaNet:
       ReadGatedDeltaNetHybrid(scope, out);
       break;
+    case Reader::kMamba2:
+      ReadMamba2Hybrid(scope, out);
+      break;
   }
 }
 

@@ -75,6 +75,14 @@ def build_layers(config_dict):
         if recurrent is not None:
             facts.append(state_facts(text, recurrent))
             continue
+        block = getattr(layer, "block_type", None)  # Nemotron-H: mamba, attention, moe, mlp
+        if block in ("mamba", "moe", "mlp"):
+            facts.append(mamba_facts(text, layer.mixer) if block == "mamba" else
+                         dict(NO_MIXER))
+            continue
+        if block == "attention":
+            facts.append(layer_facts(text, None, i, layer.mixer, facts))
+            continue
         attention = getattr(layer, "self_attn", None) or getattr(layer, "attention")
         facts.append(layer_facts(text, layer_types, i, attention, facts))
     return text.max_position_embeddings, facts
@@ -95,6 +103,20 @@ KINDS = {"full_attention": "global", "sliding_attention": "sliding",
          "chunked_attention": "chunked"}
 
 NO_STATE = {"conv_state_bytes": 0, "recurrent_state_bytes": 0}
+
+
+NO_MIXER = {"kind": "none", "window": 0, "chunk": 0, "owner": None, "num_kv_heads": 0,
+            "head_dim": 0, "v_head_dim": 0, "latent_dim": 0, **NO_STATE}
+
+
+def mamba_facts(text, mixer):
+    """A Mamba2 block's state from its mixer: the conv1d's channels and kernel (engines keep
+    kernel - 1 columns, BF16) and the SSM state of heads x head_dim x state_size."""
+    channels, _, kernel = mixer.conv1d.weight.shape
+    dtype = getattr(text, "mamba_ssm_cache_dtype", None) or "bfloat16"
+    return dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2,
+                recurrent_state_bytes=mixer.num_heads * mixer.head_dim * mixer.ssm_state_size
+                * (4 if dtype == "float32" else 2))
 
 
 def state_facts(text, module):

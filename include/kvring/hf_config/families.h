@@ -65,7 +65,7 @@ enum class PatternRule {
 
 // Which reader reads a family's layers: the families whose rules are the data below, or a
 // family group with rules of its own (kvring/hf_config/gemma4.h).
-enum class Reader { kStandard, kGemma4, kMla, kGatedDeltaNet };
+enum class Reader { kStandard, kGemma4, kMla, kGatedDeltaNet, kMamba2 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
 inline constexpr uint64_t kNullWindow = UINT64_MAX;
@@ -149,6 +149,10 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kDefaultNoNull, 256, PatternRule::kAllFull, 0, 0, true, false, false, false,
      "full iff (i + 1) % full_attention_interval == 0", "sliding_window_pattern", 15,
      Reader::kGatedDeltaNet},
+    {"nemotron_h", "NemotronHConfig", 4096, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 0, 0, true, false, false, false,
+     "layers_block_type, or hybrid_override_pattern", "sliding_window_pattern", 15,
+     Reader::kMamba2},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},
