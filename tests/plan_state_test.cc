@@ -8,8 +8,6 @@
 #include <vector>
 
 #include "kvring/layer_plan.h"
-#include "kvring/layouts/flash_layout.h"
-#include "kvring/storage/kv_cache.h"
 
 namespace kvring {
 namespace {
@@ -113,17 +111,6 @@ TEST(PlanState, BadStatesAndAttentionFieldsOnRecurrentLayersAreRefused) {
   LayerSpec huge = LayerSpec::Recurrent(DeltaNetState());
   huge.state.recurrent_elements = uint64_t{1} << 62;
   refused({huge}, "layers[0].state", "overflow 64 bits");
-}
-
-TEST(PlanState, StorageRefusesPlansWithStatesUntilItHoldsThem) {
-  const LayerPlan plan =
-      Build({LayerSpec::Recurrent(DeltaNetState()), LayerSpec::Global(2, 32)}, 64, 0);
-  const Expected<KVCache<FlashLayout>> cache = KVCache<FlashLayout>::Create(plan);
-  ASSERT_FALSE(cache.ok());
-  EXPECT_EQ(cache.error().field, "layers[0].state");
-  EXPECT_NE(cache.error().message.find("layers[0].state: state is a layer with a recurrent state"),
-            std::string::npos)
-      << cache.error().message;
 }
 
 }  // namespace

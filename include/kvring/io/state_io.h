@@ -31,6 +31,12 @@ namespace kvring {
 template <typename Layout>
 Result SaveState(const KVCache<Layout>& cache, const std::string& model_id, ByteSink* sink,
                  const TaskRunner& runner = TaskRunner::Inline()) {
+  if (cache.Plan().HasStateLayers()) {
+    return Result::Refused(Status::kBadArgument,
+                           "save of a cache with recurrent states: state files do not hold them "
+                           "yet (%llu bytes of states)",
+                           cache.Plan().StateBytes());
+  }
   return detail::StateAccess::Save(cache, model_id, sink, runner);
 }
 
@@ -48,6 +54,12 @@ Result SaveState(const KVCache<Layout>& cache, const std::string& model_id, Byte
 template <typename Layout>
 Result LoadState(ByteSource* source, const std::string& model_id, KVCache<Layout>* cache,
                  const TaskRunner& runner = TaskRunner::Inline()) {
+  if (cache != nullptr && cache->Plan().HasStateLayers()) {
+    return Result::Refused(Status::kBadArgument,
+                           "load into a cache with recurrent states: state files do not hold "
+                           "them yet (%llu bytes of states)",
+                           cache->Plan().StateBytes());
+  }
   return detail::StateAccess::Load(source, model_id, cache, runner);
 }
 

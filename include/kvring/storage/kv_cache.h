@@ -20,6 +20,7 @@
 #include "kvring/status.h"
 #include "kvring/storage/global_kv.h"
 #include "kvring/storage/layer_table.h"
+#include "kvring/storage/recurrent_states.h"
 #include "kvring/storage/ring_kv.h"
 #include "kvring/storage/step_rule.h"
 #include "kvring/storage/storage_spec.h"
@@ -44,6 +45,7 @@ class KVCache {
     step_ = std::move(other.step_);
     rings_ = std::move(other.rings_);
     globals_ = std::move(other.globals_);
+    states_ = std::move(other.states_);
     if (epoch == nullptr) {
       epoch_ = std::move(other.epoch_);
     } else {
@@ -55,15 +57,19 @@ class KVCache {
   }
 
   // Returns the cache of `plan`, or an Error: a plan for another backend or tile height, or
-  // an allocation failure. Allocates exactly plan.TotalBytes() (zeroed, 64-byte aligned).
+  // an allocation failure. Allocates plan.TotalBytes() for the K/V and the recurrent states'
+  // slots (plan.StateBytes(), each state 64-byte aligned), all zeroed.
   static Expected<KVCache> Create(const LayerPlan& plan) {
-    const Error unfit = detail::ValidatePlanFor<Layout>(plan, "cache");
+    const Error unfit = detail::ValidatePlanFor<Layout>(plan, "cache", /*holds_states=*/true);
     if (!unfit.field.empty()) return unfit;
+    Expected<detail::RecurrentStates> states = detail::RecurrentStates::Create(plan);
+    if (!states.ok()) return states.error();
     KVCache cache;
     cache.epoch_ = std::make_unique<ViewEpoch>();
     cache.plan_ = plan;
     cache.table_ = detail::LayerTable::Of(plan, detail::Residence::kFlat);
     cache.step_ = detail::StepRule(cache.table_.Owners().size(), 0);
+    cache.states_ = std::move(states).value();
     for (size_t layer : cache.table_.Owners()) {
       Error error = cache.IsFlat(layer) ? AddStorage(&cache.globals_, plan, layer)
                                         : AddStorage(&cache.rings_, plan, layer);
@@ -186,6 +192,10 @@ class KVCache {
     if (num_tokens > StorageOf(bound).Index().RollbackLimit()) {
       return RollbackResult(StorageOf(bound).CheckRollback(num_tokens, bound), end);
     }
+    if (num_tokens != 0) {  // the recurrent states after end - num_tokens must be held too
+      const Result held = states_.CheckHeld(end - num_tokens);
+      if (!held.ok()) return RollbackResult(held, end);
+    }
     for (size_t layer : table_.Owners()) {
       const Result result = StorageOf(layer).Rollback(num_tokens, layer);
       KVRING_DASSERT(result.ok());
@@ -263,7 +273,8 @@ class KVCache {
     copy.plan_ = plan_;
     copy.table_ = table_;
     copy.step_ = step_;
-    if (!CopyAll(rings_, &copy.rings_) || !CopyAll(globals_, &copy.globals_)) {
+    if (!CopyAll(rings_, &copy.rings_) || !CopyAll(globals_, &copy.globals_) ||
+        !states_.CopyTo(&copy.states_)) {
       return Error{"plan", "plan: the snapshot could not be allocated"};
     }
     return copy;
@@ -274,15 +285,46 @@ class KVCache {
   void Clear() {
     for (auto& ring : rings_) ring.Clear();
     for (auto& flat : globals_) flat.Clear();
+    states_.Clear();
     step_.Reset(0);
     EndViews(ViewEnd::kClear);
   }
 
-  // Returns the bytes of every K and V buffer and int8 scale: for each owning layer num_slots x
+  // Returns the state of `layer` after EndPos() positions (the one its next position continues
+  // from; zeros for a new sequence), as spans to read and update in place; the engine reads it
+  // before writing the states of the positions it appends. An Error (naming the layer) for a
+  // layer without a state, or when that state was not written (StateAfter) or was overwritten
+  // since: never a stale state.
+  Expected<StateSlot> State(size_t layer) {
+    const Error bad = CheckStateLayer(layer);
+    if (!bad.field.empty()) return bad;
+    return states_.Read(layer, EndPos());
+  }
+
+  // Returns the slot where the engine writes `layer`'s state after `num_positions` positions,
+  // in the forward pass that appends them: EndPos() < num_positions <= EndPos() + the plan's
+  // batch. A later Rollback(n) makes the state after EndPos() - n the current one, so with
+  // speculative decoding write every position's state (the plan keeps rollback + 1 slots; a
+  // slot is reused num_positions apart by rollback + 1). An Error outside that range or for a
+  // layer without a state.
+  Expected<StateSlot> StateAfter(size_t layer, uint64_t num_positions) {
+    const Error bad = CheckStateLayer(layer);
+    if (!bad.field.empty()) return bad;
+    const uint64_t end = EndPos();
+    if (num_positions <= end || num_positions - end > plan_.Runtime().batch) {
+      return Error{"num_positions", "num_positions: " + std::to_string(num_positions) +
+                                        " is not in (" + std::to_string(end) + ", " +
+                                        std::to_string(end + plan_.Runtime().batch) +
+                                        "]: the positions this forward pass may append"};
+    }
+    return states_.Write(layer, num_positions);
+  }
+
+  // Returns the bytes of every K and V buffer and int8 scale (for each owning layer num_slots x
   // num_kv_heads x (RowBytes(format, head_dim) + RowBytes(format, v_head_dim)), the V term 0
-  // without V; equals Plan().TotalBytes().
+  // without V) and of the recurrent states' slots: Plan().TotalBytes() + Plan().StateBytes().
   uint64_t AllocatedBytes() const {
-    uint64_t bytes = 0;
+    uint64_t bytes = states_.PlannedBytes();
     for (const auto& ring : rings_) bytes += ring.AllocatedBytes();
     for (const auto& flat : globals_) bytes += flat.AllocatedBytes();
     return bytes;
@@ -290,6 +332,16 @@ class KVCache {
 
  private:
   friend struct detail::StateAccess;  // io/state_access.h: saves and loads it
+
+  Error CheckStateLayer(size_t layer) const {
+    if (layer >= plan_.NumLayers() || !states_.HasState(layer)) {
+      return Error{"layer", "layer: " + std::to_string(layer) +
+                                " is not a layer with a recurrent "
+                                "state (of " +
+                                std::to_string(plan_.NumLayers()) + " layers)"};
+    }
+    return Error{};
+  }
   // Creates the storage of owning layer `layer` at the end of `storages` (its index in the
   // table: owners of one residence are numbered in layer order).
   template <typename Storage>
@@ -394,6 +446,7 @@ class KVCache {
   detail::StepRule step_;
   std::vector<RingKV<Layout>> rings_;
   std::vector<GlobalKV<Layout>> globals_;
+  detail::RecurrentStates states_;  // the layers' recurrent states (LayerSpec::state)
 };
 
 }  // namespace kvring

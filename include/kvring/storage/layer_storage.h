@@ -81,7 +81,7 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
 // whose element type and layers' formats are stored (not accounting-only), with attention
 // layers only (recurrent states are planned, not stored yet); else an empty field.
 template <typename Layout>
-Error ValidatePlanFor(const LayerPlan& plan, const char* what) {
+Error ValidatePlanFor(const LayerPlan& plan, const char* what, bool holds_states = false) {
   const RuntimeSpec& runtime = plan.Runtime();
   if (plan.NumLayers() == 0) {
     return Error{"plan", "plan: is empty; build it with LayerPlan::Builder"};
@@ -102,15 +102,20 @@ Error ValidatePlanFor(const LayerPlan& plan, const char* what) {
         "runtime.tile_rows", std::to_string(runtime.tile_rows),
         "does not match the layout's tile of " + std::to_string(Layout::kSlotAlignment) + " rows");
   }
-  for (size_t i = 0; i < plan.NumLayers(); ++i) {
+  if (holds_states && plan.NumOwningLayers() == 0) {
+    return FieldError("layers", "[no attention]",
+                      std::string("hold no attention layer: a kvring ") + what +
+                          " counts positions by its attention layers' appends");
+  }
+  for (size_t i = 0; i < plan.NumLayers() && !holds_states; ++i) {
     const LayerSpec& spec = plan.Layer(i).spec;
     if (!spec.attends || spec.HasState()) {
       return FieldError(LayerField(i, "state"),
                         LayerKindName(spec.kind, spec.attends, spec.HasState()),
                         std::string("is a layer with a recurrent state or without attention: ") +
                             "a kvring " + what +
-                            " holds attention K/V only so far (the plan "
-                            "counts such layers; docs/planning.md)");
+                            " holds attention K/V and no recurrent state yet (a KVCache holds "
+                            "both; docs/planning.md)");
     }
   }
   for (size_t i = 0; i < plan.NumLayers(); ++i) {

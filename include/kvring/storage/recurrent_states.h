@@ -1,0 +1,197 @@
+// kvring/storage/recurrent_states.h: the recurrent states of one sequence's layers that hold
+// one (LayerSpec::state: Gated DeltaNet, Mamba, ...), as a KVCache keeps them: per such layer
+// rollback + 1 slots of a conv state and a recurrent state, zeroed and 64-byte aligned, the
+// state after n positions in slot n % (rollback + 1). Each slot remembers which n it holds, so
+// that a read of a state that was not written, or a rollback to one that was overwritten, is
+// refused instead of trusted. Storage only: the engine computes the states.
+#ifndef KVRING_STORAGE_RECURRENT_STATES_H_
+#define KVRING_STORAGE_RECURRENT_STATES_H_
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kvring/base.h"
+#include "kvring/detail/aligned_buffer.h"
+#include "kvring/detail/checked_math.h"
+#include "kvring/layer_plan.h"
+#include "kvring/status.h"
+
+namespace kvring {
+
+// One layer's state in one slot: plain spans the engine reads and writes in place.
+struct StateSlot {
+  uint8_t* conv = nullptr;  // conv_bytes bytes of conv_format elements
+  uint64_t conv_bytes = 0;
+  Format conv_format = Format::kBF16;
+  uint8_t* recurrent = nullptr;  // recurrent_bytes bytes of recurrent_format elements
+  uint64_t recurrent_bytes = 0;
+  Format recurrent_format = Format::kBF16;
+};
+
+namespace detail {
+
+class RecurrentStates {
+ public:
+  // Marks a slot that holds no written state.
+  static constexpr uint64_t kUnwritten = ~uint64_t{0};
+
+  RecurrentStates() = default;
+
+  // Returns the states of `plan`'s layers that hold one (their slots zeroed; the zero state
+  // counts as the state after 0 positions), or an Error naming the layer whose buffer could
+  // not be allocated.
+  static Expected<RecurrentStates> Create(const LayerPlan& plan) {
+    RecurrentStates states;
+    states.slot_of_layer_.assign(plan.NumLayers(), kNone);
+    states.copies_ = plan.Runtime().rollback + 1;
+    for (const LayerInfo& layer : plan.Layers()) {
+      if (!layer.HasState()) continue;
+      Layer entry;
+      entry.conv_bytes = layer.conv_state_bytes;
+      entry.recurrent_bytes = layer.recurrent_state_bytes;
+      entry.conv_format = layer.spec.state.conv_format;
+      entry.recurrent_format = layer.spec.state.recurrent_format;
+      // Each slot's two states start at multiples of 64 bytes.
+      entry.stride = RoundUp64(entry.conv_bytes) + RoundUp64(entry.recurrent_bytes);
+      uint64_t bytes = 0;
+      if (!CheckedMul(entry.stride, states.copies_, &bytes) || bytes > SIZE_MAX) {
+        return Error{LayerField(layer.index, "state"),
+                     LayerField(layer.index, "state") + ": its slots overflow the address space"};
+      }
+      entry.buffer = AlignedBuffer<uint8_t>::Zeroed(static_cast<size_t>(bytes));
+      if (entry.buffer.Failed()) {
+        return Error{LayerField(layer.index, "state"),
+                     LayerField(layer.index, "state") + ": could not allocate its slots"};
+      }
+      entry.stamps.assign(states.copies_, kUnwritten);
+      entry.stamps[0] = 0;
+      states.slot_of_layer_[layer.index] = states.layers_.size();
+      states.layers_.push_back(std::move(entry));
+    }
+    return states;
+  }
+
+  bool HasState(size_t layer) const {
+    return layer < slot_of_layer_.size() && slot_of_layer_[layer] != kNone;
+  }
+  bool Empty() const { return layers_.empty(); }
+
+  // Returns the slot of the state after `num_positions` positions of `layer` and marks it as
+  // holding that state: the engine writes it now. (The caller checks the position.)
+  StateSlot Write(size_t layer, uint64_t num_positions) {
+    Layer& entry = layers_[slot_of_layer_[layer]];
+    const uint64_t slot = num_positions % copies_;
+    entry.stamps[slot] = num_positions;
+    return SlotOf(entry, slot);
+  }
+
+  // Returns the state after `num_positions` positions of `layer`, or kNotLive when its slot
+  // holds another (never written, or overwritten since).
+  Expected<StateSlot> Read(size_t layer, uint64_t num_positions) {
+    Layer& entry = layers_[slot_of_layer_[layer]];
+    const uint64_t slot = num_positions % copies_;
+    if (entry.stamps[slot] != num_positions) {
+      return Error{LayerField(layer, "state"),
+                   LayerField(layer, "state") + ": the state after " +
+                       std::to_string(num_positions) +
+                       " positions was not written (StateAfter), or was overwritten since"};
+    }
+    return SlotOf(entry, slot);
+  }
+
+  // Returns kOk if every layer holds the state after `num_positions` positions (a rollback's
+  // target), else kRollbackTooFar naming the first layer that does not.
+  Result CheckHeld(uint64_t num_positions) const {
+    for (size_t layer = 0; layer < slot_of_layer_.size(); ++layer) {
+      if (slot_of_layer_[layer] == kNone) continue;
+      const Layer& entry = layers_[slot_of_layer_[layer]];
+      if (entry.stamps[num_positions % copies_] != num_positions) {
+        return Result::Refused(Status::kRollbackTooFar,
+                               "rollback to %llu positions: layers[%llu] holds no state after "
+                               "them (write each position's state with StateAfter)",
+                               num_positions, layer);
+      }
+    }
+    return Status::kOk;
+  }
+
+  // Forgets every state: the slots are zeroed and only the state after 0 positions is held.
+  void Clear() {
+    for (Layer& entry : layers_) {
+      if (entry.buffer.size() != 0) std::memset(entry.buffer.data(), 0, entry.buffer.size());
+      entry.stamps.assign(copies_, kUnwritten);
+      entry.stamps[0] = 0;
+    }
+  }
+
+  // Copies every slot and stamp into *copy (made by Create of the same plan); false if it
+  // could not allocate.
+  bool CopyTo(RecurrentStates* copy) const {
+    copy->slot_of_layer_ = slot_of_layer_;
+    copy->copies_ = copies_;
+    copy->layers_.clear();
+    for (const Layer& entry : layers_) {
+      Layer duplicate;
+      duplicate.conv_bytes = entry.conv_bytes;
+      duplicate.recurrent_bytes = entry.recurrent_bytes;
+      duplicate.conv_format = entry.conv_format;
+      duplicate.recurrent_format = entry.recurrent_format;
+      duplicate.stride = entry.stride;
+      duplicate.stamps = entry.stamps;
+      duplicate.buffer = AlignedBuffer<uint8_t>::Zeroed(entry.buffer.size());
+      if (duplicate.buffer.Failed()) return false;
+      if (entry.buffer.size() != 0) {
+        std::memcpy(duplicate.buffer.data(), entry.buffer.data(), entry.buffer.size());
+      }
+      copy->layers_.push_back(std::move(duplicate));
+    }
+    return true;
+  }
+
+  // Returns the bytes of the states' slots as the plan counts them (without the alignment
+  // between a slot's two states).
+  uint64_t PlannedBytes() const {
+    uint64_t bytes = 0;
+    for (const Layer& entry : layers_) {
+      bytes += (entry.conv_bytes + entry.recurrent_bytes) * copies_;
+    }
+    return bytes;
+  }
+
+ private:
+  static constexpr size_t kNone = ~size_t{0};
+
+  struct Layer {
+    uint64_t conv_bytes = 0;
+    uint64_t recurrent_bytes = 0;
+    Format conv_format = Format::kBF16;
+    Format recurrent_format = Format::kBF16;
+    uint64_t stride = 0;  // bytes of one slot
+    AlignedBuffer<uint8_t> buffer;
+    std::vector<uint64_t> stamps;  // per slot: the positions its state follows, or kUnwritten
+  };
+
+  static uint64_t RoundUp64(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+  static StateSlot SlotOf(Layer& entry, uint64_t slot) {
+    uint8_t* base = entry.buffer.data() + slot * entry.stride;
+    StateSlot view;
+    view.conv = entry.conv_bytes != 0 ? base : nullptr;
+    view.conv_bytes = entry.conv_bytes;
+    view.conv_format = entry.conv_format;
+    view.recurrent = entry.recurrent_bytes != 0 ? base + RoundUp64(entry.conv_bytes) : nullptr;
+    view.recurrent_bytes = entry.recurrent_bytes;
+    view.recurrent_format = entry.recurrent_format;
+    return view;
+  }
+
+  std::vector<size_t> slot_of_layer_;
+  std::vector<Layer> layers_;
+  uint64_t copies_ = 1;
+};
+
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_STORAGE_RECURRENT_STATES_H_

@@ -1,0 +1,211 @@
+// Tests of recurrent states in a KVCache (issue 17): a hybrid model's state layers keep
+// rollback + 1 zeroed, 64-byte aligned slots beside the attention layers' K/V; the engine reads
+// the current state and writes each position's state where kvring says; Rollback makes an
+// earlier state current with the K/V, all or nothing; Copy, Clear and the refusals. The
+// "engine" here is a toy recurrence whose every state is known.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kvring/kvring.h"
+
+namespace kvring {
+namespace {
+
+constexpr uint64_t kBatch = 4;
+constexpr uint64_t kRollback = 2;
+
+StateSpec SmallState() {
+  StateSpec state;
+  state.conv_elements = 3 * 20;  // 120 BF16 bytes: the recurrent state starts 128 bytes in
+  state.conv_format = Format::kBF16;
+  state.recurrent_elements = 4 * 8;
+  state.recurrent_format = Format::kF32;
+  return state;
+}
+
+// Three recurrent layers and a global one (Qwen3.5's pattern), batch 4, rollback 2.
+LayerPlan HybridPlan() {
+  LayerPlan::Builder builder;
+  for (int i = 0; i < 3; ++i) builder.AddLayer(LayerSpec::Recurrent(SmallState()));
+  builder.AddLayer(LayerSpec::Global(1, 16));
+  Expected<LayerPlan> plan = builder.SetContext(256)
+                                 .SetBatch(kBatch)
+                                 .SetRollback(kRollback)
+                                 .SetLayout<FlashLayout>()
+                                 .Build();
+  EXPECT_TRUE(plan.ok()) << plan.error().message;
+  return plan.value();
+}
+
+// The toy recurrence: the state after n positions of layer l has every recurrent element
+// equal to 1000 * l + n and every conv byte equal to (n + l) % 251.
+float ValueOf(size_t layer, uint64_t n) { return static_cast<float>(1000 * layer + n); }
+
+void WriteState(const StateSlot& slot, size_t layer, uint64_t n) {
+  std::memset(slot.conv, static_cast<int>((n + layer) % 251), slot.conv_bytes);
+  float* recurrent = reinterpret_cast<float*>(slot.recurrent);
+  for (uint64_t i = 0; i < slot.recurrent_bytes / 4; ++i) recurrent[i] = ValueOf(layer, n);
+}
+
+bool HoldsState(const StateSlot& slot, size_t layer, uint64_t n) {
+  for (uint64_t i = 0; i < slot.conv_bytes; ++i) {
+    if (slot.conv[i] != (n + layer) % 251) return false;
+  }
+  const float* recurrent = reinterpret_cast<const float*>(slot.recurrent);
+  for (uint64_t i = 0; i < slot.recurrent_bytes / 4; ++i) {
+    if (recurrent[i] != ValueOf(layer, n)) return false;
+  }
+  return true;
+}
+
+// One forward pass of `count` positions from `pos`: each recurrent layer reads its current
+// state (checked) and writes the state after each position (`every`: or only the last one);
+// the global layer appends K/V.
+void Step(KVCache<FlashLayout>* cache, uint64_t pos, uint64_t count, bool every = true) {
+  for (size_t layer = 0; layer < 3; ++layer) {
+    Expected<StateSlot> current = cache->State(layer);
+    ASSERT_TRUE(current.ok()) << current.error().message;
+    EXPECT_TRUE(pos == 0 ? current->recurrent[0] == 0 : HoldsState(*current, layer, pos));
+    for (uint64_t n = pos + 1; n <= pos + count; ++n) {
+      if (!every && n != pos + count) continue;
+      Expected<StateSlot> slot = cache->StateAfter(layer, n);
+      ASSERT_TRUE(slot.ok()) << slot.error().message;
+      WriteState(*slot, layer, n);
+    }
+  }
+  std::vector<float> k(count * 16, 0.5f), v(count * 16, -0.5f);
+  ASSERT_TRUE(cache->AppendF32(3, pos, k.data(), v.data(), count).ok());
+}
+
+TEST(RecurrentState, SlotsAreZeroedAlignedAndCountedAsPlanned) {
+  const LayerPlan plan = HybridPlan();
+  Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(plan);
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  KVCache<FlashLayout> cache = std::move(created).value();
+  EXPECT_EQ(plan.StateBytes(), 3 * (kRollback + 1) * (120u + 128u));
+  EXPECT_EQ(cache.AllocatedBytes(), plan.TotalBytes() + plan.StateBytes());
+  for (size_t layer = 0; layer < 3; ++layer) {
+    Expected<StateSlot> state = cache.State(layer);
+    ASSERT_TRUE(state.ok()) << state.error().message;
+    EXPECT_EQ(state->conv_bytes, 120u);
+    EXPECT_EQ(state->recurrent_bytes, 128u);
+    EXPECT_EQ(state->recurrent_format, Format::kF32);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(state->conv) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(state->recurrent) % 64, 0u);
+    for (uint64_t i = 0; i < state->conv_bytes; ++i) ASSERT_EQ(state->conv[i], 0);
+  }
+}
+
+TEST(RecurrentState, RollbackMakesAnEarlierStateCurrentWithTheKV) {
+  Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(HybridPlan());
+  ASSERT_TRUE(created.ok());
+  KVCache<FlashLayout> cache = std::move(created).value();
+  uint64_t pos = 0;
+  for (uint64_t count : {3u, 4u, 1u, 4u}) {
+    Step(&cache, pos, count);
+    pos += count;
+  }
+  ASSERT_EQ(cache.EndPos(), 12u);
+  // Speculative decoding: 4 drafted positions, 2 rejected.
+  Step(&cache, 12, 4);
+  ASSERT_EQ(cache.Rollback(2).EndPos(), 14u);
+  for (size_t layer = 0; layer < 3; ++layer) {
+    Expected<StateSlot> state = cache.State(layer);
+    ASSERT_TRUE(state.ok()) << state.error().message;
+    EXPECT_TRUE(HoldsState(*state, layer, 14)) << layer;
+  }
+  Step(&cache, 14, 2);  // continues from the state after 14
+  EXPECT_EQ(cache.EndPos(), 16u);
+
+  // A pass that wrote only its last state cannot roll back: refused, nothing changed.
+  Step(&cache, 16, 3, /*every=*/false);
+  const RollbackResult refused = cache.Rollback(1);
+  EXPECT_EQ(refused, Status::kRollbackTooFar);
+  EXPECT_NE(refused.Message().find("layers[0] holds no state after them"), std::string::npos)
+      << refused.Message();
+  EXPECT_EQ(cache.EndPos(), 19u);
+  Expected<StateSlot> kept = cache.State(0);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(HoldsState(*kept, 0, 19));
+  EXPECT_TRUE(cache.Rollback(0).ok());
+}
+
+TEST(RecurrentState, CopyIsIndependentAndClearStartsOver) {
+  Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(HybridPlan());
+  ASSERT_TRUE(created.ok());
+  KVCache<FlashLayout> cache = std::move(created).value();
+  Step(&cache, 0, 4);
+  Expected<KVCache<FlashLayout>> copied = cache.Copy();
+  ASSERT_TRUE(copied.ok());
+  KVCache<FlashLayout> copy = std::move(copied).value();
+  Step(&cache, 4, 2);
+  Expected<StateSlot> snapshot = copy.State(1);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.error().message;
+  EXPECT_TRUE(HoldsState(*snapshot, 1, 4));
+  EXPECT_NE(snapshot->recurrent, cache.State(1)->recurrent);
+  cache.Clear();
+  EXPECT_EQ(cache.EndPos(), 0u);
+  Expected<StateSlot> fresh = cache.State(2);
+  ASSERT_TRUE(fresh.ok());
+  for (uint64_t i = 0; i < fresh->conv_bytes; ++i) ASSERT_EQ(fresh->conv[i], 0);
+  EXPECT_EQ(reinterpret_cast<const float*>(fresh->recurrent)[0], 0.0f);
+  Step(&cache, 0, 4);  // a new sequence runs from the zero state
+}
+
+TEST(RecurrentState, RefusalsNameTheLayerAndTheRange) {
+  Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(HybridPlan());
+  ASSERT_TRUE(created.ok());
+  KVCache<FlashLayout> cache = std::move(created).value();
+  Expected<StateSlot> attention = cache.State(3);
+  ASSERT_FALSE(attention.ok());
+  EXPECT_EQ(attention.error().message,
+            "layer: 3 is not a layer with a recurrent state (of 4 layers)");
+  EXPECT_FALSE(cache.State(9).ok());
+  Expected<StateSlot> past = cache.StateAfter(0, kBatch + 1);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.error().message,
+            "num_positions: 5 is not in (0, 4]: the positions this forward pass may append");
+  EXPECT_FALSE(cache.StateAfter(0, 0).ok());
+  // A state that was never written is not handed out: after a pass that skipped layer 1's
+  // state, its current state is refused rather than stale.
+  for (size_t layer : {size_t{0}, size_t{2}}) WriteState(*cache.StateAfter(layer, 2), layer, 2);
+  std::vector<float> k(32, 0.0f), v(32, 0.0f);
+  ASSERT_TRUE(cache.AppendF32(3, 0, k.data(), v.data(), 2).ok());
+  Expected<StateSlot> missing = cache.State(1);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("layers[1].state: the state after 2 positions was not "
+                                         "written"),
+            std::string::npos)
+      << missing.error().message;
+}
+
+TEST(RecurrentState, PoolsAndStateFilesRefuseRecurrentStatesForNow) {
+  const LayerPlan plan = HybridPlan();
+  PoolSpec spec;
+  spec.budget_bytes = 64 << 20;
+  spec.max_sequences = 4;
+  const Expected<KVPool<FlashLayout>> pool = KVPool<FlashLayout>::Create(plan, spec);
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.error().field, "layers[0].state");
+  Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(plan);
+  ASSERT_TRUE(created.ok());
+  std::vector<uint8_t> bytes;
+  VectorSink sink(&bytes);
+  const Result saved = SaveState(created.value(), "model", &sink);
+  EXPECT_EQ(saved, Status::kBadArgument);
+  EXPECT_NE(saved.Message().find("state files do not hold them yet"), std::string::npos);
+  EXPECT_TRUE(bytes.empty());
+  // A plan of recurrent layers only has no position to count.
+  LayerPlan::Builder only;
+  only.AddLayer(LayerSpec::Recurrent(SmallState()));
+  const Expected<LayerPlan> recurrent = only.SetContext(64).SetBatch(4).Build();
+  ASSERT_TRUE(recurrent.ok());
+  EXPECT_FALSE(KVCache<FlashLayout>::Create(*recurrent).ok());
+}
+
+}  // namespace
+}  // namespace kvring
