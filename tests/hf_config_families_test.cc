@@ -277,6 +277,24 @@ TEST(HfConfigFamilies, NemotronHPlansMambaAttentionAndBlocksWithoutMixer) {
   EXPECT_FALSE(list.layers[2].HasState());
 }
 
+TEST(HfConfigFamilies, Granite4HybridDerivesTheMambaHeadDim) {
+  // layer_types mamba, mamba, attention, mamba; mamba_d_head "auto": 2 x 128 / 8 = 32. Conv
+  // (4 - 1) x (256 + 2 x 1 x 16) = 864 BF16 elements; SSM 8 x 32 x 16 = 4096 BF16 elements (no
+  // mamba_ssm_dtype); the attention layer MHA-less: 2 KV heads of 128 / 4.
+  const HfModel model = Read("granitemoehybrid_tiny.json");
+  ASSERT_EQ(model.layers.size(), 4u);
+  EXPECT_TRUE(HasDefault(model, "mamba_d_head", "auto"));
+  for (size_t i : {size_t{0}, size_t{1}, size_t{3}}) {
+    EXPECT_FALSE(model.layers[i].attends) << i;
+    EXPECT_EQ(model.layers[i].state.conv_elements, 864u) << i;
+    EXPECT_EQ(model.layers[i].state.recurrent_elements, 4096u) << i;
+    EXPECT_EQ(model.layers[i].state.recurrent_format, Format::kBF16) << i;
+  }
+  EXPECT_TRUE(model.layers[2].attends);
+  EXPECT_EQ(model.layers[2].num_kv_heads, 2u);
+  EXPECT_EQ(model.layers[2].head_dim, 32u);
+}
+
 // --- Bad files of the new families: one line naming the file and the key, exit status 2 ----
 
 TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
@@ -334,6 +352,10 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/nemotron_h_no_blocks.json",
        "layers_block_type: is missing, and so is hybrid_override_pattern"},
       {"bad/nemotron_h_groups.json", "n_groups: 3 does not divide mamba_num_heads 8"},
+      {"bad/granitemoehybrid_head_dim.json",
+       "mamba_d_head: 16 x mamba_n_heads 8 is not mamba_expand x hidden_size 256"},
+      {"bad/granitemoehybrid_layer_type.json",
+       "layer_types[1]: \"linear_attention\" is not mamba or attention"},
       {"bad/qwen3_5_ssm_dtype.json",
        "mamba_ssm_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
   };

@@ -75,6 +75,9 @@ def build_layers(config_dict):
         if recurrent is not None:
             facts.append(state_facts(text, recurrent))
             continue
+        if getattr(layer, "mamba", None) is not None:  # Granite 4.0-H
+            facts.append(mamba_facts(text, layer.mamba))
+            continue
         block = getattr(layer, "block_type", None)  # Nemotron-H: mamba, attention, moe, mlp
         if block in ("mamba", "moe", "mlp"):
             facts.append(mamba_facts(text, layer.mixer) if block == "mamba" else
@@ -100,7 +103,7 @@ class Unplanned(Exception):
 
 
 KINDS = {"full_attention": "global", "sliding_attention": "sliding",
-         "chunked_attention": "chunked"}
+         "chunked_attention": "chunked", "attention": "global"}
 
 NO_STATE = {"conv_state_bytes": 0, "recurrent_state_bytes": 0}
 

@@ -8,7 +8,11 @@
 // of mamba, attention, moe and mlp blocks; a mamba block keeps a conv state of
 // (conv_kernel - 1) x (mamba_num_heads x mamba_head_dim + 2 x n_groups x ssm_state_size) and
 // an SSM state of mamba_num_heads x mamba_head_dim x ssm_state_size; moe and mlp blocks mix
-// no sequence. Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
+// no sequence. Mamba2 (Granite 4.0-H): layer_types of mamba and attention layers (default all
+// mamba), the mamba keys named mamba_n_heads, mamba_d_head ("auto": mamba_expand x hidden_size
+// / mamba_n_heads), mamba_d_state, mamba_n_groups, mamba_d_conv, the conv channels mamba_expand
+// x hidden_size + 2 x groups x state. Part of kvring/hf_config.h; needs nlohmann-json. Throws
+// nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_HYBRID_H_
 #define KVRING_HF_CONFIG_HYBRID_H_
 
@@ -212,8 +216,70 @@ inline std::vector<std::string> ReadBlockTypes(const Scope& scope) {
   return types;
 }
 
-// Reads a Nemotron-H model of `scope` into *model.
+// Returns a Granite 4.0-H Mamba2 layer's state.
+inline StateSpec ReadGraniteMambaState(const Scope& scope) {
+  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
+  const uint64_t heads = scope.OrDefault("mamba_n_heads", 128, 1, kMaxDim);
+  const uint64_t expand = scope.OrDefault("mamba_expand", 2, 1, kMaxDim);
+  const uint64_t state_size = scope.OrDefault("mamba_d_state", 256, 1, kMaxDim);
+  const uint64_t groups = scope.OrDefault("mamba_n_groups", 1, 1, kMaxDim);
+  const uint64_t kernel = scope.OrDefault("mamba_d_conv", 4, 1, kMaxDim);
+  StateSpec state;
+  if (scope.Failed()) return state;
+  const uint64_t intermediate = expand * hidden;
+  uint64_t head_dim = 0;
+  const Json* d_head = scope.Find("mamba_d_head");
+  if (d_head == nullptr || *d_head == Json("auto")) {
+    if (d_head == nullptr) scope.Record("mamba_d_head", "auto");
+    head_dim = intermediate / heads;
+  } else {
+    head_dim = scope.ToUInt("mamba_d_head", *d_head, 1, kMaxDim);
+  }
+  if (scope.Failed()) return state;
+  if (head_dim * heads != intermediate) {
+    scope.Fail("mamba_d_head", std::to_string(head_dim) + " x mamba_n_heads " +
+                                   std::to_string(heads) + " is not mamba_expand x hidden_size " +
+                                   std::to_string(intermediate) + " (" + scope.ClassName() +
+                                   " refuses it)");
+    return state;
+  }
+  state.conv_elements = (kernel - 1) * (intermediate + 2 * groups * state_size);
+  state.conv_format = Format::kBF16;
+  state.recurrent_elements = heads * head_dim * state_size;
+  state.recurrent_format = ReadStateFormat(scope);
+  return state;
+}
+
+// Returns Granite 4.0-H's layer kinds: layer_types of "mamba" and "attention", every layer
+// mamba without them.
+inline std::vector<std::string> ReadGraniteLayerTypes(const Scope& scope) {
+  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  std::vector<std::string> types;
+  const Json* list = scope.Find("layer_types");
+  if (scope.Failed()) return types;
+  if (list == nullptr || list->is_null()) return std::vector<std::string>(num_layers, "mamba");
+  if (!list->is_array() || list->size() != num_layers) {
+    scope.Fail("layer_types", list->is_array() ? "has " + std::to_string(list->size()) +
+                                                     " entries, but num_hidden_layers is " +
+                                                     std::to_string(num_layers)
+                                               : Mistyped(*list, "a list"));
+    return types;
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    const Json& entry = (*list)[i];
+    if (entry != Json("mamba") && entry != Json("attention")) {
+      scope.Fail("layer_types[" + std::to_string(i) + "]",
+                 Show(entry) + " is not mamba or attention (" + scope.ClassName() + ")");
+      return {};
+    }
+    types.push_back(entry.get<std::string>());
+  }
+  return types;
+}
+
+// Reads a Mamba2 hybrid (Nemotron-H, Granite 4.0-H) of `scope` into *model.
 inline void ReadMamba2Hybrid(const Scope& scope, HfModel* model) {
+  const bool granite = std::string(scope.family().model_type) == "granitemoehybrid";
   const Family& family = scope.family();
   model->model_type = family.model_type;
   model->class_name = family.class_name;
@@ -221,7 +287,8 @@ inline void ReadMamba2Hybrid(const Scope& scope, HfModel* model) {
   model->num_attention_heads = static_cast<uint32_t>(num_heads);
   model->max_context =
       scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
-  const std::vector<std::string> types = ReadBlockTypes(scope);
+  const std::vector<std::string> types =
+      granite ? ReadGraniteLayerTypes(scope) : ReadBlockTypes(scope);
   if (scope.Failed()) return;
   if (types.size() > kMaxLayers) {
     scope.Fail("layers_block_type", "has too many blocks");
@@ -236,7 +303,7 @@ inline void ReadMamba2Hybrid(const Scope& scope, HfModel* model) {
   LayerSpec attention;
   if (has_attention) attention = ReadShape(scope, num_heads);
   StateSpec mamba;
-  if (has_mamba) mamba = ReadMamba2State(scope);
+  if (has_mamba) mamba = granite ? ReadGraniteMambaState(scope) : ReadMamba2State(scope);
   if (scope.Failed()) return;
   for (const std::string& type : types) {
     if (type == "attention") {
