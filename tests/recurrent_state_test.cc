@@ -165,6 +165,18 @@ TEST(RecurrentState, RefusalsNameTheLayerAndTheRange) {
   EXPECT_EQ(attention.error().message,
             "layer: 3 is not a layer with a recurrent state (of 4 layers)");
   EXPECT_FALSE(cache.State(9).ok());
+  // A recurrent layer holds no K/V: appends, reads and attention of it are refused, and no
+  // other layer's buffers are touched.
+  std::vector<float> rows(16, 1.0f);
+  const Result append = cache.AppendF32(1, 0, rows.data(), rows.data(), 1);
+  EXPECT_EQ(append, Status::kBadArgument);
+  EXPECT_EQ(append.Message(),
+            "BadArgument: layers[1] has no attention (a recurrent layer): it holds no K/V");
+  std::vector<BF16> row(16);
+  EXPECT_EQ(cache.ReadRow(2, 0, row.data(), row.data()), Status::kBadArgument);
+  EXPECT_EQ(cache.View(0).k, nullptr);
+  EXPECT_EQ(cache.EndPos(1), cache.EndPos());
+  EXPECT_EQ(cache.EndPos(3), 0u);
   Expected<StateSlot> past = cache.StateAfter(0, kBatch + 1);
   ASSERT_FALSE(past.ok());
   EXPECT_EQ(past.error().message,

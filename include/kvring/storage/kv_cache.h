@@ -118,9 +118,14 @@ class KVCache {
   // layers already appended. O(1) between steps, O(layers) inside one.
   uint64_t EndPos() const { return step_.InStep() ? StepOf().low_end : step_.HighEnd(); }
 
-  // Live range of `layer` (its owner's for a consumer): [FirstPos, EndPos).
-  uint64_t FirstPos(size_t layer) const { return StorageOf(Owner(layer)).Index().FirstPos(); }
-  uint64_t EndPos(size_t layer) const { return StorageOf(Owner(layer)).Index().EndPos(); }
+  // Live range of `layer` (its owner's for a consumer): [FirstPos, EndPos); a layer without
+  // attention holds no position: both are the cache's EndPos().
+  uint64_t FirstPos(size_t layer) const {
+    return table_.Attends(layer) ? StorageOf(Owner(layer)).Index().FirstPos() : EndPos();
+  }
+  uint64_t EndPos(size_t layer) const {
+    return table_.Attends(layer) ? StorageOf(Owner(layer)).Index().EndPos() : EndPos();
+  }
 
   // Copies the stored BF16 row of `pos` of `layer` (its owner's) into k_out
   // [kv_head][head_dim] and, if not null, v_out [kv_head][v_head_dim], exactly as stored.
@@ -145,15 +150,20 @@ class KVCache {
     return Read(layer, pos, detail::RowRead::F32s(k_out, v_out));
   }
 
-  // Returns the format `layer`'s K and V are stored in (its owner's).
-  Format GetFormat(size_t layer) const { return StorageOf(Owner(layer)).GetFormat(); }
+  // Returns the format `layer`'s K and V are stored in (its owner's; a layer without attention
+  // its spec's, storing none).
+  Format GetFormat(size_t layer) const {
+    return table_.Attends(layer) ? StorageOf(Owner(layer)).GetFormat()
+                                 : plan_.Layer(layer).spec.format;
+  }
 
   // Returns the view `layer` attends over: its owner's storage under its own visibility. The
   // view ends at the next call that writes the cache (an append to any layer, Rollback,
   // Clear, Grow, a move-assignment into it) or at its destruction; attention refuses an ended
   // view (kStaleView, naming the call) in O(1). O(1); does not allocate.
   KVView<Layout> View(size_t layer) const {
-    const size_t owner = Owner(layer);  // checks `layer`
+    const size_t owner = Owner(layer);                    // checks `layer`
+    if (!table_.Attends(layer)) return KVView<Layout>();  // attention refuses it: no K/V
     const Visibility visibility = table_.Entry(layer).visibility;
     KVView<Layout> view = Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
     if (epoch_ != nullptr) view.stamp = ViewStamp::Of(*epoch_, layer);
@@ -378,7 +388,7 @@ class KVCache {
 
   // The one read behind ReadRow, ReadRowInt8 and ReadRowF32.
   Result Read(size_t layer, uint64_t pos, const detail::RowRead& read) const {
-    const Result known = table_.CheckLayer(layer);
+    const Result known = table_.CheckAttends(layer);
     if (!known.ok()) return known;
     return StorageOf(Owner(layer)).Read(pos, read, layer);
   }

@@ -33,7 +33,8 @@ struct LayerEntry {
   size_t owner = 0;
   Visibility visibility;                   // the layer's own rule (a consumer's, not its owner's)
   Residence residence = Residence::kRing;  // owners only
-  size_t storage = 0;  // owners: index among the owners of the same residence, in layer order
+  size_t storage = 0;   // owners: index among the owners of the same residence, in layer order
+  bool attends = true;  // false: a layer without attention (a recurrent one), no K/V at all
 };
 
 class LayerTable {
@@ -49,6 +50,7 @@ class LayerTable {
       LayerEntry& entry = table.entries_[layer.index];
       entry.owner = layer.owner;
       entry.visibility = Visibility::Of(layer.spec);
+      entry.attends = layer.spec.attends;
       if (!layer.OwnsKV()) continue;
       table.owners_.push_back(layer.index);
       entry.residence = layer.capacity >= plan.Runtime().context ? full : Residence::kRing;
@@ -66,7 +68,8 @@ class LayerTable {
     return entries_[layer];
   }
   size_t Owner(size_t layer) const { return Entry(layer).owner; }
-  bool OwnsKV(size_t layer) const { return Owner(layer) == layer; }
+  bool OwnsKV(size_t layer) const { return Owner(layer) == layer && Entry(layer).attends; }
+  bool Attends(size_t layer) const { return Entry(layer).attends; }
   // Returns the entry of the owner of `layer` (checked).
   const LayerEntry& OwnerEntry(size_t layer) const { return entries_[Owner(layer)]; }
   // The owning layers, in order.
@@ -81,9 +84,17 @@ class LayerTable {
     return Result::Refused(Status::kBadArgument, "layers[%llu]: the model has %llu layers", layer,
                            entries_.size());
   }
-  // CheckLayer, and kNotOwner for a layer that reads another's K/V: the refusals of a write.
-  Result CheckWritable(size_t layer) const {
+  // CheckLayer, and kBadArgument for a layer without attention: the refusals of a K/V read.
+  Result CheckAttends(size_t layer) const {
     const Result known = CheckLayer(layer);
+    if (!known.ok() || Attends(layer)) return known;
+    return Result::Refused(Status::kBadArgument,
+                           "layers[%llu] has no attention (a recurrent layer): it holds no K/V",
+                           uint64_t{layer});
+  }
+  // CheckAttends, and kNotOwner for a layer that reads another's K/V: the refusals of a write.
+  Result CheckWritable(size_t layer) const {
+    const Result known = CheckAttends(layer);
     if (!known.ok() || OwnsKV(layer)) return known;
     return Result::Refused(Status::kNotOwner,
                            "layers[%llu] reads the KV of layers[%llu]; append to that owner",
