@@ -177,10 +177,10 @@ TEST(RecurrentState, RefusalsNameTheLayerAndTheRange) {
   EXPECT_EQ(cache.View(0).k, nullptr);
   EXPECT_EQ(cache.EndPos(1), cache.EndPos());
   EXPECT_EQ(cache.EndPos(3), 0u);
-  Expected<StateSlot> past = cache.StateAfter(0, kBatch + 1);
+  Expected<StateSlot> past = cache.StateAfter(0, 257);
   ASSERT_FALSE(past.ok());
   EXPECT_EQ(past.error().message,
-            "num_positions: 5 is not in (0, 4]: the positions this forward pass may append");
+            "num_positions: 257 is not in (0, 256]: past the current end, within the context");
   EXPECT_FALSE(cache.StateAfter(0, 0).ok());
   // A state that was never written is not handed out: after a pass that skipped layer 1's
   // state, its current state is refused rather than stale.

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,9 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
   options.Number("global-kv-heads", &config->model.global_kv_heads,
                  "global layers' kv_heads, dividing the 4 q heads (off: 2)", 0,
                  config->model.num_q_heads);
+  options.Flag("hybrid", &config->model.hybrid,
+               "layers 1-3 recurrent (a gated linear recurrence with a short\n"
+               "convolution, Qwen3.5's 3 linear : 1 full): kvring keeps their states");
   options.Number("seed", &config->model.seed, "weights and prompts (1)");
   if (!options.Parse(argc, argv, help)) return false;
   const uint32_t global_kv_heads = config->model.global_kv_heads;
@@ -249,6 +253,7 @@ class Engine {
     const Span span{pos_, num_tokens};
     const auto attend = [&](size_t layer, const float* q, const float* k, const float* v,
                             float* attn) {
+      if (mini_engine::IsRecurrent(model_.config, layer)) return Recur(layer, q, num_tokens, attn);
       if (k != nullptr) {
         // K/V of this layer's new positions, [n][kv_head][head_dim]: kvring rounds them to
         // BF16 and stores them in the layer's ring or flat buffer.
@@ -270,6 +275,34 @@ class Engine {
     return status;
   }
 
+  // A recurrent layer's step: continues from the cache's current state of `layer` and stores
+  // the state after each of the n positions where kvring says (so that a rollback of rejected
+  // drafts finds its state).
+  Status Recur(size_t layer, const float* u, uint64_t n, float* out) {
+    const kvring::Expected<kvring::StateSlot> current = cache_.State(layer);
+    if (!current.ok()) {
+      std::fprintf(stderr, "%s: %s\n", name_, current.error().message.c_str());
+      return Status::kBadArgument;
+    }
+    const size_t dim = model_.QDim(layer);
+    conv_.assign(reinterpret_cast<const float*>(current->conv),
+                 reinterpret_cast<const float*>(current->conv) + (kConvTaps - 1) * dim);
+    state_.assign(reinterpret_cast<const float*>(current->recurrent),
+                  reinterpret_cast<const float*>(current->recurrent) + dim);
+    Status status = Status::kOk;
+    mini_engine::Recur(layer, u, n, dim, conv_.data(), state_.data(), out, [&](size_t t) {
+      const kvring::Expected<kvring::StateSlot> slot = cache_.StateAfter(layer, pos_ + t + 1);
+      if (!slot.ok()) {
+        std::fprintf(stderr, "%s: %s\n", name_, slot.error().message.c_str());
+        status = Status::kBadArgument;
+        return;
+      }
+      std::memcpy(slot->conv, conv_.data(), slot->conv_bytes);
+      std::memcpy(slot->recurrent, state_.data(), slot->recurrent_bytes);
+    });
+    return status;
+  }
+
   // Discards the newest `num_tokens` positions (rejected drafts) of every layer.
   Status Rollback(uint64_t num_tokens) {
     const Status status = cache_.Rollback(num_tokens);
@@ -288,6 +321,7 @@ class Engine {
   kvring::AttentionWorkspace workspace_;
   kvring::AttentionOptions options_;
   Activations activations_;
+  std::vector<float> conv_, state_;  // a recurrent layer's state while a step runs
   Meter* meter_;
   Progress* progress_;
   uint64_t pos_ = 0;
@@ -390,6 +424,11 @@ int Run(const Config& config) {
       static_cast<unsigned long long>(config.draft));
   std::printf("  layer  kind     owner  capacity  num_slots\n");
   for (const kvring::LayerInfo& layer : plan->Layers()) {
+    if (!layer.spec.attends) {
+      std::printf("  %5zu  %-7s      -         -          -  (%llu state bytes)\n", layer.index,
+                  "state", static_cast<unsigned long long>(layer.state_bytes));
+      continue;
+    }
     const kvring::LayerInfo& owner = plan->Layer(layer.owner);
     std::printf("  %5zu  %-7s  %5zu  %8llu  %9llu%s\n", layer.index,
                 kvring::ToString(layer.spec.kind), layer.owner,
@@ -409,6 +448,7 @@ int Run(const Config& config) {
   }
   bool flat_everywhere = true, ring_somewhere = false;
   for (size_t layer = 0; layer < kNumLayers; ++layer) {
+    if (IsRecurrent(config.model, layer)) continue;  // no K/V
     flat_everywhere = flat_everywhere && flat_cache->IsFlat(layer);
     ring_somewhere = ring_somewhere || !ring_cache->IsFlat(layer);
   }
@@ -418,9 +458,11 @@ int Run(const Config& config) {
   std::printf("\nchecks\n");
   checks.Expect(flat_everywhere && ring_somewhere,
                 "the reference stores every layer flat, kvring keeps the sliding owners as rings");
-  checks.Expect(ring_bytes == plan->TotalBytes() && flat_bytes == plan->FlatBytes(),
+  checks.Expect(ring_bytes == plan->TotalBytes() + plan->StateBytes() &&
+                    flat_bytes == plan->FlatBytes() + flat_plan->StateBytes(),
                 "allocated bytes equal the plan's (" + std::to_string(ring_bytes) + " and " +
-                    std::to_string(flat_bytes) + ")");
+                    std::to_string(flat_bytes) + (config.model.hybrid ? ", states included" : "") +
+                    ")");
 
   // The attention threads every engine below runs on: started once, used by every layer's
   // call (starting threads per call would cost more than a decode step's attention).
@@ -563,10 +605,20 @@ int Run(const Config& config) {
     checks.Expect(difference.empty(),
                   "restored snapshot + second turn, against a fresh flat recomputation: " +
                       Identical(difference, turn_tokens.size()));
-    Engine<Layout> resumed("state file", model, options, kvring::KVCache<Layout>(), &pool,
-                           &other_meter, &progress);
-    CheckStateFile(*snapshot, builder, std::move(resumed), snapshot_pos, snapshot_logits, config,
-                   turn, turn_tokens, turn_logits, &checks);
+    if (config.model.hybrid) {
+      // State files do not hold recurrent states yet: the save is refused, writing nothing.
+      std::vector<uint8_t> bytes;
+      kvring::VectorSink sink(&bytes);
+      const kvring::Result saved = kvring::SaveState(*snapshot, "kvring mini_engine", &sink);
+      checks.Expect(saved == Status::kBadArgument && bytes.empty(),
+                    "a state file of a cache with recurrent states is refused for now (" +
+                        saved.Message() + ")");
+    } else {
+      Engine<Layout> resumed("state file", model, options, kvring::KVCache<Layout>(), &pool,
+                             &other_meter, &progress);
+      CheckStateFile(*snapshot, builder, std::move(resumed), snapshot_pos, snapshot_logits, config,
+                     turn, turn_tokens, turn_logits, &checks);
+    }
   }
 
   // 7. Clear() and a second conversation, prefilled in batches larger than planned: the
@@ -591,7 +643,8 @@ int Run(const Config& config) {
     kvring::RuntimeSpec grown_runtime = plan->Runtime();
     grown_runtime.batch = std::min<uint64_t>(big_batch, config.prompt2);
     const kvring::Expected<kvring::LayerPlan> grown_plan = plan->WithRuntime(grown_runtime);
-    const uint64_t want_bytes = grown_plan.ok() ? grown_plan->TotalBytes() : 0;
+    const uint64_t want_bytes =
+        grown_plan.ok() ? grown_plan->TotalBytes() + grown_plan->StateBytes() : 0;
     checks.Expect(want_bytes > bytes_before && bytes_after == want_bytes &&
                       ring.Cache().Plan().Runtime().batch == grown_runtime.batch,
                   "a batch of " + std::to_string(grown_runtime.batch) + " (planned " +

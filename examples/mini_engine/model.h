@@ -36,6 +36,8 @@ struct ModelConfig {
   // against 256 on 16 for its sliding layers); 0: the sliding layers' head_dim, num_kv_heads.
   uint32_t global_head_dim = 0;
   uint32_t global_kv_heads = 0;
+  // A hybrid model: layers 1-3 are recurrent (IsRecurrent), as Qwen3.5's 3 linear : 1 full.
+  bool hybrid = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -55,6 +57,14 @@ static_assert(kGlobal[kGlobalOwner] && kSharedSource[kGlobalOwner] < 0, "a globa
 
 inline bool OwnsKV(size_t layer) { return kSharedSource[layer] < 0; }
 
+// The hybrid variant's recurrent layers: sliding owners no consumer reads. Each keeps a state
+// instead of K/V: a short convolution over its input (the last kConvTaps - 1 inputs) and a
+// gated linear recurrence (Recur).
+inline bool IsRecurrent(const ModelConfig& c, size_t layer) {
+  return c.hybrid && layer >= 1 && layer <= 3;
+}
+constexpr size_t kConvTaps = 3;
+
 // The head dim and kv_heads of `layer` (a consumer has its owner's kind, so its shape).
 inline uint32_t HeadDimOf(const ModelConfig& c, size_t layer) {
   return kGlobal[layer] && c.global_head_dim != 0 ? c.global_head_dim : c.head_dim;
@@ -72,6 +82,16 @@ inline std::vector<kvring::LayerSpec> LayerSpecs(const ModelConfig& c) {
                                  ? kvring::LayerSpec::Global(kv_heads, head_dim)
                                  : kvring::LayerSpec::Sliding(c.window, kv_heads, head_dim);
     if (kSharedSource[layer] >= 0) spec = spec.SharedFrom(kSharedSource[layer]);
+    if (IsRecurrent(c, layer)) {
+      // A recurrent layer's per-sequence memory: its conv window and its state, in F32.
+      const uint64_t dim = uint64_t{c.num_q_heads} * head_dim;
+      kvring::StateSpec state;
+      state.conv_elements = (kConvTaps - 1) * dim;
+      state.conv_format = kvring::Format::kF32;
+      state.recurrent_elements = dim;
+      state.recurrent_format = kvring::Format::kF32;
+      spec = kvring::LayerSpec::Recurrent(state);
+    }
     specs.push_back(spec);
   }
   return specs;
@@ -225,6 +245,29 @@ inline float Gelu(float x) {
   return 0.5f * x * (1.0f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x)));
 }
 
+// The hybrid variant's recurrence of layer `layer` over n tokens' inputs u ([n][dim]): a short
+// convolution y = u_t + u_{t-1} / 2 + u_{t-2} / 4 over `conv` (the last two inputs, newest
+// first), then state = a * state + (1 - a) * y with a fixed gate a in (0.05, 0.95) per
+// channel; out_t = state. Calls after(t) once token t's conv and state are updated (to store
+// them). Fixed order of operations: the same bits however tokens are batched.
+template <class After>
+void Recur(size_t layer, const float* u, size_t n, size_t dim, float* conv, float* state,
+           float* out, After&& after) {
+  for (size_t t = 0; t < n; ++t) {
+    const float* x = u + t * dim;
+    for (size_t i = 0; i < dim; ++i) {
+      const float y = x[i] + 0.5f * conv[i] + 0.25f * conv[dim + i];
+      conv[dim + i] = conv[i];
+      conv[i] = x[i];
+      const float a =
+          0.5f + 0.45f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(layer));
+      state[i] = a * state[i] + (1.0f - a) * y;
+      out[t * dim + i] = state[i];
+    }
+    after(t);
+  }
+}
+
 inline int32_t ArgMax(const float* logits, size_t vocab) {
   return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
 }
@@ -275,7 +318,9 @@ inline kvring::AttentionBatch SpanQueries(const Model& model, size_t layer, cons
 // calls attend(layer, q, k, v, attn): it stores k and v ([num_tokens][kv_head][head_dim]; null
 // for a consumer layer, which reads its owner's) at each span's positions, and writes attn
 // ([num_tokens][num_q_heads][head_dim]) from q, one attention call per span or one for all,
-// returning kOk or the first refusal (which ends the step). Writes logits [num_tokens][vocab].
+// returning kOk or the first refusal (which ends the step). A recurrent layer (IsRecurrent)
+// gets its inputs unrotated in q, k and v null, and writes its outputs (Recur) to attn.
+// Writes logits [num_tokens][vocab].
 template <class Attend>
 kvring::Status Forward(const Model& model, const int32_t* tokens, const Span* spans,
                        size_t num_spans, Attend&& attend, Activations* a,
@@ -307,8 +352,9 @@ kvring::Status Forward(const Model& model, const int32_t* tokens, const Span* sp
     const size_t head_dim = HeadDimOf(c, layer);
     RMSNorm(a->x.data(), w.attn_norm.data(), n, hidden, a->h.data());
     MatMul(a->h.data(), n, hidden, w.wq.data(), q_dim, a->q.data());
-    rope(a->q.data(), c.num_q_heads, head_dim, inv_freq);
-    const bool owner = OwnsKV(layer);
+    const bool recurrent = IsRecurrent(c, layer);
+    if (!recurrent) rope(a->q.data(), c.num_q_heads, head_dim, inv_freq);
+    const bool owner = OwnsKV(layer) && !recurrent;
     if (owner) {
       // K/V of this layer's new positions: kvring rounds them to the layer's format when
       // they are stored.

@@ -312,20 +312,21 @@ class KVCache {
   }
 
   // Returns the slot where the engine writes `layer`'s state after `num_positions` positions,
-  // in the forward pass that appends them: EndPos() < num_positions <= EndPos() + the plan's
-  // batch. A later Rollback(n) makes the state after EndPos() - n the current one, so with
-  // speculative decoding write every position's state (the plan keeps rollback + 1 slots; a
-  // slot is reused num_positions apart by rollback + 1). An Error outside that range or for a
-  // layer without a state.
+  // in the forward pass that appends them: EndPos() < num_positions <= the context (a pass of
+  // more positions than the planned batch grows the rings as it appends). A later Rollback(n) makes
+  // the state after EndPos() - n the current one, so with speculative decoding write every
+  // position's state (the plan keeps rollback + 1 slots; a slot is reused num_positions apart by
+  // rollback + 1). An Error outside that range or for a layer without a state.
   Expected<StateSlot> StateAfter(size_t layer, uint64_t num_positions) {
     const Error bad = CheckStateLayer(layer);
     if (!bad.field.empty()) return bad;
     const uint64_t end = EndPos();
-    if (num_positions <= end || num_positions - end > plan_.Runtime().batch) {
+    const uint64_t context = plan_.Runtime().context;
+    if (num_positions <= end || num_positions > context) {
       return Error{"num_positions", "num_positions: " + std::to_string(num_positions) +
                                         " is not in (" + std::to_string(end) + ", " +
-                                        std::to_string(end + plan_.Runtime().batch) +
-                                        "]: the positions this forward pass may append"};
+                                        std::to_string(context) +
+                                        "]: past the current end, within the context"};
     }
     return states_.Write(layer, num_positions);
   }
