@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/plan_cli_run.h"
 #include "kvring/hf_config.h"
 #include "kvring/layer_plan.h"
 
@@ -67,6 +68,18 @@ inline bool HasDefault(const HfModel& model, const std::string& key, const std::
     if (entry.key == key && entry.value == value) return true;
   }
   return false;
+}
+
+// Runs kvring-plan --config on tests/configs/`file`: exit status 2, nothing on stdout, and one
+// line on stderr, "kvring-plan: <path>: " followed by `message` (its start).
+inline void ExpectToolRefuses(const std::string& file, const std::string& message) {
+  const std::string path = ConfigPath(file);
+  const CliRun run = RunCli({"--config", path});
+  EXPECT_EQ(run.status, 2) << file;
+  EXPECT_EQ(run.out, "") << file;
+  const std::string expected = "kvring-plan: " + path + ": " + message;
+  EXPECT_EQ(run.err.rfind(expected, 0), 0u) << file << "\n" << run.err;
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << file << "\n" << run.err;
 }
 
 }  // namespace tools

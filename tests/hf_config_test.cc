@@ -270,15 +270,7 @@ TEST(HfConfig, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/bidirectional.json", "use_bidirectional_attention: is true"},
       {"bad/deepseek_null_rank.json", "kv_lora_rank: is null"},
   };
-  for (const auto& c : kCases) {
-    const std::string path = ConfigPath(c.file);
-    const CliRun run = RunCli({"--config", path});
-    EXPECT_EQ(run.status, 2) << c.file;
-    EXPECT_EQ(run.out, "") << c.file;
-    const std::string expected = "kvring-plan: " + path + ": " + c.message;
-    EXPECT_EQ(run.err.rfind(expected, 0), 0u) << c.file << "\n" << run.err;
-    EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << c.file << "\n" << run.err;
-  }
+  for (const auto& c : kCases) ExpectToolRefuses(c.file, c.message);
 }
 
 TEST(HfConfig, ErrorFieldNamesTheNestedKey) {

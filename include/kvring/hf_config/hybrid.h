@@ -75,20 +75,11 @@ inline StateSpec ReadGatedDeltaNetState(const Scope& scope) {
 // them, full iff (i + 1) % full_attention_interval == 0 (default 4).
 inline std::vector<bool> ReadLinearLayers(const Scope& scope, uint64_t num_layers) {
   std::vector<bool> linear(num_layers, false);
-  const Json* list = scope.Find("layer_types");
-  if (list == nullptr || list->is_null()) {
+  const Json* list = scope.LayerList("layer_types", num_layers);
+  if (scope.Failed()) return linear;
+  if (list == nullptr) {
     const uint64_t interval = scope.OrDefault("full_attention_interval", 4, 1, kMaxLayers);
     for (size_t i = 0; i < num_layers; ++i) linear[i] = (i + 1) % interval != 0;
-    return linear;
-  }
-  if (!list->is_array()) {
-    scope.Fail("layer_types", Mistyped(*list, "a list"));
-    return linear;
-  }
-  if (list->size() != num_layers) {
-    scope.Fail("layer_types", "has " + std::to_string(list->size()) +
-                                  " entries, but num_hidden_layers is " +
-                                  std::to_string(num_layers));
     return linear;
   }
   for (size_t i = 0; i < num_layers; ++i) {
@@ -255,16 +246,10 @@ inline StateSpec ReadGraniteMambaState(const Scope& scope) {
 inline std::vector<std::string> ReadGraniteLayerTypes(const Scope& scope) {
   const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
   std::vector<std::string> types;
-  const Json* list = scope.Find("layer_types");
   if (scope.Failed()) return types;
-  if (list == nullptr || list->is_null()) return std::vector<std::string>(num_layers, "mamba");
-  if (!list->is_array() || list->size() != num_layers) {
-    scope.Fail("layer_types", list->is_array() ? "has " + std::to_string(list->size()) +
-                                                     " entries, but num_hidden_layers is " +
-                                                     std::to_string(num_layers)
-                                               : Mistyped(*list, "a list"));
-    return types;
-  }
+  const Json* list = scope.LayerList("layer_types", num_layers);
+  if (scope.Failed()) return types;
+  if (list == nullptr) return std::vector<std::string>(num_layers, "mamba");
   for (size_t i = 0; i < list->size(); ++i) {
     const Json& entry = (*list)[i];
     if (entry != Json("mamba") && entry != Json("attention")) {

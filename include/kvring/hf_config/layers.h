@@ -130,17 +130,8 @@ inline uint64_t ReadHeadDim(const Scope& scope, uint64_t num_heads) {
 inline std::optional<std::vector<LayerType>> ReadLayerTypes(const Scope& scope,
                                                             uint64_t num_layers) {
   const char* key = "layer_types";
-  const Json* value = scope.Find(key);
-  if (value == nullptr || value->is_null()) return std::nullopt;
-  if (!value->is_array()) {
-    scope.Fail(key, Mistyped(*value, "a list"));
-    return std::nullopt;
-  }
-  if (value->size() != num_layers) {
-    scope.Fail(key, "has " + std::to_string(value->size()) + " entries, but num_hidden_layers is " +
-                        std::to_string(num_layers));
-    return std::nullopt;
-  }
+  const Json* value = scope.LayerList(key, num_layers);
+  if (value == nullptr) return std::nullopt;
   std::vector<LayerType> types;
   for (size_t i = 0; i < value->size(); ++i) {
     const Json& entry = (*value)[i];
@@ -220,21 +211,15 @@ inline std::optional<uint64_t> ReadWindow(const Scope& scope) {
 inline std::vector<bool> ReadRopeLayers(const Scope& scope, size_t num_layers, bool empty_is_absent,
                                         std::string* source) {
   std::vector<bool> rope(num_layers, true);
-  const Json* list = scope.Find("no_rope_layers");
-  if (list != nullptr && !list->is_null() && !list->is_array()) {
-    scope.Fail("no_rope_layers", Mistyped(*list, "a list"));
-    return rope;
-  }
-  if (list == nullptr || list->is_null() || (empty_is_absent && list->empty())) {
+  const Json* given = scope.Find("no_rope_layers");
+  const bool empty = given != nullptr && given->is_array() && given->empty();
+  const Json* list =
+      empty && empty_is_absent ? nullptr : scope.LayerList("no_rope_layers", num_layers);
+  if (scope.Failed()) return rope;
+  if (list == nullptr) {
     const uint64_t interval = scope.OrDefault("no_rope_layer_interval", 4, 1, kMaxLayers);
     for (size_t i = 0; i < num_layers; ++i) rope[i] = (i + 1) % interval != 0;
     *source = "no_rope_layer_interval";
-    return rope;
-  }
-  if (list->size() != num_layers) {
-    scope.Fail("no_rope_layers", "has " + std::to_string(list->size()) +
-                                     " entries, but num_hidden_layers is " +
-                                     std::to_string(num_layers));
     return rope;
   }
   for (size_t i = 0; i < num_layers; ++i) {

@@ -188,6 +188,23 @@ class Scope {
     return ToUInt(key, *value, min, max);
   }
 
+  // Returns the list at `key` when it holds one entry per layer, nullptr when the key is
+  // absent or null; a value that is not a list, or of another length, fails (nullptr too).
+  const Json* LayerList(const char* key, uint64_t num_layers) const {
+    const Json* value = Find(key);
+    if (value == nullptr || value->is_null()) return nullptr;
+    if (!value->is_array()) {
+      Fail(key, Mistyped(*value, "a list"));
+      return nullptr;
+    }
+    if (value->size() != num_layers) {
+      Fail(key, "has " + std::to_string(value->size()) + " entries, but num_hidden_layers is " +
+                    std::to_string(num_layers));
+      return nullptr;
+    }
+    return value;
+  }
+
   // Returns the boolean at `key`, or `fallback` when it is absent.
   bool Bool(const char* key, bool fallback) const {
     const Json* value = Find(key);
