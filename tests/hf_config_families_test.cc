@@ -295,6 +295,21 @@ TEST(HfConfigFamilies, Granite4HybridDerivesTheMambaHeadDim) {
   EXPECT_EQ(model.layers[2].head_dim, 32u);
 }
 
+TEST(HfConfigFamilies, Lfm2ConvLayersKeepTheirShortConvolution) {
+  // full_attn_idxs [2, 4]: layers 0, 1, 3 are conv layers of (conv_L_cache 3 - 1) x 128 BF16
+  // elements, no recurrent state; full layers 2 x 32 (Lfm2Config's head dim: 128 / 4).
+  const HfModel model = Read("lfm2_full_attn_idxs.json");
+  ASSERT_EQ(model.layers.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const LayerSpec& spec = model.layers[i];
+    const bool full = i == 2 || i == 4;
+    EXPECT_EQ(spec.attends, full) << i;
+    EXPECT_EQ(spec.state.conv_elements, full ? 0u : 256u) << i;
+    EXPECT_EQ(spec.state.recurrent_elements, 0u) << i;
+    if (full) EXPECT_EQ(spec.head_dim, 32u);
+  }
+}
+
 // --- Bad files of the new families: one line naming the file and the key, exit status 2 ----
 
 TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
@@ -352,6 +367,8 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/nemotron_h_no_blocks.json",
        "layers_block_type: is missing, and so is hybrid_override_pattern"},
       {"bad/nemotron_h_groups.json", "n_groups: 3 does not divide mamba_num_heads 8"},
+      {"bad/lfm2_index_past_last_layer.json", "full_attn_idxs[1]: 5 is too large (at most 4)"},
+      {"bad/lfm2_layer_type.json", "layer_types[2]: \"mamba\" is not conv or full_attention"},
       {"bad/granitemoehybrid_head_dim.json",
        "mamba_d_head: 16 x mamba_n_heads 8 is not mamba_expand x hidden_size 256"},
       {"bad/granitemoehybrid_layer_type.json",

@@ -197,6 +197,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kMamba2:
       ReadMamba2Hybrid(scope, out);
       break;
+    case Reader::kShortConv:
+      ReadShortConvHybrid(scope, out);
+      break;
   }
 }
 

@@ -75,6 +75,11 @@ def build_layers(config_dict):
         if recurrent is not None:
             facts.append(state_facts(text, recurrent))
             continue
+        short_conv = getattr(layer, "conv", None)  # LFM2: a conv layer
+        if short_conv is not None and not getattr(layer, "is_attention_layer", True):
+            channels, _, kernel = short_conv.conv.weight.shape
+            facts.append(dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2))
+            continue
         if getattr(layer, "mamba", None) is not None:  # Granite 4.0-H
             facts.append(mamba_facts(text, layer.mamba))
             continue

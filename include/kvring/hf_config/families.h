@@ -65,7 +65,7 @@ enum class PatternRule {
 
 // Which reader reads a family's layers: the families whose rules are the data below, or a
 // family group with rules of its own (kvring/hf_config/gemma4.h).
-enum class Reader { kStandard, kGemma4, kMla, kGatedDeltaNet, kMamba2 };
+enum class Reader { kStandard, kGemma4, kMla, kGatedDeltaNet, kMamba2, kShortConv };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
 inline constexpr uint64_t kNullWindow = UINT64_MAX;
@@ -157,6 +157,10 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, true, false, false, false,
      "layer_types of mamba and attention (every layer mamba without them)",
      "sliding_window_pattern", 15, Reader::kMamba2},
+    {"lfm2", "Lfm2Config", 128000, KvHeadsRule::kNumberNoNullRule, 8, HeadDimRule::kAbsentIsHidden,
+     0, PatternRule::kAllFull, 0, 0, true, false, false, false,
+     "layer_types of conv and full_attention, or full_attn_idxs", "sliding_window_pattern", 15,
+     Reader::kShortConv},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},

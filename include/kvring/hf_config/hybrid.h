@@ -11,8 +11,10 @@
 // no sequence. Mamba2 (Granite 4.0-H): layer_types of mamba and attention layers (default all
 // mamba), the mamba keys named mamba_n_heads, mamba_d_head ("auto": mamba_expand x hidden_size
 // / mamba_n_heads), mamba_d_state, mamba_n_groups, mamba_d_conv, the conv channels mamba_expand
-// x hidden_size + 2 x groups x state. Part of kvring/hf_config.h; needs nlohmann-json. Throws
-// nothing (scope.h).
+// x hidden_size + 2 x groups x state. Short convolutions (LFM2): layer_types of conv and
+// full_attention (or full_attn_idxs, default every layer); a conv layer keeps (conv_L_cache - 1)
+// x hidden_size elements. Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing
+// (scope.h).
 #ifndef KVRING_HF_CONFIG_HYBRID_H_
 #define KVRING_HF_CONFIG_HYBRID_H_
 
@@ -297,6 +299,61 @@ inline void ReadMamba2Hybrid(const Scope& scope, HfModel* model) {
       model->layers.push_back(LayerSpec::Recurrent(type == "mamba" ? mamba : StateSpec()));
     }
   }
+}
+
+// Returns LFM2's layer kinds (true: a conv layer): layer_types of "conv" and "full_attention",
+// else full iff i is in full_attn_idxs (default every layer; an index past the last layer,
+// which transformers would silently ignore, is refused).
+inline std::vector<bool> ReadConvLayers(const Scope& scope, uint64_t num_layers) {
+  std::vector<bool> conv(num_layers, false);
+  if (const Json* list = scope.LayerList("layer_types", num_layers)) {
+    for (size_t i = 0; i < num_layers; ++i) {
+      const Json& entry = (*list)[i];
+      conv[i] = entry == Json("conv");
+      if (!conv[i] && entry != Json("full_attention")) {
+        scope.Fail("layer_types[" + std::to_string(i) + "]",
+                   Show(entry) + " is not conv or full_attention (" + scope.ClassName() + ")");
+        return conv;
+      }
+    }
+    return conv;
+  }
+  const Json* indices = scope.Find("full_attn_idxs");
+  if (scope.Failed() || indices == nullptr || indices->is_null()) return conv;
+  if (!indices->is_array()) {
+    scope.Fail("full_attn_idxs", Mistyped(*indices, "a list of layer indices"));
+    return conv;
+  }
+  conv.assign(num_layers, true);
+  for (size_t i = 0; i < indices->size(); ++i) {
+    const uint64_t index =
+        scope.ToUInt("full_attn_idxs[" + std::to_string(i) + "]", (*indices)[i], 0, num_layers - 1);
+    if (scope.Failed()) return conv;
+    conv[index] = false;
+  }
+  return conv;
+}
+
+// Reads an LFM2 model of `scope` into *model.
+inline void ReadShortConvHybrid(const Scope& scope, HfModel* model) {
+  const Family& family = scope.family();
+  model->model_type = family.model_type;
+  model->class_name = family.class_name;
+  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
+  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
+  model->num_attention_heads = static_cast<uint32_t>(num_heads);
+  model->max_context =
+      scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
+  const uint64_t kernel = scope.OrDefault("conv_L_cache", 3, 1, kMaxDim);
+  if (scope.Failed()) return;
+  const std::vector<bool> conv = ReadConvLayers(scope, num_layers);
+  const LayerSpec full = ReadShape(scope, num_heads);
+  if (scope.Failed()) return;
+  StateSpec state;
+  state.conv_elements = (kernel - 1) * hidden;
+  state.conv_format = Format::kBF16;
+  for (bool is_conv : conv) model->layers.push_back(is_conv ? LayerSpec::Recurrent(state) : full);
 }
 
 }  // namespace hf
