@@ -101,14 +101,8 @@ inline std::vector<bool> ReadLinearLayers(const Scope& scope, uint64_t num_layer
 // Reads a Gated DeltaNet hybrid model of `scope` into *model; the first failure is in the
 // scope's Failure.
 inline void ReadGatedDeltaNetHybrid(const Scope& scope, HfModel* model) {
-  const Family& family = scope.family();
-  model->model_type = family.model_type;
-  model->class_name = family.class_name;
   const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
-  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
-  model->num_attention_heads = static_cast<uint32_t>(num_heads);
-  model->max_context =
-      scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
+  const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
   if (scope.Failed()) return;
   const std::vector<bool> linear = ReadLinearLayers(scope, num_layers);
   const LayerSpec full = ReadShape(scope, num_heads);
@@ -267,13 +261,7 @@ inline std::vector<std::string> ReadGraniteLayerTypes(const Scope& scope) {
 // Reads a Mamba2 hybrid (Nemotron-H, Granite 4.0-H) of `scope` into *model.
 inline void ReadMamba2Hybrid(const Scope& scope, HfModel* model) {
   const bool granite = std::string(scope.family().model_type) == "granitemoehybrid";
-  const Family& family = scope.family();
-  model->model_type = family.model_type;
-  model->class_name = family.class_name;
-  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
-  model->num_attention_heads = static_cast<uint32_t>(num_heads);
-  model->max_context =
-      scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
+  const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
   const std::vector<std::string> types =
       granite ? ReadGraniteLayerTypes(scope) : ReadBlockTypes(scope);
   if (scope.Failed()) return;
@@ -336,15 +324,9 @@ inline std::vector<bool> ReadConvLayers(const Scope& scope, uint64_t num_layers)
 
 // Reads an LFM2 model of `scope` into *model.
 inline void ReadShortConvHybrid(const Scope& scope, HfModel* model) {
-  const Family& family = scope.family();
-  model->model_type = family.model_type;
-  model->class_name = family.class_name;
   const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
-  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
+  const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
   const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
-  model->num_attention_heads = static_cast<uint32_t>(num_heads);
-  model->max_context =
-      scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
   const uint64_t kernel = scope.OrDefault("conv_L_cache", 3, 1, kMaxDim);
   if (scope.Failed()) return;
   const std::vector<bool> conv = ReadConvLayers(scope, num_layers);

@@ -61,20 +61,30 @@ inline void CheckCausal(const Scope& scope) {
   }
 }
 
+// Names the family in *model and reads num_attention_heads and max_position_embeddings into
+// it, checking between the two that the model is causal (`check_causal`, the family's rule;
+// nullptr: none). Returns the head count (1 after a failure). Every reader starts here.
+inline uint64_t ReadHeadsAndContext(const Scope& scope, void (*check_causal)(const Scope&),
+                                    HfModel* model) {
+  const Family& family = scope.family();
+  model->model_type = family.model_type;
+  model->class_name = family.class_name;
+  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
+  model->num_attention_heads = static_cast<uint32_t>(num_heads);
+  if (check_causal != nullptr) check_causal(scope);
+  model->max_context =
+      scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
+  return num_heads;
+}
+
 // Reads the sizes, max_position_embeddings and the layer kinds (layer_types when the family
 // reads them, else the family's rule) into *header and *model, checking after the sizes that
 // the model is causal (`check_causal`: the family's rule); false after a failure.
 inline bool ReadHeader(const Scope& scope, void (*check_causal)(const Scope&), Header* header,
                        HfModel* model) {
   const Family& family = scope.family();
-  model->model_type = family.model_type;
-  model->class_name = family.class_name;
   header->num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
-  header->num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
-  model->num_attention_heads = static_cast<uint32_t>(header->num_heads);
-  check_causal(scope);
-  model->max_context =
-      scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);
+  header->num_heads = ReadHeadsAndContext(scope, check_causal, model);
   // Qwen 2 and 3 and SmolLM3 drop sliding_window unless use_sliding_window is true.
   bool switched = false;
   if (family.pattern == PatternRule::kMaxWindowLayers ||
