@@ -305,13 +305,14 @@ void CheckProductsCase(const Case& c, const Inputs& in, const AttentionOptions& 
   ExpectNearReference(c, t, tiled_exact, "bf16products tiled against exact", kProductsAgainstExact);
 }
 
-// The int8 check of one case (Format::kInt8, the same shapes as BF16): flash and tiled, ring
-// and flat, against the float64 reference over the decoded values, within the BF16 kernels'
-// tolerance; ring and flat bit-identical.
+// The int8 check of one case (Format::kInt8, or kInt8Hadamard with K rotated, the same shapes
+// as BF16): flash and tiled, ring and flat, against the float64 reference over the decoded
+// values (rotated back for kInt8Hadamard), within the BF16 kernels' tolerance; ring and flat
+// bit-identical.
 void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& options,
-                   uint64_t flat_slots, uint64_t ring_slots) {
+                   uint64_t flat_slots, uint64_t ring_slots, kvring::Format format) {
   using kvring::reference::Int8Storage;
-  const kvring::reference::Int8History q = kvring::reference::Int8History::Of(in.history);
+  const kvring::reference::Int8History q = kvring::reference::Int8History::Of(in.history, format);
   const kvring::reference::ReferenceKV decoded = q.Reference();
   const std::vector<double> ref = Reference(c, in, options, &decoded);
   const auto flash_flat = Int8Storage<FlashLayout>::Make(q, flat_slots, c.EndPos());
@@ -322,10 +323,11 @@ void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& opti
   const std::vector<float> b = RunKernel(c, in, flash_ring, options);
   const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
   const std::vector<float> u = RunKernel(c, in, tiled_ring, options);
-  ExpectNearReference(c, a, ref, "int8 flash/flat");
-  ExpectNearReference(c, t, ref, "int8 tiled/flat");
-  EXPECT_TRUE(BitIdentical(a, b)) << "int8 flash ring != flat: " << c.Name();
-  EXPECT_TRUE(BitIdentical(t, u)) << "int8 tiled ring != flat: " << c.Name();
+  const std::string name = kvring::ToString(format);
+  ExpectNearReference(c, a, ref, (name + " flash/flat").c_str());
+  ExpectNearReference(c, t, ref, (name + " tiled/flat").c_str());
+  EXPECT_TRUE(BitIdentical(a, b)) << name << " flash ring != flat: " << c.Name();
+  EXPECT_TRUE(BitIdentical(t, u)) << name << " tiled ring != flat: " << c.Name();
 }
 
 // The core check of one case: flash and tiled, ring and flat, against the reference; ring
@@ -360,7 +362,11 @@ void CheckCase(const Case& c) {
     }
   }
   CheckProductsCase(c, in, options, flash_flat, flash_ring, tiled_flat, tiled_ring, a, t);
-  CheckInt8Case(c, in, options, flat_slots, ring_slots);
+  CheckInt8Case(c, in, options, flat_slots, ring_slots, kvring::Format::kInt8);
+  // A latent view reads its values from K, which int8h does not serve.
+  if (in.history.v_head_dim != 0) {
+    CheckInt8Case(c, in, options, flat_slots, ring_slots, kvring::Format::kInt8Hadamard);
+  }
 }
 
 TEST(Attention, HeadDimsAndGroupsMatchReferenceOnEveryTarget) {
@@ -940,7 +946,7 @@ TEST(Attention, RingAndFlatAreBitIdenticalAtEveryWrapPoint) {
 // Paged storage (a KVPool's global layer, its blocks out of order, some shared with a fork's
 // source) gives the bits of ring and flat storage of the same history, for decode and prefill
 // batches whose visible positions cross block boundaries, both layouts, blocks of one and of
-// three tiles, BF16 and int8.
+// three tiles, BF16, int8 and int8h.
 void CheckPagedCase(const Case& c, uint64_t block_tiles, bool products) {
   const Inputs in = MakeInputs(c);
   const AttentionOptions exact = OptionsOf(c, in);
@@ -948,13 +954,16 @@ void CheckPagedCase(const Case& c, uint64_t block_tiles, bool products) {
   const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
   const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
   using kvring::reference::PagedHistory;
-  for (const kvring::Format format : {kvring::Format::kBF16, kvring::Format::kInt8}) {
+  for (const kvring::Format format :
+       {kvring::Format::kBF16, kvring::Format::kInt8, kvring::Format::kInt8Hadamard}) {
+    // A latent view reads its values from K, which int8h does not serve.
+    if (kvring::RotatesK(format) && in.history.v_head_dim == 0) continue;
     kvring::StorageSpec flat_spec =
         kvring::reference::SpecOf(in.history, flat_slots, c.Keep(), c.EndPos());
     kvring::StorageSpec ring_spec =
         kvring::reference::SpecOf(in.history, ring_slots, c.Keep(), c.EndPos());
     flat_spec.format = ring_spec.format = format;
-    const char* name = format == kvring::Format::kInt8 ? "int8" : "bf16";
+    const char* name = kvring::ToString(format);
     {
       const auto flat = Store<kvring::GlobalKV<FlashLayout>>(in.history, flat_spec, c.EndPos());
       const auto ring = Store<kvring::RingKV<FlashLayout>>(in.history, ring_spec, c.EndPos());

@@ -204,16 +204,17 @@ TEST(LayerPlan, OneFormatVocabularyForStorageAndAccounting) {
     uint64_t element_bytes;
     uint64_t row_bytes_of_128;
     bool accounting_only;
-  } kCases[] = {{Format::kBF16, "bf16", 2, 256, false},
-                {Format::kInt8, "int8", 1, 132, false},
-                {Format::kF16, "f16", 2, 256, true},
-                {Format::kF32, "f32", 4, 512, true},
-                {Format::kFP8, "fp8", 1, 128, true}};
+  } kCases[] = {
+      {Format::kBF16, "bf16", 2, 256, false}, {Format::kInt8, "int8", 1, 132, false},
+      {Format::kF16, "f16", 2, 256, true},    {Format::kF32, "f32", 4, 512, true},
+      {Format::kFP8, "fp8", 1, 128, true},    {Format::kInt8Hadamard, "int8h", 1, 132, false}};
   for (const auto& c : kCases) {
     EXPECT_STREQ(ToString(c.format), c.name);
     EXPECT_EQ(ElementBytes(c.format), c.element_bytes) << c.name;
     EXPECT_EQ(RowBytes(c.format, 128), c.row_bytes_of_128) << c.name;
     EXPECT_EQ(IsAccountingOnly(c.format), c.accounting_only) << c.name;
+    EXPECT_EQ(IsInt8(c.format), c.format == Format::kInt8 || c.format == Format::kInt8Hadamard);
+    EXPECT_EQ(RotatesK(c.format), c.format == Format::kInt8Hadamard) << c.name;
   }
   const Format outside = static_cast<Format>(42);
   EXPECT_STREQ(ToString(outside), "invalid");
@@ -260,6 +261,44 @@ LayerPlan::Builder PresetBuilder(const char* name, uint64_t context) {
   LayerPlan::Builder builder = BuilderFor(*preset);
   builder.SetContext(context).SetBatch(512);
   return builder;
+}
+
+// int8h (K rotated before it is encoded) takes int8's bytes; it is set as int8 is (the element
+// type, SetFormat, per kind, a consumer reading its owner's), and refused for an MLA layer,
+// whose values are its latent, naming the layer's format.
+TEST(LayerPlan, Int8hTakesInt8sBytesAndIsRefusedForLatentLayers) {
+  const LayerPlan by_type =
+      MustBuild(PresetBuilder("llama-3.1-8b", 131072).SetElementType(ElementType::kInt8Hadamard));
+  const LayerPlan int8 = MustBuild(PresetBuilder("llama-3.1-8b", 131072).SetFormat(Format::kInt8));
+  EXPECT_EQ(by_type.ElementBytes(), 1u);
+  EXPECT_EQ(by_type.TotalBytes(), int8.TotalBytes());
+  for (const LayerInfo& layer : by_type.Layers()) {
+    EXPECT_EQ(layer.spec.format, Format::kInt8Hadamard);
+    EXPECT_EQ(layer.slot_bytes, 2112u);
+  }
+  const LayerPlan gemma = MustBuild(
+      PresetBuilder("gemma-3n-e4b", 8192).SetFormat(AttentionKind::kGlobal, Format::kInt8Hadamard));
+  EXPECT_EQ(gemma.Layer(34).owner, 19u);
+  EXPECT_EQ(gemma.Layer(34).spec.format, Format::kInt8Hadamard);
+  EXPECT_EQ(gemma.Layer(33).spec.format, Format::kBF16);
+
+  const Expected<LayerPlan> latent =
+      PresetBuilder("deepseek-v3", 32768).SetFormat(Format::kInt8Hadamard).Build();
+  ASSERT_FALSE(latent.ok());
+  EXPECT_EQ(latent.error().field, "layers[0].format");
+  EXPECT_EQ(latent.error().message.rfind("layers[0].format: int8h ", 0), 0u)
+      << latent.error().message;
+  EXPECT_NE(latent.error().message.find("use int8"), std::string::npos) << latent.error().message;
+  // The element type and an explicit SetFormat of another format: refused, naming both.
+  const Expected<LayerPlan> both = PresetBuilder("llama-3.1-8b", 4096)
+                                       .SetElementType(ElementType::kInt8Hadamard)
+                                       .SetFormat(Format::kInt8)
+                                       .Build();
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.error().field, "runtime.element_type");
+  EXPECT_EQ(
+      both.error().message.rfind("runtime.element_type: int8h stores every layer in int8h", 0), 0u)
+      << both.error().message;
 }
 
 TEST(LayerPlan, Int8Llama31_8BTakes2112BytesAPositionAndLayerAgainst4096) {

@@ -140,6 +140,26 @@ TEST(PlanCli, Int8DtypeCountsTheScales) {
   EXPECT_EQ(json["context_token_bytes"], 32 * 2112);
 }
 
+TEST(PlanCli, Int8hDtypeTakesInt8sBytesAndIsRefusedForMLA) {
+  const CliRun run = RunCli({"--preset", "llama-3.1-8b", "--json", "--dtype", "int8h"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["dtype"], "int8h");
+  EXPECT_EQ(json["element_bytes"], 1);
+  for (const auto& layer : json["layers"]) {
+    EXPECT_EQ(layer["format"], "int8h");
+    EXPECT_EQ(layer["slot_bytes"], 2112);  // int8's: the rotation takes no byte
+  }
+  EXPECT_EQ(json["total_bytes"].get<uint64_t>(), 32ull * 131104 * 2112);
+  const CliRun per_kind = RunCli({"--json", "--dtype", "global=int8h"});
+  ASSERT_EQ(per_kind.status, 0) << per_kind.err;
+  EXPECT_EQ(nlohmann::json::parse(per_kind.out)["layers"][5]["format"], "int8h");
+  const CliRun mla = RunCli({"--preset", "deepseek-v3", "--dtype", "int8h"});
+  EXPECT_EQ(mla.status, 2);
+  EXPECT_NE(mla.err.find("layers[0].format: int8h is invalid for an MLA layer"), std::string::npos)
+      << mla.err;
+}
+
 TEST(PlanCli, PerKindDtypeSetsEachLayersFormat) {
   const CliRun run = RunCli({"--json", "--dtype", "sliding=bf16,global=int8"});
   ASSERT_EQ(run.status, 0) << run.err;
@@ -257,7 +277,7 @@ TEST(PlanCli, BadPerKindDtypeNamesTheOptionAndTheValue) {
        "sliding, chunked)\n"},
       {"global=int4,sliding=bf16",
        "kvring-plan: option --dtype: 'global=int4,sliding=bf16': 'int4' is not a format (bf16, "
-       "int8)\n"},
+       "int8, int8h)\n"},
       {"global=int8,global=bf16",
        "kvring-plan: option --dtype: 'global=int8,global=bf16': names global twice\n"},
   };

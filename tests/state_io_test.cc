@@ -85,12 +85,12 @@ TEST(Crc32c, CombinesPartsAndRunsOnAThreadPool) {
 }
 
 // Layers: 0 sliding (window 7), 1 global, 2 chunked (chunk 12) int8, 3 reads 0 (window 5),
-// 4 global int8, 5 an MLA latent (global), 6 reads 1.
-LayerPlan::Builder Model() {
+// 4 global int8h (K rotated; or `global_format`), 5 an MLA latent (global), 6 reads 1.
+LayerPlan::Builder Model(Format global_format = Format::kInt8Hadamard) {
   LayerSpec chunked = LayerSpec::Chunked(12, 2, 32);
   chunked.format = Format::kInt8;
   LayerSpec global_int8 = LayerSpec::Global(1, 16);
-  global_int8.format = Format::kInt8;
+  global_int8.format = global_format;
   return LayerPlan::Builder()
       .AddLayer(LayerSpec::Sliding(7, 2, 16))
       .AddLayer(LayerSpec::Global(2, 32))
@@ -168,7 +168,7 @@ Held HeldBy(const LayerPlan& plan, const Store& store, uint64_t from_pos = 0) {
       EXPECT_TRUE(result.ok()) << result.Message();
       held.rows.insert(held.rows.end(), k.begin(), k.end());
       held.rows.insert(held.rows.end(), v.begin(), v.end());
-      if (info.spec.format == Format::kInt8) {
+      if (IsInt8(info.spec.format)) {
         held.rows.insert(held.rows.end(), scales.begin(), scales.end());
       }
     }
@@ -183,7 +183,7 @@ struct CacheStore {
   uint64_t end(size_t layer) const { return cache.EndPos(layer); }
   Result read(size_t layer, uint64_t pos, uint8_t* k, uint8_t* v, uint8_t* scales) const {
     const bool has_v = cache.View(layer).layout.Shape().v_head_dim != 0;
-    if (cache.GetFormat(layer) == Format::kInt8) {
+    if (IsInt8(cache.GetFormat(layer))) {
       float* s = reinterpret_cast<float*>(scales);
       const uint32_t heads = cache.View(layer).layout.Shape().num_kv_heads;
       return cache.ReadRowInt8(layer, pos, reinterpret_cast<int8_t*>(k), s,
@@ -203,7 +203,7 @@ struct PoolStore {
   uint64_t end(size_t layer) const { return *pool.EndPos(id, layer); }
   Result read(size_t layer, uint64_t pos, uint8_t* k, uint8_t* v, uint8_t* scales) const {
     const bool has_v = pool.View(id, layer)->layout.Shape().v_head_dim != 0;
-    if (pool.GetFormat(layer) == Format::kInt8) {
+    if (IsInt8(pool.GetFormat(layer))) {
       float* s = reinterpret_cast<float*>(scales);
       const uint32_t heads = pool.View(id, layer)->layout.Shape().num_kv_heads;
       return pool.ReadRowInt8(id, layer, pos, reinterpret_cast<int8_t*>(k), s,
@@ -825,6 +825,8 @@ TEST(StateIO, BadStatesAreRefusedAndChangeNothing) {
        "layers[5].v_head_dim is 48 in the state and 0"},
       {"another plan's format (int8 globals)", [](auto*) {}, "layers[1].format is 0",
        Status::kBadState, kModel, Model().SetFormat(AttentionKind::kGlobal, Format::kInt8)},
+      {"int8 where the state's K is rotated (int8h)", [](auto*) {},
+       "layers[4].format is 5 in the state and 1", Status::kBadState, kModel, Model(Format::kInt8)},
       {"end past the context",
        [&](auto* b) {
          Poke<uint64_t>(b, descriptors - 16, 401);

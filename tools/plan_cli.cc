@@ -49,9 +49,11 @@ Runtime:
   --backend B          flash or tiled (default flash)
   --tile-rows N        tile height of the tiled backend: 8, 16, 32 or 64 (default 16)
   --dtype T            how K and V are stored (default bf16): bf16, or int8 (one byte an
-                       element plus a 4-byte scale per position and KV head, K and V); or a
-                       format per attention kind, as global=int8,sliding=bf16 (kinds global,
-                       sliding, chunked; formats bf16, int8; kinds left out stay bf16); or
+                       element plus a 4-byte scale per position and KV head, K and V), or
+                       int8h (int8 bytes, K rotated per head before it is stored: for K with
+                       outlier channels; not for MLA latents); or a format per attention
+                       kind, as global=int8,sliding=bf16 (kinds global, sliding, chunked;
+                       formats bf16, int8, int8h; kinds left out stay bf16); or
                        f16, f32, fp8: element sizes for what-if accounting, no scales
   --tensor-parallel N  plan one rank of N: KV heads split across the ranks (refused when they
                        do not divide; one replicated head per rank when fewer than N); MLA
@@ -150,10 +152,11 @@ std::string ParseKindFormats(const std::string& list, Options* options) {
       return option + ": '" + kind_name + "' is not an attention kind (global, sliding, chunked)";
     }
     std::optional<kvring::Format> format;
-    for (kvring::Format f : {kvring::Format::kBF16, kvring::Format::kInt8}) {
+    for (kvring::Format f :
+         {kvring::Format::kBF16, kvring::Format::kInt8, kvring::Format::kInt8Hadamard}) {
       if (format_name == ToString(f)) format = f;
     }
-    if (!format) return option + ": '" + format_name + "' is not a format (bf16, int8)";
+    if (!format) return option + ": '" + format_name + "' is not a format (bf16, int8, int8h)";
     if (options->kind_formats[*kind]) return option + ": names " + kind_name + " twice";
     options->kind_formats[*kind] = format;
     if (comma == list.size()) break;
@@ -309,8 +312,9 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
       std::string dtype;
       error = text(&dtype);
       bool found = false;
-      for (kvring::Format type : {kvring::Format::kBF16, kvring::Format::kF16, kvring::Format::kF32,
-                                  kvring::Format::kFP8, kvring::Format::kInt8}) {
+      for (kvring::Format type :
+           {kvring::Format::kBF16, kvring::Format::kF16, kvring::Format::kF32, kvring::Format::kFP8,
+            kvring::Format::kInt8, kvring::Format::kInt8Hadamard}) {
         if (dtype == ToString(type)) {
           options->runtime.element_type = type;
           for (auto& format : options->kind_formats) format.reset();
@@ -323,7 +327,8 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
           error = ParseKindFormats(dtype, options);
         } else {
           error = "option --dtype: '" + dtype +
-                  "' is not bf16, f16, f32, fp8, int8 or a list as global=int8,sliding=bf16";
+                  "' is not bf16, f16, f32, fp8, int8, int8h or a list as "
+                  "global=int8,sliding=bf16";
         }
       }
     } else if (name == "--memory") {

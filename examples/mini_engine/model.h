@@ -158,6 +158,22 @@ inline std::vector<float> InvFreq(uint32_t head_dim, double base) {
   return inv;
 }
 
+// Multiplies by `factor` the outlier channels of every head of `layer` in the weight matrix
+// *w ([hidden][cols], heads of the layer's head dim side by side): dims 3 and 17 of each head
+// and their RoPE partners (Rope rotates dim i with dim i + head_dim / 2), four channels.
+inline void ScaleOutlierChannels(const ModelConfig& c, size_t layer, size_t cols, float factor,
+                                 std::vector<float>* w) {
+  const size_t head_dim = HeadDimOf(c, layer), half = head_dim / 2;
+  for (size_t head = 0; head < cols / head_dim; ++head) {
+    for (size_t dim : {size_t{3} % half, size_t{17} % half}) {
+      for (size_t channel : {dim, dim + half}) {
+        const size_t col = head * head_dim + channel;
+        for (size_t row = 0; row < c.hidden; ++row) (*w)[row * cols + col] *= factor;
+      }
+    }
+  }
+}
+
 inline Model MakeModel(const ModelConfig& c) {
   Model model;
   model.config = c;
@@ -166,23 +182,22 @@ inline Model MakeModel(const ModelConfig& c) {
   for (size_t layer = 0; layer < kNumLayers; ++layer) {
     LayerWeights w;
     w.attn_norm = RandomNorm(&rng, c.hidden);
-    const uint32_t head_dim = HeadDimOf(c, layer), kv_dim = model.KVDim(layer);
+    const uint32_t kv_dim = model.KVDim(layer);
     w.wq = RandomMatrix(&rng, c.hidden, model.QDim(layer));
     if (OwnsKV(layer)) {
       w.wk = RandomMatrix(&rng, c.hidden, kv_dim);
       w.wv = RandomMatrix(&rng, c.hidden, kv_dim);
-      // Outlier channels, the shape real K caches have (a few dims of each head 10-50x the
-      // others): the test of int8's one scale per (pos, kv_head).
-      if (c.k_outliers > 1) {
-        for (uint32_t kv_head = 0; kv_head < KVHeadsOf(c, layer); ++kv_head) {
-          for (uint32_t channel : {3u, 17u, 40u, 57u}) {
-            const size_t col = size_t{kv_head} * head_dim + channel % head_dim;
-            for (size_t row = 0; row < c.hidden; ++row) {
-              w.wk[row * kv_dim + col] *= static_cast<float>(c.k_outliers);
-            }
-          }
-        }
-      }
+      // Outlier channels, the shape real K caches have: two RoPE pairs of dims of each kv_head
+      // (four channels) k_outliers times the others. As in a trained model, the queries are
+      // small where K is large (their columns divided by as much, below), so that the
+      // logits, and with them the model, stay what they were: only K's values change.
+      if (c.k_outliers > 1)
+        ScaleOutlierChannels(c, layer, kv_dim, static_cast<float>(c.k_outliers), &w.wk);
+    }
+    if (c.k_outliers > 1) {
+      // The queries of every layer reading this K (an owner, or a consumer of its owner).
+      ScaleOutlierChannels(c, layer, model.QDim(layer), 1.0f / static_cast<float>(c.k_outliers),
+                           &w.wq);
     }
     w.wo = RandomMatrix(&rng, model.QDim(layer), c.hidden);
     w.mlp_norm = RandomNorm(&rng, c.hidden);

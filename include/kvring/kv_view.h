@@ -155,9 +155,10 @@ template <typename Layout>
 struct KVView {
   const BF16* k = nullptr;  // element offsets: layout.K(); format kBF16
   const BF16* v = nullptr;  // element offsets: layout.V(); nullptr when there is no V (MLA)
-  // Format::kInt8 (kvring/formats/int8.h): the elements at the same offsets as int8, and one
-  // f32 scale per slot and kv_head of each stream, [kv_head][slot] (ScaleOffset); k and v
-  // are then null. The stored value of an element is its scale times it.
+  // Format::kInt8 or kInt8Hadamard (kvring/formats/int8.h): the elements at the same offsets
+  // as int8, and one f32 scale per slot and kv_head of each stream, [kv_head][slot]
+  // (ScaleOffset); k and v are then null. The stored value of an element is its scale times
+  // it; kInt8Hadamard's K is rotated (formats/hadamard.h), and attention rotates the queries.
   Format format = Format::kBF16;
   const int8_t* k_int8 = nullptr;
   const int8_t* v_int8 = nullptr;  // nullptr when there is no V (MLA)
@@ -184,7 +185,7 @@ struct KVView {
     return layout.Shape().ScaleOffset(slot, kv_head);
   }
   // Returns whether the view has a V stream (MLA latents have none).
-  bool HasV() const { return format == Format::kInt8 ? v_int8 != nullptr : v != nullptr; }
+  bool HasV() const { return IsInt8(format) ? v_int8 != nullptr : v != nullptr; }
   bool Holds(uint64_t pos) const { return pos >= first_pos && pos < end_pos; }
   // Returns the slot of a held position (in its block, for paged storage).
   uint64_t SlotOf(uint64_t pos) const {

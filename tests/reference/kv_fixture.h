@@ -1,5 +1,5 @@
 // tests/reference/kv_fixture.h: History, the BF16 K/V rows of attention tests and benchmarks
-// (and Int8History, their int8 format with the decoded values the oracle reads)
+// (and Int8History, their int8 or int8h format with the decoded values the oracle reads)
 // (the oracle's input, and what history_storage.h appends into RingKV and GlobalKV), and
 // Storage, the same rows written through a layout's mappings into a ring (pos % num_slots) or
 // flat buffer without kvring's storage classes, viewed as a KVView (attention_static_test.cc
@@ -15,6 +15,8 @@
 
 #include "hwy/aligned_allocator.h"
 #include "kvring/bf16.h"
+#include "kvring/formats/format.h"
+#include "kvring/formats/hadamard.h"
 #include "kvring/formats/int8.h"
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
@@ -159,15 +161,20 @@ struct Storage {
 // encoded with its scale, and the oracle's view of the decoded values (scale * q), which is
 // what int8 kernels are compared against.
 struct Int8History {
+  Format format = Format::kInt8;  // or kInt8Hadamard: k holds each row rotated, then encoded
   uint32_t num_kv_heads = 0;
   uint32_t head_dim = 0;
   uint32_t v_head_dim = 0;
   uint64_t num_positions = 0;
   std::vector<int8_t> k, v;             // [pos][kv_head][dim]
   std::vector<float> k_scale, v_scale;  // [pos][kv_head]
+  // kInt8Hadamard: K's decoded values rotated back in float64 ([pos][kv_head][dim]), what the
+  // oracle reads (the K the model gave, as the format keeps it).
+  std::vector<float> k_decoded;
 
-  static Int8History Of(const History& h) {
+  static Int8History Of(const History& h, Format format = Format::kInt8) {
     Int8History q;
+    q.format = format;
     q.num_kv_heads = h.num_kv_heads;
     q.head_dim = h.head_dim;
     q.v_head_dim = h.v_head_dim;
@@ -176,9 +183,25 @@ struct Int8History {
     q.v.resize(h.v.size());
     q.k_scale.resize(h.num_positions * h.num_kv_heads);
     q.v_scale.resize(h.v_head_dim == 0 ? 0 : h.num_positions * h.num_kv_heads);
+    std::vector<float> rotated(h.head_dim);
+    std::vector<double> decoded(h.head_dim);
     for (uint64_t row = 0; row < h.num_positions * h.num_kv_heads; ++row) {
-      q.k_scale[row] =
-          EncodeInt8Row(h.k.data() + row * h.head_dim, h.head_dim, q.k.data() + row * h.head_dim);
+      int8_t* k_row = q.k.data() + row * h.head_dim;
+      if (RotatesK(format)) {
+        // As storage encodes it: widened to f32, rotated in f32, encoded.
+        for (uint32_t d = 0; d < h.head_dim; ++d) {
+          rotated[d] = BF16ToF32(h.k[row * h.head_dim + d]);
+        }
+        RotateHadamard(rotated.data(), h.head_dim);
+        q.k_scale[row] = EncodeInt8Row(rotated.data(), h.head_dim, k_row);
+        for (uint32_t d = 0; d < h.head_dim; ++d) {
+          decoded[d] = static_cast<double>(DecodeInt8(q.k_scale[row], k_row[d]));
+        }
+        RotateHadamard(decoded.data(), h.head_dim);
+        for (const double value : decoded) q.k_decoded.push_back(static_cast<float>(value));
+      } else {
+        q.k_scale[row] = EncodeInt8Row(h.k.data() + row * h.head_dim, h.head_dim, k_row);
+      }
       if (h.v_head_dim != 0) {
         q.v_scale[row] = EncodeInt8Row(h.v.data() + row * h.v_head_dim, h.v_head_dim,
                                        q.v.data() + row * h.v_head_dim);
@@ -194,6 +217,7 @@ struct Int8History {
     const Int8History* self = this;
     r.k = [self](uint64_t pos, uint32_t kv_head, uint32_t dim) {
       const uint64_t row = pos * self->num_kv_heads + kv_head;
+      if (RotatesK(self->format)) return self->k_decoded[row * self->head_dim + dim];
       return DecodeInt8(self->k_scale[row], self->k[row * self->head_dim + dim]);
     };
     r.v = [self](uint64_t pos, uint32_t kv_head, uint32_t dim) {
@@ -209,6 +233,7 @@ struct Int8History {
 // does for BF16.
 template <typename Layout>
 struct Int8Storage {
+  Format format = Format::kInt8;
   Layout layout;
   std::vector<int8_t> k, v;
   std::vector<float> k_scales, v_scales;
@@ -217,6 +242,7 @@ struct Int8Storage {
 
   static Int8Storage Make(const Int8History& history, uint64_t num_slots, uint64_t end_pos) {
     Int8Storage s;
+    s.format = history.format;
     KVShape shape;
     shape.num_slots = num_slots;
     shape.num_kv_heads = history.num_kv_heads;
@@ -267,7 +293,7 @@ struct Int8Storage {
   }
   KVView<Layout> View(const Visibility& visibility) const {
     KVView<Layout> view;
-    view.format = Format::kInt8;
+    view.format = format;
     view.k_int8 = k.data();
     view.k_scales = k_scales.data();
     if (layout.Shape().v_head_dim != 0) {

@@ -21,7 +21,7 @@ namespace detail {
 // neither.
 template <typename Layout>
 Result CheckViewStreams(const KVView<Layout>& kv) {
-  if (kv.format == Format::kInt8) {
+  if (IsInt8(kv.format)) {
     if (kv.k_int8 == nullptr || kv.k_scales == nullptr) {
       return Result::Refused(Status::kBadArgument,
                              "view: an int8 view needs k_int8 and k_scales (one is null)");
@@ -29,6 +29,11 @@ Result CheckViewStreams(const KVView<Layout>& kv) {
     if ((kv.v_int8 == nullptr) != (kv.v_scales == nullptr)) {
       return Result::Refused(Status::kBadArgument,
                              "view: an int8 view's v_int8 and v_scales are both set or both null");
+    }
+    if (RotatesK(kv.format) && kv.v_int8 == nullptr) {
+      return Result::Refused(Status::kBadArgument,
+                             "view: an int8h view needs V (v_int8 is null): its K is rotated, "
+                             "so values cannot be read from K as a latent view's are");
     }
   } else if (IsAccountingOnly(kv.format)) {
     return Result::Refused(Status::kBadArgument,

@@ -121,7 +121,7 @@ class AttentionWork {
     work.out_row_stride_ = batch.out_row_stride != 0
                                ? batch.out_row_stride
                                : uint64_t{batch.num_q_heads} * work.v_head_dim_;
-    KVRING_DASSERT(kv.format == Format::kInt8 ? kv.k_int8 != nullptr : kv.k != nullptr);
+    KVRING_DASSERT(IsInt8(kv.format) ? kv.k_int8 != nullptr : kv.k != nullptr);
     KVRING_DASSERT(kv.HasV() ? options.latent_v_dims == 0
                              : shape.v_head_dim == 0 && options.latent_v_dims <= shape.head_dim);
     KVRING_DASSERT(shape.num_kv_heads != 0 && batch.num_q_heads % shape.num_kv_heads == 0);

@@ -79,7 +79,8 @@ inline Result CompareStateLayer(uint64_t layer, const StateLayer& file, const St
   static constexpr const char* kMessages[StateLayer::kFields] = {
       ("state: layers[%llu].kind is %llu in the state and %llu in this plan (0 global, 1 "
        "sliding, 2 chunked)"),
-      "state: layers[%llu].format is %llu in the state and %llu in this plan (0 bf16, 1 int8)",
+      "state: layers[%llu].format is %llu in the state and %llu in this plan (0 bf16, 1 int8, 5 "
+      "int8h)",
       "state: layers[%llu].owner is %llu in the state and %llu in this plan",
       "state: layers[%llu].window is %llu in the state and %llu in this plan",
       "state: layers[%llu].chunk is %llu in the state and %llu in this plan",

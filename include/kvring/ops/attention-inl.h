@@ -98,7 +98,7 @@ HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batc
   const Result check = CheckAttention(kv, batch, options);
   if (!check.ok()) return check;
 #if defined(KVRING_ATTENTION_NO_INT8)
-  if (kv.format == Format::kInt8) {
+  if (IsInt8(kv.format)) {
     return Result::Refused(Status::kBadArgument,
                            "view.format: int8, but these kernels were compiled without int8 "
                            "(KVRING_ATTENTION_NO_INT8)");
@@ -156,7 +156,7 @@ HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t nu
     const Result check = CheckAttention(entries[e].kv, entries[e].batch, options);
     if (!check.ok()) return check.OfEntry(e);
 #if defined(KVRING_ATTENTION_NO_INT8)
-    if (entries[e].kv.format == Format::kInt8) {
+    if (IsInt8(entries[e].kv.format)) {
       return Result::Refused(Status::kBadArgument,
                              "entries[%llu].kv.format: int8, but these kernels were compiled "
                              "without int8 (KVRING_ATTENTION_NO_INT8)",

@@ -168,7 +168,7 @@ struct ElementKernel<int8_t> {
 
 // Returns the accumulator order of a layer stored in `format`.
 HWY_INLINE AccOrder AccOrderOf(Format format) {
-  return format == Format::kInt8 ? ElementKernel<int8_t>::kAccOrder
+  return IsInt8(format) ? ElementKernel<int8_t>::kAccOrder
                                  : ElementKernel<BF16>::kAccOrder;
 }
 

@@ -23,6 +23,8 @@
 #include "hwy/highway.h"
 #include "kvring/attention.h"
 #include "kvring/bf16.h"
+#include "kvring/formats/hadamard.h"
+#include "kvring/kernel_limits.h"
 #include "kvring/kv_view.h"
 #include "kvring/views.h"
 
@@ -125,16 +127,7 @@ class ItemRunner {
       const uint64_t q_pos = batch_.first_q_pos + query;
       Row& state = rows[r];
       float* q = q_rows_ + row * q_stride_;
-      const size_t src = static_cast<size_t>(query * work_.QRowStride()) + q_head * head_dim_;
-      if (batch_.queries_f32 != nullptr) {
-        const float* in = batch_.queries_f32 + src;
-        WriteQueryRow(
-            path_, [in](size_t dim) { return in[dim]; }, scale, head_dim_, q);
-      } else {
-        const BF16* in = batch_.queries_bf16 + src;
-        WriteQueryRow(
-            path_, [in](size_t dim) { return BF16ToF32(in[dim]); }, scale, head_dim_, q);
-      }
+      WriteQuery(static_cast<size_t>(query * work_.QRowStride()) + q_head * head_dim_, scale, q);
       state.q = q;
       state.acc = acc_rows_ + row * acc_stride_;
       std::memset(state.acc, 0, acc_stride_ * sizeof(float));
@@ -148,6 +141,29 @@ class ItemRunner {
         if (state.lo < *pos_begin) *pos_begin = state.lo;
         if (state.hi > *pos_end) *pos_end = state.hi;
       }
+    }
+  }
+
+  // Writes the query row at element `src` of the batch's queries, times `scale`, into q as
+  // the path reads it. A rotated K (kInt8Hadamard) has its query rotated alike first
+  // (RotateHadamard), so that q.k is the product with K as it was given.
+  HWY_INLINE void WriteQuery(size_t src, float scale, float* HWY_RESTRICT q) const {
+    const float* in_f32 = batch_.queries_f32 == nullptr ? nullptr : batch_.queries_f32 + src;
+    const BF16* in_bf16 = batch_.queries_bf16 == nullptr ? nullptr : batch_.queries_bf16 + src;
+    if (RotatesK(kv_.format)) {
+      float rotated[kMaxAttentionHeadDim];
+      for (size_t dim = 0; dim < head_dim_; ++dim) {
+        rotated[dim] = in_f32 != nullptr ? in_f32[dim] : BF16ToF32(in_bf16[dim]);
+      }
+      RotateHadamard(rotated, head_dim_);
+      WriteQueryRow(
+          path_, [&rotated](size_t dim) { return rotated[dim]; }, scale, head_dim_, q);
+    } else if (in_f32 != nullptr) {
+      WriteQueryRow(
+          path_, [in_f32](size_t dim) { return in_f32[dim]; }, scale, head_dim_, q);
+    } else {
+      WriteQueryRow(
+          path_, [in_bf16](size_t dim) { return BF16ToF32(in_bf16[dim]); }, scale, head_dim_, q);
     }
   }
 
@@ -353,7 +369,7 @@ HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch&
   // (KVRING_ATTENTION_NO_INT8 compiles the BF16 kernels alone; the entry points then refuse
   // int8 views.)
 #if !defined(KVRING_ATTENTION_NO_INT8)
-  if (kv.format == Format::kInt8) {
+  if (IsInt8(kv.format)) {
     attention_internal::RunItem<false>(kv, batch, options, work, item_index, scratch, partial,
                                        kv.k_int8, kv.v_int8);
     return;

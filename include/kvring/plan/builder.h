@@ -84,8 +84,8 @@ class LayerPlan::Builder {
     runtime_.num_sequences = num_sequences;
     return *this;
   }
-  // kInt8 stores every layer in int8, as SetFormat(Format::kInt8); kF16, kF32, kFP8 are for
-  // accounting only (IsAccountingOnly).
+  // kInt8 (kInt8Hadamard) stores every layer in int8 (int8h), as SetFormat of it; kF16,
+  // kF32, kFP8 are for accounting only (IsAccountingOnly).
   Builder& SetElementType(Format element_type) {
     runtime_.element_type = element_type;
     return *this;
@@ -138,10 +138,10 @@ class LayerPlan::Builder {
 };
 
 inline std::vector<LayerSpec> LayerPlan::Builder::SpecsWithFormats() const {
-  // element_type kInt8 stands for SetFormat(Format::kInt8); Build() refuses it against an
-  // explicit SetFormat of another format.
+  // element_type kInt8 (kInt8Hadamard) stands for SetFormat of it; Build() refuses it against
+  // an explicit SetFormat of another format.
   std::optional<Format> every_layer = format_;
-  if (!every_layer && runtime_.element_type == Format::kInt8) every_layer = Format::kInt8;
+  if (!every_layer && IsInt8(runtime_.element_type)) every_layer = runtime_.element_type;
   std::vector<LayerSpec> specs = specs_;
   for (LayerSpec& spec : specs) {
     const size_t kind = static_cast<size_t>(spec.kind);
@@ -173,9 +173,10 @@ inline Expected<std::vector<LayerSpec>> LayerPlan::Builder::ValidatedSpecs() con
     return detail::FieldError("format.kind", to_string(bad_format_kind_),
                               "is not a kvring::AttentionKind (given to SetFormat)");
   }
-  if (runtime_.element_type == Format::kInt8 && format_ && *format_ != Format::kInt8) {
-    return detail::FieldError("runtime.element_type", "int8",
-                              std::string("stores every layer in int8, but SetFormat asks ") +
+  if (IsInt8(runtime_.element_type) && format_ && *format_ != runtime_.element_type) {
+    const std::string type = ToString(runtime_.element_type);
+    return detail::FieldError("runtime.element_type", type,
+                              "stores every layer in " + type + ", but SetFormat asks " +
                                   ToString(*format_) + " for every layer; give one");
   }
   std::vector<LayerSpec> specs = SpecsWithFormats();
@@ -189,7 +190,7 @@ inline Expected<std::vector<LayerSpec>> LayerPlan::Builder::ValidatedSpecs() con
   }
   if (IsAccountingOnly(runtime_.element_type)) {
     for (size_t i = 0; i < specs.size(); ++i) {
-      if (specs[i].format != Format::kInt8) continue;  // counted in the element type
+      if (!IsInt8(specs[i].format)) continue;  // counted in the element type
       return detail::FieldError("runtime.element_type", ToString(runtime_.element_type),
                                 "is for accounting only and counts no scales, but " +
                                     detail::LayerField(i, "format") + " is " +

@@ -196,6 +196,11 @@ inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
                           " layer; only chunked layers have a chunk");
   }
   if (spec.IsLatent()) {
+    if (RotatesK(spec.format)) {
+      return FieldError(LayerField(index, "format"), ToString(spec.format),
+                        "is invalid for an MLA layer, whose values are its latent: int8h "
+                        "rotates K; use int8");
+    }
     if (spec.num_kv_heads != 0 || spec.head_dim != 0 || spec.v_head_dim != 0) {
       return FieldError(LayerField(index, "latent_dim"), to_string(spec.latent_dim),
                         "is set together with num_kv_heads/head_dim/v_head_dim; an MLA "

@@ -42,7 +42,7 @@ class LayerBuffers {
       return false;
     }
     const bool has_v = block_shape.v_head_dim != 0;
-    if (format == Format::kInt8) {
+    if (IsInt8(format)) {
       k_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(k_size));
       v_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(v_size));
       k_scales_ = AlignedBuffer<float>::Zeroed(static_cast<size_t>(scales));
@@ -54,7 +54,7 @@ class LayerBuffers {
     // (An empty K can only come from a zero shape or no blocks, which callers reject.)
     const bool ok =
         !Failed() &&
-        (format == Format::kInt8 ? k_int8_.size() != 0 && k_scales_.size() != 0 &&
+        (IsInt8(format) ? k_int8_.size() != 0 && k_scales_.size() != 0 &&
                                        (!has_v || (v_int8_.size() != 0 && v_scales_.size() != 0))
                                  : k_.size() != 0 && (!has_v || v_.size() != 0));
     if (!ok) *this = LayerBuffers();
@@ -79,7 +79,7 @@ class LayerBuffers {
   bool SameBlocks(uint64_t a, uint64_t b) const {
     const uint64_t k_span = layout_.K().RequiredSpanSize(), v_span = layout_.V().RequiredSpanSize();
     const uint64_t scales = BlockScales();
-    if (format_ == Format::kInt8) {
+    if (IsInt8(format_)) {
       return Same(k_int8_, k_span, a, b) && Same(v_int8_, v_span, a, b) &&
              Same(k_scales_, scales, a, b) && Same(v_scales_, scales, a, b);
     }
@@ -97,7 +97,7 @@ class LayerBuffers {
     const uint64_t k_span = layout_.K().RequiredSpanSize();
     const uint64_t v_span = layout_.V().RequiredSpanSize();
     const uint64_t scales = BlockScales();
-    if (format_ == Format::kInt8) {
+    if (IsInt8(format_)) {
       rows.k_int8 = const_cast<int8_t*>(k_int8_.data()) + block * k_span;
       if (v_int8_.size() != 0) rows.v_int8 = const_cast<int8_t*>(v_int8_.data()) + block * v_span;
       rows.k_scales = const_cast<float*>(k_scales_.data()) + block * scales;

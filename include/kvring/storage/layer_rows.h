@@ -18,6 +18,7 @@
 #include "kvring/bf16.h"
 #include "kvring/detail/transpose.h"
 #include "kvring/formats/format.h"
+#include "kvring/formats/hadamard.h"
 #include "kvring/formats/int8.h"
 #include "kvring/kernel_limits.h"
 #include "kvring/kv_view.h"
@@ -117,7 +118,7 @@ inline Result CheckRowRead(Format format, const RowRead& read, uint64_t pos, uin
                                  "ReadRowInt8 (stored bytes and scales) or ReadRowF32 (decoded)",
                                  pos);
   }
-  if (read.as == RowRead::As::kInt8 && format != Format::kInt8) {
+  if (read.as == RowRead::As::kInt8 && !IsInt8(format)) {
     return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
                                  "int8 read of %llu, but the layer stores bf16; read it with "
                                  "ReadRow (stored) or ReadRowF32 (widened)",
@@ -161,7 +162,7 @@ struct LayerRows {
   void Write(uint64_t slot, const T* k, const T* v, uint64_t k_stride, uint64_t v_stride,
              uint64_t len, bool stream) const {
     KVRING_DASSERT(slot + len <= layout.Shape().num_slots);
-    if (format == Format::kInt8) {
+    if (IsInt8(format)) {
       WriteKInt8(slot, k, k_stride, len);
       if (v != nullptr) WriteVInt8(slot, v, v_stride, len);
       return;
@@ -211,7 +212,7 @@ struct LayerRows {
   // only.
   void ReadRowInt8(uint64_t slot, int8_t* k_out, float* k_scales_out, int8_t* v_out,
                    float* v_scales_out) const {
-    KVRING_DASSERT(format == Format::kInt8);
+    KVRING_DASSERT(IsInt8(format));
     const KVShape& shape = layout.Shape();
     const auto k_map = layout.K();
     for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
@@ -232,18 +233,21 @@ struct LayerRows {
   }
 
   // Copies the values of `slot` as f32 into k_out [kv_head][head_dim] and, if not null, v_out
-  // [kv_head][v_head_dim]: BF16 widened exactly, int8 decoded as DecodeInt8(scale, q).
+  // [kv_head][v_head_dim]: BF16 widened exactly, int8 decoded as DecodeInt8(scale, q), and a
+  // rotated K (kInt8Hadamard) rotated back (RotateHadamard).
   void ReadRowF32(uint64_t slot, float* k_out, float* v_out) const {
     const KVShape& shape = layout.Shape();
     const auto k_map = layout.K();
     const auto v_map = layout.V();
-    const bool int8 = format == Format::kInt8;
+    const bool int8 = IsInt8(format);
     for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
       const float k_scale = int8 ? k_scales[ScaleOffset(slot, kv_head)] : 0.0f;
       for (uint32_t dim = 0; dim < shape.head_dim; ++dim) {
         const uint64_t offset = k_map(slot, kv_head, dim);
-        *k_out++ = int8 ? DecodeInt8(k_scale, k_int8[offset]) : BF16ToF32(k_bf16[offset]);
+        k_out[dim] = int8 ? DecodeInt8(k_scale, k_int8[offset]) : BF16ToF32(k_bf16[offset]);
       }
+      if (RotatesK(format)) RotateHadamard(k_out, shape.head_dim);
+      k_out += shape.head_dim;
     }
     if (v_out == nullptr || shape.v_head_dim == 0) return;
     for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
@@ -261,7 +265,7 @@ struct LayerRows {
     view->format = format;
     view->layout = layout;
     const bool has_v = layout.Shape().v_head_dim != 0;
-    if (format == Format::kInt8) {
+    if (IsInt8(format)) {
       view->k_int8 = k_int8;
       view->v_int8 = has_v ? v_int8 : nullptr;
       view->k_scales = k_scales;
@@ -288,8 +292,13 @@ struct LayerRows {
     for (uint64_t i = 0; i < len;) {
       const uint64_t run = std::min({len - i, map.ContiguousSlotsFrom(slot + i), kBlock});
       for (uint32_t kv_head = 0; kv_head < shape.num_kv_heads; ++kv_head) {
-        EncodeRows(rows + i * row_stride + uint64_t{kv_head} * head_dim, row_stride, head_dim, run,
-                   stage, head_dim, k_scales + ScaleOffset(slot + i, kv_head));
+        const T* src = rows + i * row_stride + uint64_t{kv_head} * head_dim;
+        float* scales = k_scales + ScaleOffset(slot + i, kv_head);
+        if (RotatesK(format)) {
+          EncodeRotatedRows(src, row_stride, head_dim, run, stage, scales);
+        } else {
+          EncodeRows(src, row_stride, head_dim, run, stage, head_dim, scales);
+        }
         const uint8_t* from = reinterpret_cast<const uint8_t*>(stage);
         uint8_t* to = reinterpret_cast<uint8_t*>(k_int8 + map(slot + i, kv_head, 0));
         const uint64_t dim_stride = map.DimStride();
@@ -318,6 +327,20 @@ struct LayerRows {
       EncodeRows(rows + uint64_t{kv_head} * shape.v_head_dim, row_stride, shape.v_head_dim, len,
                  v_int8 + map(slot, kv_head, 0), map.SlotStride(),
                  v_scales + ScaleOffset(slot, kv_head));
+    }
+  }
+
+  // EncodeRows of K rows rotated first (kInt8Hadamard): each row widened to f32 in a buffer
+  // of its own and rotated (RotateHadamard), then encoded into q (rows n apart).
+  template <typename T>
+  static void EncodeRotatedRows(const T* src, uint64_t src_stride, uint64_t n, uint64_t num_rows,
+                                int8_t* q, float* scales) {
+    alignas(64) float row[kMaxAttentionHeadDim];
+    KVRING_DASSERT(n <= kMaxAttentionHeadDim);
+    for (uint64_t r = 0; r < num_rows; ++r) {
+      for (uint64_t e = 0; e < n; ++e) row[e] = detail::ToF32(src[r * src_stride + e]);
+      RotateHadamard(row, n);
+      EncodeRows(row, n, n, 1, q + r * n, n, scales + r);
     }
   }
 

@@ -54,11 +54,16 @@ Error ValidateStorageSpec(const StorageSpec& spec) {
   }
   if (IsAccountingOnly(spec.format)) {
     return FieldError("format", ToString(spec.format),
-                      "is for accounting only: storage holds bf16 or int8");
+                      "is for accounting only: storage holds bf16, int8 or int8h");
   }
-  if (spec.format != Format::kBF16 && spec.format != Format::kInt8) {
+  if (spec.format != Format::kBF16 && !IsInt8(spec.format)) {
     return FieldError("format", to_string(static_cast<int>(spec.format)),
-                      "is invalid: storage holds bf16 or int8");
+                      "is invalid: storage holds bf16, int8 or int8h");
+  }
+  if (RotatesK(spec.format) && shape.v_head_dim == 0) {
+    return FieldError("format", ToString(spec.format),
+                      "is invalid for a layer without V (an MLA latent, whose values are its "
+                      "K): int8h rotates K; use int8");
   }
   if (shape.num_slots == 0 || shape.num_slots % Layout::kSlotAlignment != 0) {
     return FieldError("shape.num_slots", to_string(shape.num_slots),

@@ -89,7 +89,7 @@ template <PieceOrder kOrder, typename Layout, typename Locate, typename Piece>
 void ForEachChunkPiece(const KVShape& shape, Format format, uint64_t base, uint64_t chunk_first,
                        uint64_t from, uint64_t end, const Locate& locate, const Piece& piece) {
   const uint64_t n = end - chunk_first;
-  const bool int8 = format == Format::kInt8;
+  const bool int8 = IsInt8(format);
   const uint64_t element = int8 ? 1 : sizeof(BF16);
   const uint32_t heads = shape.num_kv_heads, dims = shape.head_dim, v_dims = shape.v_head_dim;
   // Calls fn(segment, pos, len) for each segment of [from, end).
