@@ -383,7 +383,8 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring,
   }
 }
 
-// Int8 against BF16 (Format::kInt8): the same history stored in both formats (ring or flat,
+// Int8 against BF16 (Format::kInt8, or kInt8Hadamard: K rotated, queries rotated per call):
+// the same history stored in both formats (ring or flat,
 // as the layout pads them), the int8 call, the BF16 call and the read twin of the int8 bytes
 // timed in turn in each iteration (alternating order), decode cold as BM_Attention's.
 // Counters: bf16_ratio (the BF16 call's time over the int8 call's: 2.0 = twice as fast),
@@ -391,7 +392,7 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring,
 // for a ring ring_over_flat (the int8 ring against int8 flat storage of the same history,
 // outputs checked bit-identical).
 template <typename Layout>
-void BM_Int8(benchmark::State& state, Shape shape, bool ring) {
+void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format format) {
   using kvring::reference::Int8History;
   using kvring::reference::Int8Storage;
   using kvring::reference::Storage;
@@ -417,7 +418,7 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring) {
     for (size_t i = 0; i < row; ++i) history.k[pos * row + i] = kvring::BF16FromF32(normal(rng));
     for (size_t i = 0; i < row; ++i) history.v[pos * row + i] = kvring::BF16FromF32(normal(rng));
   }
-  const Int8History q8 = Int8History::Of(history);
+  const Int8History q8 = Int8History::Of(history, format);
   const auto int8_kv = Int8Storage<Layout>::Make(q8, slots, end);
   const auto int8_flat = Int8Storage<Layout>::Make(q8, flat_slots, end);
   const auto bf16_kv = Storage<Layout>::Make(history, slots, end);
@@ -542,19 +543,24 @@ void RegisterAll() {
       {"Decode", 128, 8, 4, 1, 32768, 1},
       {"Prefill", 256, 8, 4, 512, 1024, 1},
   };
+  // int8h (K rotated) on rings: its cost against int8's is the queries' rotation.
+  const std::pair<kvring::Format, bool> int8_runs[] = {{kvring::Format::kInt8, true},
+                                                       {kvring::Format::kInt8, false},
+                                                       {kvring::Format::kInt8Hadamard, true}};
   for (const Shape& s : int8_shapes) {
     for (int backend = 0; backend < 2; ++backend) {
-      for (bool ring : {true, false}) {
+      for (const auto& [format, ring] : int8_runs) {
         const std::string name =
             std::string("BM_") + s.kind + "/" + (backend == 0 ? "flash" : "tiled") + "/" +
-            (ring ? "ring" : "flat") + "/int8/D" + std::to_string(s.head_dim) + "/q" +
-            std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
-            std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads1";
+            (ring ? "ring" : "flat") + "/" + kvring::ToString(format) + "/D" +
+            std::to_string(s.head_dim) + "/q" + std::to_string(s.num_q_heads) + "/kv" +
+            std::to_string(s.num_kv_heads) + "/queries" + std::to_string(s.num_queries) +
+            "/window" + std::to_string(s.window) + "/threads1";
         benchmark::internal::Benchmark* b =
-            backend == 0
-                ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::FlashLayout>, s, ring)
-                : benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s,
-                                               ring);
+            backend == 0 ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::FlashLayout>,
+                                                        s, ring, format)
+                         : benchmark::RegisterBenchmark(
+                               name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s, ring, format);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
           b->Iterations(std::max<int64_t>(

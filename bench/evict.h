@@ -27,7 +27,7 @@ inline void Evict(const void* p, uint64_t bytes) {
 // a ring's wrap or a paged layer's blocks put them.
 template <typename Layout>
 void EvictPositions(const kvring::KVView<Layout>& kv, uint64_t first, uint64_t end) {
-  const bool int8 = kv.format == kvring::Format::kInt8;
+  const bool int8 = kvring::IsInt8(kv.format);
   const char* k =
       int8 ? reinterpret_cast<const char*>(kv.k_int8) : reinterpret_cast<const char*>(kv.k);
   const char* v =

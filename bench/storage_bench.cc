@@ -425,12 +425,16 @@ void RegisterLayout(const std::string& name) {
   }
   if (Layout::kBackend == kvring::Backend::kFlash || Layout::kSlotAlignment == 16) {
     // Each (pos, kv_head) row encoded with EncodeInt8Row: the int8 target is half the memcpy.
-    benchmark::RegisterBenchmark(
-        ("BM_AppendInt8/" + name + "/ring/" + std::to_string(kBatch)).c_str(),
-        [](benchmark::State& state) {
-          BM_Append<Layout>(state, Storage::kRing, kBatch, kvring::Format::kInt8);
-        })
-        ->UseManualTime();
+    // int8h rotates each K row first (RotateHadamard).
+    for (const kvring::Format format : {kvring::Format::kInt8, kvring::Format::kInt8Hadamard}) {
+      const std::string prefix =
+          format == kvring::Format::kInt8 ? "BM_AppendInt8/" : "BM_AppendInt8h/";
+      benchmark::RegisterBenchmark((prefix + name + "/ring/" + std::to_string(kBatch)).c_str(),
+                                   [format](benchmark::State& state) {
+                                     BM_Append<Layout>(state, Storage::kRing, kBatch, format);
+                                   })
+          ->UseManualTime();
+    }
   }
   benchmark::RegisterBenchmark(("BM_Copy/" + name + "/ring").c_str(), [](benchmark::State& s) {
     BM_Copy<Layout, kvring::RingKV<Layout>>(s, Storage::kRing);
