@@ -608,6 +608,13 @@ void RegisterAll() {
 }  // namespace kvring_bench
 
 int main(int argc, char** argv) {
+  // KVRING_BENCH_NO_AVX512=1: dispatch no AVX-512 target, to time the AVX2 kernels on an
+  // AVX-512 host (their instruction mix, not an AVX2-only CPU's speed).
+  const char* no_avx512 = std::getenv("KVRING_BENCH_NO_AVX512");
+  if (no_avx512 != nullptr && std::strcmp(no_avx512, "1") == 0) {
+    hwy::DisableTargets(HWY_AVX3 | HWY_AVX3_DL);
+    std::fprintf(stderr, "KVRING_BENCH_NO_AVX512=1: AVX-512 targets disabled\n");
+  }
   kvring_bench::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -1,10 +1,9 @@
 // kvring/formats/format.h: how one K or V element of a layer is stored, chosen per layer in
 // the plan: BF16, or symmetric int8 with one f32 scale per (pos, kv_head) of K and of V
 // (kvring/formats/int8.h), its K as given or rotated per head (kvring/formats/hadamard.h);
-// and the formats a plan only counts (f16, f32, fp8). The one
-// vocabulary of element formats, for storage and accounting alike: the runtime's element
-// type (RuntimeSpec::element_type) is a Format too. Names and byte counts only; no storage,
-// no vector code.
+// and the formats a plan only counts (f16, f32, fp8). The one vocabulary of element formats,
+// for storage and accounting alike: the runtime's element type (RuntimeSpec::element_type)
+// is a Format too. Names and byte counts only; no storage, no vector code.
 #ifndef KVRING_FORMATS_FORMAT_H_
 #define KVRING_FORMATS_FORMAT_H_
 

@@ -168,8 +168,7 @@ struct ElementKernel<int8_t> {
 
 // Returns the accumulator order of a layer stored in `format`.
 HWY_INLINE AccOrder AccOrderOf(Format format) {
-  return IsInt8(format) ? ElementKernel<int8_t>::kAccOrder
-                                 : ElementKernel<BF16>::kAccOrder;
+  return IsInt8(format) ? ElementKernel<int8_t>::kAccOrder : ElementKernel<BF16>::kAccOrder;
 }
 
 }  // namespace attention_internal

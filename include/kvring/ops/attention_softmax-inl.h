@@ -135,13 +135,25 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
       odd_acc[ch][r] = hn::Mul(hn::LoadU(df, acc[r] + d + lanes), c);
     }
   }
+  // Each line of the next tile's K once: when V rows start on K-line boundaries (PrefetchK's
+  // element index), only a chunk that starts a line prefetches it; the chunks of a row are
+  // consecutive powers of two no wider than a line, so every line start begins a chunk.
+  // (Prefetching a line for every chunk issued 2-4 times the prefetches, and their address
+  // arithmetic, with int8 and the 16-lane chunks of AVX2.)
+  constexpr size_t kPerLine = 64 / sizeof(T);
+  bool fetch[kChunks];
+  for (size_t ch = 0; ch < kChunks; ++ch) {
+    fetch[ch] = v_stride % kPerLine != 0 || (dim0 + ch * 2 * lanes) % kPerLine == 0;
+  }
   const int32_t first = kMasked ? lo_off : 0;
   const int32_t last = kMasked ? hi_off : static_cast<int32_t>(kTile) - 1;
   for (int32_t off = first; off <= last; ++off) {
     const T* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
     const size_t index = static_cast<size_t>(index_of_offset[off]);
     for (size_t ch = 0; ch < kChunks; ++ch) {
-      PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes, ps);
+      if (fetch[ch]) {
+        PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes, ps);
+      }
     }
     V pr[kRows];
     for (size_t r = 0; r < kRows; ++r) {

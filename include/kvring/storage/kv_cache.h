@@ -136,16 +136,17 @@ class KVCache {
     return Read(layer, pos, detail::RowRead::BF16s(k_out, v_out));
   }
 
-  // As ReadRow, for an int8 layer (its owner's): copies k_out [kv_head][head_dim] and
+  // As ReadRow, for an int8 or int8h layer (its owner's): copies k_out [kv_head][head_dim] and
   // k_scales_out [kv_head], and if not null v_out [kv_head][v_head_dim] and v_scales_out
-  // [kv_head], exactly as stored. kBadArgument also for a BF16 layer. Cost: one row.
+  // [kv_head], exactly as stored (int8h: K rotated). kBadArgument also for a BF16 layer.
+  // Cost: one row.
   Result ReadRowInt8(size_t layer, uint64_t pos, int8_t* k_out, float* k_scales_out, int8_t* v_out,
                      float* v_scales_out) const {
     return Read(layer, pos, detail::RowRead::Int8s(k_out, k_scales_out, v_out, v_scales_out));
   }
 
-  // As ReadRow, as f32 values in either format: BF16 widened exactly, int8 decoded as
-  // DecodeInt8(scale, q). Cost: one row.
+  // As ReadRow, as f32 values in any format: BF16 widened exactly, int8 decoded as
+  // DecodeInt8(scale, q), int8h's K decoded and rotated back (RotateHadamard). Cost: one row.
   Result ReadRowF32(size_t layer, uint64_t pos, float* k_out, float* v_out) const {
     return Read(layer, pos, detail::RowRead::F32s(k_out, v_out));
   }
