@@ -81,7 +81,8 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
   options.Number("grow-factor", &config->grow_factor, "conversation 2's batch is batch * N (4)", 2);
   options.Number("threads", &config->threads, "attention threads (1)", 1);
   options.Number("k-outliers", &config->model.k_outliers,
-                 "scale four K channels of each kv_head by N (off)");
+                 "scale four K channels of each kv_head by N and the\n"
+                 "queries' same channels by 1/N: the logits stay (off)");
   options.Number("split-positions", &config->split_positions,
                  "KV split length of decode calls (kvring's default, 2048)");
   options.Number("global-head-dim", &config->model.global_head_dim,

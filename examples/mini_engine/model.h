@@ -32,6 +32,7 @@ struct ModelConfig {
   uint64_t window = 64;       // sliding layers' window
   uint32_t seed = 1;
   uint64_t k_outliers = 0;  // > 1: four K channels of each kv_head this many times larger
+                            // (and the queries' same channels as many times smaller)
   // The global layers' own shape, as Gemma 4 gives them (31B: head dim 512 on 4 kv_heads,
   // against 256 on 16 for its sliding layers); 0: the sliding layers' head_dim, num_kv_heads.
   uint32_t global_head_dim = 0;
@@ -191,10 +192,11 @@ inline Model MakeModel(const ModelConfig& c) {
       // (four channels) k_outliers times the others. As in a trained model, the queries are
       // small where K is large (their columns divided by as much, below), so that the
       // logits, and with them the model, stay what they were: only K's values change.
-      if (c.k_outliers > 1)
+      if (c.k_outliers > 1) {
         ScaleOutlierChannels(c, layer, kv_dim, static_cast<float>(c.k_outliers), &w.wk);
+      }
     }
-    if (c.k_outliers > 1) {
+    if (c.k_outliers > 1 && !IsRecurrent(c, layer)) {
       // The queries of every layer reading this K (an owner, or a consumer of its owner).
       ScaleOutlierChannels(c, layer, model.QDim(layer), 1.0f / static_cast<float>(c.k_outliers),
                            &w.wq);
