@@ -30,16 +30,15 @@ inline constexpr uint64_t kMaxRegisterRows = 8;
 // 64-byte aligned start (the kernels align the scratch they are given; ScratchFloats() adds
 // the 16 floats that may take). The one layout the kernels and ScratchFloats() share.
 struct ItemScratchLayout {
-  uint64_t q_stride = 0;       // floats of one row's scaled query: head_dim, padded to 16
-  uint64_t acc_stride = 0;     // floats of one row's accumulators: v_head_dim, padded to 16
-  uint64_t lane_tables = 0;    // int32 lane offsets and their inverse: 2 x tile slots
-  uint64_t scores = 0;         // two tiles' scores of one register block
-  uint64_t dummy_acc = 0;      // the accumulators of a register block's padding rows
-  uint64_t q_rows = 0;         // per row, its scaled query
-  uint64_t acc_rows = 0;       // per row, its accumulators
-  uint64_t k_scale_lanes = 0;  // an int8 tile's K scales in the scores' lane order
-  uint64_t latent = 0;         // a latent view's values of two tiles ([slot][dim] BF16/int8)
-  uint64_t end = 0;            // floats an item uses
+  uint64_t q_stride = 0;     // floats of one row's scaled query: head_dim, padded to 16
+  uint64_t acc_stride = 0;   // floats of one row's accumulators: v_head_dim, padded to 16
+  uint64_t lane_tables = 0;  // int32 lane offsets and their inverse: 2 x tile slots
+  uint64_t scores = 0;       // two tiles' scores of one register block
+  uint64_t dummy_acc = 0;    // the accumulators of a register block's padding rows
+  uint64_t q_rows = 0;       // per row, its scaled query
+  uint64_t acc_rows = 0;     // per row, its accumulators
+  uint64_t latent = 0;       // a latent view's values of two tiles ([slot][dim] BF16/int8)
+  uint64_t end = 0;          // floats an item uses
   // A merge (run after the items, in the same scratch): one row's combined accumulators and
   // its output before a BF16 conversion.
   uint64_t merge_acc = 0;
@@ -64,7 +63,6 @@ struct ItemScratchLayout {
     layout.dummy_acc = take(layout.acc_stride);
     layout.q_rows = take(max_rows * layout.q_stride);
     layout.acc_rows = take(max_rows * layout.acc_stride);
-    layout.k_scale_lanes = take(detail::RoundUp16(tile_slots));
     // Two tiles x tile_slots slots x acc_stride BF16 (or int8): tile_slots x acc_stride floats.
     layout.latent = take(latent ? tile_slots * layout.acc_stride : 0);
     layout.end = at;

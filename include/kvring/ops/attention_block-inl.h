@@ -186,6 +186,7 @@ struct TileRefs {
   const T* v = nullptr;
   const T* k_next = nullptr;
   const float* v_scales = nullptr;
+  const float* k_scales = nullptr;  // int8: the tile's K scales in the scores' lane order
 };
 
 // Returns a 64-byte aligned pointer at or after `p`.

@@ -86,7 +86,8 @@ struct ElementKernel<BF16> {
   // No scales: the tile's score scales and V scales are none.
   template <uint64_t kTile>
   static HWY_INLINE const float* TileScales(const float*, const float*, size_t, bool,
-                                            const int32_t*, float*) {
+                                            const float** k_lanes) {
+    *k_lanes = nullptr;
     return nullptr;
   }
   template <uint64_t kTile>
@@ -129,17 +130,17 @@ struct ElementKernel<int8_t> {
 
   static constexpr size_t LaneOffset(size_t v, size_t j, size_t lanes) { return v * lanes + j; }
 
-  // Sets k_scale_lanes[i] to the K scale of score lane i of the tile whose scales start at
-  // `offset` in the view's k_scales and v_scales (a tile's slots are consecutive, and so are
-  // their scales: [kv_head][slot]); returns the tile's V scales by offset (a latent view's
-  // values are its K: their scales too).
+  // Sets *k_lanes to the K scales of the tile whose scales start at `offset` in the view's
+  // k_scales and v_scales, in the scores' lane order: a tile's slots are consecutive, and so
+  // are their scales ([kv_head][slot]), and int8 score lanes are in natural order
+  // (LaneOffset), so they are read in place. Returns the tile's V scales by offset (a latent
+  // view's values are its K: their scales too).
   template <uint64_t kTile>
   static HWY_INLINE const float* TileScales(const float* k_scales, const float* v_scales,
-                                            size_t offset, bool latent, const int32_t* lane_offsets,
-                                            float* HWY_RESTRICT k_scale_lanes) {
-    const float* tile_k_scales = k_scales + offset;
-    for (size_t i = 0; i < kTile; ++i) k_scale_lanes[i] = tile_k_scales[lane_offsets[i]];
-    return latent ? tile_k_scales : v_scales + offset;
+                                            size_t offset, bool latent, const float** k_lanes) {
+    static_assert(LaneOffset(1, 2, 8) == 10, "int8 score lanes are in natural order");
+    *k_lanes = k_scales + offset;
+    return latent ? k_scales + offset : v_scales + offset;
   }
 
   // The score of a position is its K scale times q . q_int8 (exact folding of the format).

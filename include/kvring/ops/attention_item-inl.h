@@ -83,7 +83,6 @@ class ItemRunner {
     dummy_acc_ = base + layout.dummy_acc;
     q_rows_ = base + layout.q_rows;
     acc_rows_ = base + layout.acc_rows;
-    k_scale_lanes_ = base + layout.k_scale_lanes;
     latent_values_ = work.Latent() ? reinterpret_cast<T*>(base + layout.latent) : nullptr;
     // The position offset of each score lane: BF16 pairs interleave even and odd positions
     // (LoadPairs); int8 lanes are in their natural order (LoadInt8Halves): ElementKernel.
@@ -199,8 +198,8 @@ class ItemRunner {
     } else {
       tile.v = v_base_ + at.v;
     }
-    tile.v_scales = Element::template TileScales<kTile>(
-        kv_.k_scales, kv_.v_scales, at.scales, work_.Latent(), lane_offsets_, k_scale_lanes_);
+    tile.v_scales = Element::template TileScales<kTile>(kv_.k_scales, kv_.v_scales, at.scales,
+                                                        work_.Latent(), &tile.k_scales);
     tile.k_next = KAfter(walk, tile_pos, 1);
     return tile;
   }
@@ -223,7 +222,7 @@ class ItemRunner {
                             bool scored, Row* block, size_t num_real) const {
     BlockTile<kRows, kTile, kNative>(
         path_ == ProductPath::kBF16Widened, block, num_real, tile.pos, tile.k, walk.dim_stride,
-        tile.k_next, walk.prefetch, tile.v, walk.v_stride, k_scale_lanes_, tile.v_scales, head_dim_,
+        tile.k_next, walk.prefetch, tile.v, walk.v_stride, tile.k_scales, tile.v_scales, head_dim_,
         v_head_dim_, options_.soft_cap, lane_offsets_, index_of_offset_, tile_scores, scored);
   }
 
@@ -324,8 +323,7 @@ class ItemRunner {
   float* dummy_acc_ = nullptr;
   float* q_rows_ = nullptr;
   float* acc_rows_ = nullptr;
-  float* k_scale_lanes_ = nullptr;  // int8: a tile's K scales in the scores' lane order
-  T* latent_values_ = nullptr;      // latent views: two tiles' values transposed from K
+  T* latent_values_ = nullptr;  // latent views: two tiles' values transposed from K
 };
 
 // The body of RunAttentionItem for stored elements of type T.
