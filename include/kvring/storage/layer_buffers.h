@@ -52,11 +52,10 @@ class LayerBuffers {
       v_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(v_size));
     }
     // (An empty K can only come from a zero shape or no blocks, which callers reject.)
-    const bool ok =
-        !Failed() &&
-        (IsInt8(format) ? k_int8_.size() != 0 && k_scales_.size() != 0 &&
-                                       (!has_v || (v_int8_.size() != 0 && v_scales_.size() != 0))
-                                 : k_.size() != 0 && (!has_v || v_.size() != 0));
+    const bool ok = !Failed() &&
+                    (IsInt8(format) ? k_int8_.size() != 0 && k_scales_.size() != 0 &&
+                                          (!has_v || (v_int8_.size() != 0 && v_scales_.size() != 0))
+                                    : k_.size() != 0 && (!has_v || v_.size() != 0));
     if (!ok) *this = LayerBuffers();
     return ok;
   }

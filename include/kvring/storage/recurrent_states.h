@@ -133,12 +133,7 @@ class RecurrentStates {
     copy->layers_.clear();
     for (const Layer& entry : layers_) {
       Layer duplicate;
-      duplicate.conv_bytes = entry.conv_bytes;
-      duplicate.recurrent_bytes = entry.recurrent_bytes;
-      duplicate.conv_format = entry.conv_format;
-      duplicate.recurrent_format = entry.recurrent_format;
-      duplicate.stride = entry.stride;
-      duplicate.stamps = entry.stamps;
+      static_cast<Slots&>(duplicate) = entry;
       duplicate.buffer = AlignedBuffer<uint8_t>::Zeroed(entry.buffer.size());
       if (duplicate.buffer.Failed()) return false;
       if (entry.buffer.size() != 0) {
@@ -162,14 +157,18 @@ class RecurrentStates {
  private:
   static constexpr size_t kNone = ~size_t{0};
 
-  struct Layer {
+  // A layer's slots as described (copyable), and the layer: its slots' description and their
+  // bytes.
+  struct Slots {
     uint64_t conv_bytes = 0;
     uint64_t recurrent_bytes = 0;
     Format conv_format = Format::kBF16;
     Format recurrent_format = Format::kBF16;
-    uint64_t stride = 0;  // bytes of one slot
-    AlignedBuffer<uint8_t> buffer;
+    uint64_t stride = 0;           // bytes of one slot
     std::vector<uint64_t> stamps;  // per slot: the positions its state follows, or kUnwritten
+  };
+  struct Layer : Slots {
+    AlignedBuffer<uint8_t> buffer;
   };
 
   static uint64_t RoundUp64(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
