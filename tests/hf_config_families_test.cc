@@ -33,14 +33,7 @@ void ExpectShapedRows(const LayerPlan& plan, const std::vector<ShapedRow>& rows)
   ASSERT_EQ(plan.NumLayers(), rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const LayerInfo& layer = plan.Layer(i);
-    const Row& row = rows[i].row;
-    EXPECT_EQ(layer.spec.kind, row.kind == 'S' ? AttentionKind::kSliding : AttentionKind::kGlobal)
-        << "layer " << i;
-    EXPECT_EQ(layer.spec.Span(), row.span) << "layer " << i;
-    EXPECT_EQ(layer.owner, row.owner) << "layer " << i;
-    EXPECT_EQ(layer.capacity, row.capacity) << "layer " << i;
-    EXPECT_EQ(layer.spec.num_kv_heads, rows[i].num_kv_heads) << "layer " << i;
-    EXPECT_EQ(layer.spec.head_dim, rows[i].head_dim) << "layer " << i;
+    ExpectRow(layer, i, rows[i].row, rows[i].num_kv_heads, rows[i].head_dim);
     EXPECT_EQ(layer.spec.VHeadDim(), rows[i].head_dim) << "layer " << i;
   }
 }

@@ -46,20 +46,25 @@ struct Row {
   uint64_t capacity;
 };
 
+// Checks that layer `i` of a plan is `row`, with `num_kv_heads` x `head_dim` K.
+inline void ExpectRow(const LayerInfo& layer, size_t i, const Row& row, uint32_t num_kv_heads,
+                      uint32_t head_dim) {
+  const AttentionKind kind = row.kind == 'S'   ? AttentionKind::kSliding
+                             : row.kind == 'C' ? AttentionKind::kChunked
+                                               : AttentionKind::kGlobal;
+  EXPECT_EQ(layer.spec.kind, kind) << "layer " << i;
+  EXPECT_EQ(layer.spec.Span(), row.span) << "layer " << i;
+  EXPECT_EQ(layer.owner, row.owner) << "layer " << i;
+  EXPECT_EQ(layer.capacity, row.capacity) << "layer " << i;
+  EXPECT_EQ(layer.spec.num_kv_heads, num_kv_heads) << "layer " << i;
+  EXPECT_EQ(layer.spec.head_dim, head_dim) << "layer " << i;
+}
+
 inline void ExpectRows(const LayerPlan& plan, const std::vector<Row>& rows, uint32_t num_kv_heads,
                        uint32_t head_dim) {
   ASSERT_EQ(plan.NumLayers(), rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    const LayerInfo& layer = plan.Layer(i);
-    const AttentionKind kind = rows[i].kind == 'S'   ? AttentionKind::kSliding
-                               : rows[i].kind == 'C' ? AttentionKind::kChunked
-                                                     : AttentionKind::kGlobal;
-    EXPECT_EQ(layer.spec.kind, kind) << "layer " << i;
-    EXPECT_EQ(layer.spec.Span(), rows[i].span) << "layer " << i;
-    EXPECT_EQ(layer.owner, rows[i].owner) << "layer " << i;
-    EXPECT_EQ(layer.capacity, rows[i].capacity) << "layer " << i;
-    EXPECT_EQ(layer.spec.num_kv_heads, num_kv_heads) << "layer " << i;
-    EXPECT_EQ(layer.spec.head_dim, head_dim) << "layer " << i;
+    ExpectRow(plan.Layer(i), i, rows[i], num_kv_heads, head_dim);
   }
 }
 
