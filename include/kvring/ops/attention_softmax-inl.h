@@ -57,6 +57,20 @@ struct Row {
   float l = 0.0f;            // running sum
 };
 
+// f(x) for the lanes of x that are numbers, x itself (NaN) for the others. Highway 1.0.3's
+// emulated targets (EMU128, SCALAR) convert NaN to int in plain C++ inside Exp and Tanh, which
+// is undefined behaviour (clang's -fsanitize=float-cast-overflow stops there): on them, NaN
+// lanes enter f as 0. The other targets convert with instructions that define the result.
+template <class V, class F>
+HWY_INLINE V WhereNumber(V x, const F& f) {
+  const auto is_number = hn::Eq(x, x);
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+  return hn::IfThenElse(is_number, f(hn::IfThenElseZero(is_number, x)), x);
+#else
+  return hn::IfThenElse(is_number, f(x), x);
+#endif
+}
+
 // Turns one row's raw scores of a tile into probabilities in place and updates the row's
 // running max and sum; returns the factor the row's accumulators must be multiplied by.
 // Lanes outside [lo_off, hi_off] (offsets in the tile) are invisible: their score becomes
@@ -80,7 +94,10 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
   for (size_t i = 0; i < kVectors; ++i) {
     V x = hn::LoadU(dk, s + i * kLanes);
     if (soft_cap > 0.0f) {
-      x = hn::Mul(hn::Set(dk, soft_cap), hn::Tanh(dk, hn::Mul(x, hn::Set(dk, 1.0f / soft_cap))));
+      x = WhereNumber(x, [&](V y) {
+        return hn::Mul(hn::Set(dk, soft_cap),
+                       hn::Tanh(dk, hn::Mul(y, hn::Set(dk, 1.0f / soft_cap))));
+      });
     }
     if (!full) {
       const auto offsets = hn::LoadU(di, lane_offsets + i * kLanes);
@@ -100,7 +117,7 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
   V sum = hn::Zero(dk);
   for (size_t i = 0; i < kVectors; ++i) {
     const V x = hn::Sub(hn::LoadU(dk, s + i * kLanes), vm);
-    const V p = hn::IfThenElse(hn::Eq(x, x), hn::Exp(dk, x), x);
+    const V p = WhereNumber(x, [&](V y) { return hn::Exp(dk, y); });
     hn::StoreU(p, dk, s + i * kLanes);
     sum = hn::Add(sum, p);
   }
