@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -288,6 +290,66 @@ TEST(HfConfigFamilies, Granite4HybridDerivesTheMambaHeadDim) {
   EXPECT_EQ(model.layers[2].head_dim, 32u);
 }
 
+TEST(HfConfigFamilies, JambaPlacesAttentionByPeriodAndOffset) {
+  // attn_layer_period 3, offset 1: layers 1 and 4 attend (2 KV heads of 64 / 4), the others are
+  // Mamba1 layers: intermediate 2 x 64 = 128, conv (4 - 1) x 128 = 384 BF16 elements, SSM
+  // 128 x 8 = 1024 BF16 elements.
+  const HfModel model = Read("jamba_tiny.json");
+  ASSERT_EQ(model.layers.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const LayerSpec& spec = model.layers[i];
+    const bool attention = i % 3 == 1;
+    EXPECT_EQ(spec.attends, attention) << i;
+    EXPECT_EQ(spec.HasState(), !attention) << i;
+    if (attention) {
+      EXPECT_EQ(spec.kind, AttentionKind::kGlobal) << i;
+      EXPECT_EQ(spec.num_kv_heads, 2u) << i;
+      EXPECT_EQ(spec.head_dim, 16u) << i;
+    } else {
+      EXPECT_EQ(spec.state.conv_elements, 384u) << i;
+      EXPECT_EQ(spec.state.recurrent_elements, 1024u) << i;
+      EXPECT_EQ(spec.state.recurrent_format, Format::kBF16) << i;
+    }
+  }
+  EXPECT_EQ(model.max_context, 4096u);
+}
+
+TEST(HfConfigFamilies, FalconH1LayersAttendAndKeepAMamba2State) {
+  // Every layer: full attention (2 KV heads of the file's head_dim 32) and a Mamba2 state of
+  // mamba_d_ssm 128 in 8 heads of 16 ("auto"): conv (4 - 1) x (128 + 2 x 2 x 16) = 576 BF16
+  // elements, SSM 8 x 16 x 16 = 2048 BF16 elements.
+  const HfModel model = Read("falcon_h1_tiny.json");
+  ASSERT_EQ(model.layers.size(), 3u);
+  for (const LayerSpec& spec : model.layers) {
+    EXPECT_TRUE(spec.attends);
+    EXPECT_EQ(spec.kind, AttentionKind::kGlobal);
+    EXPECT_EQ(spec.num_kv_heads, 2u);
+    EXPECT_EQ(spec.head_dim, 32u);
+    EXPECT_EQ(spec.state.conv_elements, 576u);
+    EXPECT_EQ(spec.state.recurrent_elements, 2048u);
+    EXPECT_STREQ(LayerKindName(spec.kind, spec.attends, spec.HasState()), "global");
+  }
+  // Without mamba_d_ssm the class default 1024 is the Mamba width; null asks for mamba_expand x
+  // hidden_size (2 x 64 = 128).
+  std::ifstream file(ConfigPath("falcon_h1_tiny.json"));
+  std::stringstream contents;
+  contents << file.rdbuf();
+  const std::string text = contents.str();
+  const std::string d_ssm = "\"mamba_d_ssm\": 128,";
+  ASSERT_NE(text.find(d_ssm), std::string::npos);
+  std::string absent = text;
+  absent.erase(absent.find(d_ssm), d_ssm.size());
+  const Expected<HfModel> wide = ParseHfConfig(absent, "falcon_h1_tiny.json");
+  ASSERT_TRUE(wide.ok()) << wide.error().message;
+  EXPECT_EQ(wide.value().layers[0].state.recurrent_elements, 1024u * 16u);
+  EXPECT_TRUE(HasDefault(wide.value(), "mamba_d_ssm", "1024"));
+  std::string null = text;
+  null.replace(null.find(d_ssm), d_ssm.size(), "\"mamba_d_ssm\": null,");
+  const Expected<HfModel> expanded = ParseHfConfig(null, "falcon_h1_tiny.json");
+  ASSERT_TRUE(expanded.ok()) << expanded.error().message;
+  EXPECT_EQ(expanded.value().layers[0].state.recurrent_elements, 128u * 16u);
+}
+
 TEST(HfConfigFamilies, Lfm2ConvLayersKeepTheirShortConvolution) {
   // full_attn_idxs [2, 4]: layers 0, 1, 3 are conv layers of (conv_L_cache 3 - 1) x 128 BF16
   // elements, no recurrent state; full layers 2 x 32 (Lfm2Config's head dim: 128 / 4).
@@ -366,6 +428,17 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "mamba_d_head: 16 x mamba_n_heads 8 is not mamba_expand x hidden_size 256"},
       {"bad/granitemoehybrid_layer_type.json",
        "layer_types[1]: \"linear_attention\" is not mamba or attention"},
+      {"bad/jamba_offset.json",
+       "attn_layer_offset: 2 is not below attn_layer_period 2 (JambaConfig refuses it)"},
+      {"bad/jamba_expert_offset.json",
+       "expert_layer_offset: 1 is not below expert_layer_period 1 (JambaConfig"},
+      {"bad/jamba_conv_kernel.json", "mamba_d_conv: 0 is invalid: it must be at least 1"},
+      {"bad/falcon_h1_mamba_heads.json",
+       "mamba_n_heads: 8 does not divide the Mamba width 100 (FalconH1Config refuses it)"},
+      {"bad/falcon_h1_kv_heads.json",
+       "num_key_value_heads: 3 does not divide num_attention_heads 4"},
+      {"bad/falcon_h1_mamba_head_dim.json",
+       "mamba_d_head: 32 x mamba_n_heads 8 is not the Mamba width 128"},
       {"bad/qwen3_5_ssm_dtype.json",
        "mamba_ssm_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
   };

@@ -25,6 +25,7 @@
 #include "kvring/hf_config/gemma4.h"
 #include "kvring/hf_config/hybrid.h"
 #include "kvring/hf_config/layers.h"
+#include "kvring/hf_config/mamba.h"
 #include "kvring/hf_config/mla.h"
 #include "kvring/hf_config/reader.h"
 #include "kvring/hf_config/scope.h"
@@ -199,6 +200,12 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
       break;
     case Reader::kShortConv:
       ReadShortConvHybrid(scope, out);
+      break;
+    case Reader::kJamba:
+      ReadJamba(scope, out);
+      break;
+    case Reader::kFalconH1:
+      ReadFalconH1(scope, out);
       break;
   }
 }

@@ -80,8 +80,15 @@ def build_layers(config_dict):
             channels, _, kernel = short_conv.conv.weight.shape
             facts.append(dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2))
             continue
-        if getattr(layer, "mamba", None) is not None:  # Granite 4.0-H
-            facts.append(mamba_facts(text, layer.mamba))
+        mamba = getattr(layer, "mamba", None)  # Granite 4.0-H, Jamba; Falcon-H1 beside attention
+        if mamba is not None:
+            state = mamba_facts(text, mamba)
+            beside = getattr(layer, "self_attn", None)
+            if beside is not None:
+                state = dict(layer_facts(text, None, i, beside, facts),
+                             conv_state_bytes=state["conv_state_bytes"],
+                             recurrent_state_bytes=state["recurrent_state_bytes"])
+            facts.append(state)
             continue
         block = getattr(layer, "block_type", None)  # Nemotron-H: mamba, attention, moe, mlp
         if block in ("mamba", "moe", "mlp"):
@@ -118,12 +125,15 @@ NO_MIXER = {"kind": "none", "window": 0, "chunk": 0, "owner": None, "num_kv_head
 
 
 def mamba_facts(text, mixer):
-    """A Mamba2 block's state from its mixer: the conv1d's channels and kernel (engines keep
-    kernel - 1 columns, BF16) and the SSM state of heads x head_dim x state_size."""
+    """A Mamba block's state from its mixer: the conv1d's channels and kernel (engines keep
+    kernel - 1 columns, BF16) and the SSM state of heads x head_dim x state_size (Mamba2) or
+    intermediate_size x state_size (Mamba1, whose mixer has no heads)."""
     channels, _, kernel = mixer.conv1d.weight.shape
     dtype = getattr(text, "mamba_ssm_cache_dtype", None) or "bfloat16"
+    width = (mixer.num_heads * mixer.head_dim if hasattr(mixer, "num_heads")
+             else mixer.intermediate_size)
     return dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2,
-                recurrent_state_bytes=mixer.num_heads * mixer.head_dim * mixer.ssm_state_size
+                recurrent_state_bytes=width * mixer.ssm_state_size
                 * (4 if dtype == "float32" else 2))
 
 

@@ -65,7 +65,16 @@ enum class PatternRule {
 
 // Which reader reads a family's layers: the families whose rules are the data below, or a
 // family group with rules of its own (kvring/hf_config/gemma4.h).
-enum class Reader { kStandard, kGemma4, kMla, kGatedDeltaNet, kMamba2, kShortConv };
+enum class Reader {
+  kStandard,
+  kGemma4,
+  kMla,
+  kGatedDeltaNet,
+  kMamba2,
+  kShortConv,
+  kJamba,
+  kFalconH1
+};
 
 // A class whose sliding_window defaults to None (sliding_window_default).
 inline constexpr uint64_t kNullWindow = UINT64_MAX;
@@ -161,6 +170,14 @@ inline constexpr Family kFamilies[] = {
      0, PatternRule::kAllFull, 0, 0, true, false, false, false,
      "layer_types of conv and full_attention, or full_attn_idxs", "sliding_window_pattern", 15,
      Reader::kShortConv},
+    {"jamba", "JambaConfig", 262144, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "attention iff i % attn_layer_period == attn_layer_offset, else mamba",
+     "sliding_window_pattern", 15, Reader::kJamba},
+    {"falcon_h1", "FalconH1Config", 8192, KvHeadsRule::kNumberNullIsMha, 8,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention beside a Mamba2 mixer", "sliding_window_pattern", 15,
+     Reader::kFalconH1},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},

@@ -1,20 +1,14 @@
 // kvring/hf_config/hybrid.h: the readers of the hybrid families, whose recurrent layers keep a
-// fixed state instead of K/V, as their transformers classes read them. Gated DeltaNet
-// (Qwen3-Next, Qwen3.5, Qwen3.5-MoE): layer_types of "linear_attention" and "full_attention"
-// (or a full layer every full_attention_interval); each recurrent layer keeps a conv state of
-// (linear_conv_kernel_dim - 1) x conv channels, as engines keep it (transformers keeps kernel
-// columns), and a recurrent state of linear_num_value_heads x linear_key_head_dim x
-// linear_value_head_dim. Mamba2 (Nemotron-H): layers_block_type (or hybrid_override_pattern)
-// of mamba, attention, moe and mlp blocks; a mamba block keeps a conv state of
-// (conv_kernel - 1) x (mamba_num_heads x mamba_head_dim + 2 x n_groups x ssm_state_size) and
-// an SSM state of mamba_num_heads x mamba_head_dim x ssm_state_size; moe and mlp blocks mix
-// no sequence. Mamba2 (Granite 4.0-H): layer_types of mamba and attention layers (default all
-// mamba), the mamba keys named mamba_n_heads, mamba_d_head ("auto": mamba_expand x hidden_size
-// / mamba_n_heads), mamba_d_state, mamba_n_groups, mamba_d_conv, the conv channels mamba_expand
-// x hidden_size + 2 x groups x state. Short convolutions (LFM2): layer_types of conv and
-// full_attention (or full_attn_idxs, default every layer); a conv layer keeps (conv_L_cache - 1)
-// x hidden_size elements. Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing
-// (scope.h).
+// fixed state instead of K/V, as their transformers classes read them (the Mamba families in
+// kvring/hf_config/mamba.h), and the state element type they share.
+// - Gated DeltaNet (Qwen3-Next, Qwen3.5, Qwen3.5-MoE): layer_types of "linear_attention" and
+//   "full_attention" (or a full layer every full_attention_interval); each recurrent layer keeps
+//   a conv state of (linear_conv_kernel_dim - 1) x conv channels, as engines keep it
+//   (transformers keeps kernel columns), and a recurrent state of linear_num_value_heads x
+//   linear_key_head_dim x linear_value_head_dim.
+// - Short convolutions (LFM2): layer_types of conv and full_attention (or full_attn_idxs,
+//   default every layer); a conv layer keeps (conv_L_cache - 1) x hidden_size elements.
+// Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_HYBRID_H_
 #define KVRING_HF_CONFIG_HYBRID_H_
 
@@ -116,175 +110,6 @@ inline void ReadGatedDeltaNetHybrid(const Scope& scope, HfModel* model) {
       scope.Fail(key, Show(*scope.Find(key)) + " is set, but " + scope.ClassName() +
                           " reads no such key, so the file contradicts its model_type");
       return;
-    }
-  }
-}
-
-// Returns the value at `key`, or at its older name `alias` (NemotronHConfig renames mamba_*
-// keys), or `fallback` when neither is given.
-inline uint64_t ReadAliased(const Scope& scope, const char* key, const char* alias,
-                            uint64_t fallback) {
-  if (scope.Find(alias) != nullptr) return scope.OrDefault(alias, fallback, 1, kMaxDim);
-  return scope.OrDefault(key, fallback, 1, kMaxDim);
-}
-
-// Returns a Nemotron-H Mamba2 block's state.
-inline StateSpec ReadMamba2State(const Scope& scope) {
-  const uint64_t heads = scope.OrDefault("mamba_num_heads", 128, 1, kMaxDim);
-  const uint64_t head_dim = scope.OrDefault("mamba_head_dim", 64, 1, kMaxDim);
-  const uint64_t state_size = scope.OrDefault("ssm_state_size", 128, 1, kMaxDim);
-  const uint64_t groups = ReadAliased(scope, "n_groups", "mamba_n_groups", 8);
-  const uint64_t kernel = ReadAliased(scope, "conv_kernel", "mamba_d_conv", 4);
-  StateSpec state;
-  if (scope.Failed()) return state;
-  if (heads % groups != 0) {
-    scope.Fail("n_groups", std::to_string(groups) + " does not divide mamba_num_heads " +
-                               std::to_string(heads));
-    return state;
-  }
-  state.conv_elements = (kernel - 1) * (heads * head_dim + 2 * groups * state_size);
-  state.conv_format = Format::kBF16;
-  state.recurrent_elements = heads * head_dim * state_size;
-  state.recurrent_format = ReadStateFormat(scope, Format::kF32);
-  return state;
-}
-
-// Returns Nemotron-H's block types: layers_block_type (or layer_types, its other name), else
-// hybrid_override_pattern (M mamba, E moe, * attention, - mlp).
-inline std::vector<std::string> ReadBlockTypes(const Scope& scope) {
-  std::vector<std::string> types;
-  for (const char* key : {"layers_block_type", "layer_types"}) {
-    const Json* list = scope.Find(key);
-    if (list == nullptr || list->is_null()) continue;
-    if (!list->is_array() || list->empty()) {
-      scope.Fail(key, Mistyped(*list, "a list of block types"));
-      return types;
-    }
-    for (size_t i = 0; i < list->size(); ++i) {
-      const Json& entry = (*list)[i];
-      for (const char* name : {"mamba", "attention", "moe", "mlp"}) {
-        if (entry == Json(name)) types.push_back(name);
-      }
-      if (types.size() != i + 1) {
-        scope.Fail(std::string(key) + "[" + std::to_string(i) + "]",
-                   Show(entry) + " is not mamba, attention, moe or mlp");
-        return {};
-      }
-    }
-    return types;
-  }
-  const Json* pattern = scope.Find("hybrid_override_pattern");
-  if (pattern == nullptr || pattern->is_null()) {
-    scope.Fail("layers_block_type", "is missing, and so is hybrid_override_pattern; " +
-                                        scope.ClassName() +
-                                        "'s default is a 4-block example, not a model");
-    return types;
-  }
-  if (!pattern->is_string() || pattern->get<std::string>().empty()) {
-    scope.Fail("hybrid_override_pattern", Mistyped(*pattern, "a string of M, E, * and -"));
-    return types;
-  }
-  const std::string letters = pattern->get<std::string>();
-  for (size_t i = 0; i < letters.size(); ++i) {
-    const char c = letters[i];
-    const char* name = c == 'M'   ? "mamba"
-                       : c == 'E' ? "moe"
-                       : c == '*' ? "attention"
-                       : c == '-' ? "mlp"
-                                  : nullptr;
-    if (name == nullptr) {
-      scope.Fail("hybrid_override_pattern",
-                 Show(*pattern) + " has '" + Printable(std::string(1, c)) + "' at " +
-                     std::to_string(i) + ", not M (mamba), E (moe), * (attention) or - (mlp)");
-      return {};
-    }
-    types.push_back(name);
-  }
-  return types;
-}
-
-// Returns a Granite 4.0-H Mamba2 layer's state.
-inline StateSpec ReadGraniteMambaState(const Scope& scope) {
-  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
-  const uint64_t heads = scope.OrDefault("mamba_n_heads", 128, 1, kMaxDim);
-  const uint64_t expand = scope.OrDefault("mamba_expand", 2, 1, kMaxDim);
-  const uint64_t state_size = scope.OrDefault("mamba_d_state", 256, 1, kMaxDim);
-  const uint64_t groups = scope.OrDefault("mamba_n_groups", 1, 1, kMaxDim);
-  const uint64_t kernel = scope.OrDefault("mamba_d_conv", 4, 1, kMaxDim);
-  StateSpec state;
-  if (scope.Failed()) return state;
-  const uint64_t intermediate = expand * hidden;
-  uint64_t head_dim = 0;
-  const Json* d_head = scope.Find("mamba_d_head");
-  if (d_head == nullptr || *d_head == Json("auto")) {
-    if (d_head == nullptr) scope.Record("mamba_d_head", "auto");
-    head_dim = intermediate / heads;
-  } else {
-    head_dim = scope.ToUInt("mamba_d_head", *d_head, 1, kMaxDim);
-  }
-  if (scope.Failed()) return state;
-  if (head_dim * heads != intermediate) {
-    scope.Fail("mamba_d_head", std::to_string(head_dim) + " x mamba_n_heads " +
-                                   std::to_string(heads) + " is not mamba_expand x hidden_size " +
-                                   std::to_string(intermediate) + " (" + scope.ClassName() +
-                                   " refuses it)");
-    return state;
-  }
-  state.conv_elements = (kernel - 1) * (intermediate + 2 * groups * state_size);
-  state.conv_format = Format::kBF16;
-  state.recurrent_elements = heads * head_dim * state_size;
-  state.recurrent_format = ReadStateFormat(scope);
-  return state;
-}
-
-// Returns Granite 4.0-H's layer kinds: layer_types of "mamba" and "attention", every layer
-// mamba without them.
-inline std::vector<std::string> ReadGraniteLayerTypes(const Scope& scope) {
-  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
-  std::vector<std::string> types;
-  if (scope.Failed()) return types;
-  const Json* list = scope.LayerList("layer_types", num_layers);
-  if (scope.Failed()) return types;
-  if (list == nullptr) return std::vector<std::string>(num_layers, "mamba");
-  for (size_t i = 0; i < list->size(); ++i) {
-    const Json& entry = (*list)[i];
-    if (entry != Json("mamba") && entry != Json("attention")) {
-      scope.Fail("layer_types[" + std::to_string(i) + "]",
-                 Show(entry) + " is not mamba or attention (" + scope.ClassName() + ")");
-      return {};
-    }
-    types.push_back(entry.get<std::string>());
-  }
-  return types;
-}
-
-// Reads a Mamba2 hybrid (Nemotron-H, Granite 4.0-H) of `scope` into *model.
-inline void ReadMamba2Hybrid(const Scope& scope, HfModel* model) {
-  const bool granite = std::string(scope.family().model_type) == "granitemoehybrid";
-  const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
-  const std::vector<std::string> types =
-      granite ? ReadGraniteLayerTypes(scope) : ReadBlockTypes(scope);
-  if (scope.Failed()) return;
-  if (types.size() > kMaxLayers) {
-    scope.Fail("layers_block_type", "has too many blocks");
-    return;
-  }
-  // num_hidden_layers is deprecated there: the block list decides (transformers warns).
-  bool has_attention = false, has_mamba = false;
-  for (const std::string& type : types) {
-    has_attention |= type == "attention";
-    has_mamba |= type == "mamba";
-  }
-  LayerSpec attention;
-  if (has_attention) attention = ReadShape(scope, num_heads);
-  StateSpec mamba;
-  if (has_mamba) mamba = granite ? ReadGraniteMambaState(scope) : ReadMamba2State(scope);
-  if (scope.Failed()) return;
-  for (const std::string& type : types) {
-    if (type == "attention") {
-      model->layers.push_back(attention);
-    } else {
-      model->layers.push_back(LayerSpec::Recurrent(type == "mamba" ? mamba : StateSpec()));
     }
   }
 }
