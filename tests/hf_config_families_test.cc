@@ -350,6 +350,38 @@ TEST(HfConfigFamilies, FalconH1LayersAttendAndKeepAMamba2State) {
   EXPECT_EQ(expanded.value().layers[0].state.recurrent_elements, 128u * 16u);
 }
 
+TEST(HfConfigFamilies, MiniMaxLightningLayersKeepAHeadDimSquaredState) {
+  // No layer_types: full on even layers, lightning on odd; head_dim null: 64 / 4 = 16, so a
+  // lightning layer keeps 4 x 16 x 16 = 1024 BF16 elements and no conv state.
+  const HfModel model = Read("minimax_tiny.json");
+  ASSERT_EQ(model.layers.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const LayerSpec& spec = model.layers[i];
+    EXPECT_EQ(spec.attends, i % 2 == 0) << i;
+    if (spec.attends) {
+      EXPECT_EQ(spec.kind, AttentionKind::kGlobal) << i;
+      EXPECT_EQ(spec.num_kv_heads, 2u) << i;
+      EXPECT_EQ(spec.head_dim, 16u) << i;
+      EXPECT_FALSE(spec.HasState()) << i;
+    } else {
+      EXPECT_EQ(spec.state.conv_elements, 0u) << i;
+      EXPECT_EQ(spec.state.recurrent_elements, 1024u) << i;
+      EXPECT_EQ(spec.state.recurrent_format, Format::kBF16) << i;
+    }
+  }
+  // layer_types (with an attn_type_list that agrees) and sliding_window 64: the softmax layer
+  // slides; the lightning layers keep 4 x 32 x 32 elements (head_dim 32).
+  const HfModel listed = Read("minimax_layer_types.json");
+  ASSERT_EQ(listed.layers.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_FALSE(listed.layers[i].attends) << i;
+    EXPECT_EQ(listed.layers[i].state.recurrent_elements, 4096u) << i;
+  }
+  EXPECT_EQ(listed.layers[3].kind, AttentionKind::kSliding);
+  EXPECT_EQ(listed.layers[3].window, 64u);
+  EXPECT_EQ(listed.layers[3].head_dim, 32u);
+}
+
 TEST(HfConfigFamilies, Lfm2ConvLayersKeepTheirShortConvolution) {
   // full_attn_idxs [2, 4]: layers 0, 1, 3 are conv layers of (conv_L_cache 3 - 1) x 128 BF16
   // elements, no recurrent state; full layers 2 x 32 (Lfm2Config's head dim: 128 / 4).
@@ -439,6 +471,12 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "num_key_value_heads: 3 does not divide num_attention_heads 4"},
       {"bad/falcon_h1_mamba_head_dim.json",
        "mamba_d_head: 32 x mamba_n_heads 8 is not the Mamba width 128"},
+      {"bad/minimax_attn_type_list.json",
+       "attn_type_list[0]: 0, but MiniMaxConfig reads layer_types, which make layer 0 "
+       "full_attention"},
+      {"bad/minimax_layer_type.json",
+       "layer_types[0]: \"lightning\" is not linear_attention or full_attention (MiniMaxConfig)"},
+      {"bad/minimax_null_kv_heads.json", "num_key_value_heads: is null; MiniMaxConfig's default 8"},
       {"bad/qwen3_5_ssm_dtype.json",
        "mamba_ssm_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
   };

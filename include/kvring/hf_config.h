@@ -207,6 +207,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kFalconH1:
       ReadFalconH1(scope, out);
       break;
+    case Reader::kLightning:
+      ReadLightningHybrid(scope, out);
+      break;
   }
 }
 

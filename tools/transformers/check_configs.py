@@ -98,6 +98,14 @@ def build_layers(config_dict):
         if block == "attention":
             facts.append(layer_facts(text, None, i, layer.mixer, facts))
             continue
+        if hasattr(layer, "attn_alpha_factor"):  # MiniMax: lightning or softmax attention
+            mixer = layer.self_attn
+            if layer.layer_type == "linear_attention":  # its K^T V state, in the model's type
+                facts.append(dict(NO_MIXER, kind="state", recurrent_state_bytes=2 *
+                                  mixer.num_attention_heads * mixer.head_dim * mixer.head_dim))
+            else:  # its mask slides for every softmax layer when sliding_window is set
+                facts.append(layer_facts(text, None, i, mixer, facts))
+            continue
         attention = getattr(layer, "self_attn", None) or getattr(layer, "attention")
         facts.append(layer_facts(text, layer_types, i, attention, facts))
     return text.max_position_embeddings, facts

@@ -73,7 +73,8 @@ enum class Reader {
   kMamba2,
   kShortConv,
   kJamba,
-  kFalconH1
+  kFalconH1,
+  kLightning,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
@@ -178,6 +179,10 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention beside a Mamba2 mixer", "sliding_window_pattern", 15,
      Reader::kFalconH1},
+    {"minimax", "MiniMaxConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kHiddenOverHeads, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "layer_types of linear_attention and full_attention (default: full on even layers)",
+     "sliding_window_pattern", 15, Reader::kLightning},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},

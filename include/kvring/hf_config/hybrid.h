@@ -6,6 +6,8 @@
 //   a conv state of (linear_conv_kernel_dim - 1) x conv channels, as engines keep it
 //   (transformers keeps kernel columns), and a recurrent state of linear_num_value_heads x
 //   linear_key_head_dim x linear_value_head_dim.
+// - Lightning attention (MiniMax): layer_types of "linear_attention" and "full_attention"; a
+//   linear layer keeps num_attention_heads x head_dim x head_dim elements.
 // - Short convolutions (LFM2): layer_types of conv and full_attention (or full_attn_idxs,
 //   default every layer); a conv layer keeps (conv_L_cache - 1) x hidden_size elements.
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
@@ -67,15 +69,16 @@ inline StateSpec ReadGatedDeltaNetState(const Scope& scope) {
   return state;
 }
 
-// Returns whether each layer is recurrent (true) or full attention: layer_types, or, without
-// them, full iff (i + 1) % full_attention_interval == 0 (default 4).
-inline std::vector<bool> ReadLinearLayers(const Scope& scope, uint64_t num_layers) {
+// Returns whether each layer is recurrent (true) or full attention: layer_types of
+// "linear_attention" and "full_attention", or, without them, fallback(i).
+template <class Fallback>
+inline std::vector<bool> ReadLinearLayers(const Scope& scope, uint64_t num_layers,
+                                          const Fallback& fallback) {
   std::vector<bool> linear(num_layers, false);
   const Json* list = scope.LayerList("layer_types", num_layers);
   if (scope.Failed()) return linear;
   if (list == nullptr) {
-    const uint64_t interval = scope.OrDefault("full_attention_interval", 4, 1, kMaxLayers);
-    for (size_t i = 0; i < num_layers; ++i) linear[i] = (i + 1) % interval != 0;
+    for (size_t i = 0; i < num_layers; ++i) linear[i] = fallback(i);
     return linear;
   }
   for (size_t i = 0; i < num_layers; ++i) {
@@ -90,6 +93,18 @@ inline std::vector<bool> ReadLinearLayers(const Scope& scope, uint64_t num_layer
     }
   }
   return linear;
+}
+
+// Gated DeltaNet's layers: without layer_types, full iff (i + 1) % full_attention_interval == 0
+// (default 4).
+inline std::vector<bool> ReadLinearLayers(const Scope& scope, uint64_t num_layers) {
+  bool read = false;
+  uint64_t interval = 4;
+  return ReadLinearLayers(scope, num_layers, [&](size_t i) {
+    if (!read) interval = scope.OrDefault("full_attention_interval", 4, 1, kMaxLayers);
+    read = true;
+    return !scope.Failed() && (i + 1) % interval != 0;
+  });
 }
 
 // Reads a Gated DeltaNet hybrid model of `scope` into *model; the first failure is in the
@@ -111,6 +126,56 @@ inline void ReadGatedDeltaNetHybrid(const Scope& scope, HfModel* model) {
                           " reads no such key, so the file contradicts its model_type");
       return;
     }
+  }
+}
+
+// Refuses MiniMax's remote-code key attn_type_list (1: softmax attention, 0: lightning) when
+// it disagrees with the layers MiniMaxConfig builds, which never read it: a file with only that
+// list would be planned with the class's alternating default, not the model's layers.
+inline void CheckAttnTypeList(const Scope& scope, const std::vector<bool>& linear) {
+  const Json* list = scope.Find("attn_type_list");
+  if (list == nullptr || list->is_null()) return;
+  if (!list->is_array() || list->size() != linear.size()) {
+    scope.Fail("attn_type_list", Mistyped(*list, "a list of one 0 or 1 per layer"));
+    return;
+  }
+  for (size_t i = 0; i < linear.size(); ++i) {
+    const Json& entry = (*list)[i];
+    if (entry == Json(linear[i] ? 0 : 1)) continue;
+    scope.Fail("attn_type_list[" + std::to_string(i) + "]",
+               Show(entry) + ", but " + scope.ClassName() +
+                   " reads layer_types, which make layer " + std::to_string(i) +
+                   (linear[i] ? " linear_attention" : " full_attention") +
+                   " (give layer_types that agree)");
+    return;
+  }
+}
+
+// Reads a MiniMax model (lightning attention) of `scope` into *model: layer_types of
+// "linear_attention" and "full_attention" (default: full on even layers, linear on odd). A
+// lightning layer keeps a state of num_attention_heads x head_dim x head_dim elements in the
+// model's type (its K^T V sum; no conv state); the attention layers slide when sliding_window is
+// set (the model's mask then slides for every softmax layer).
+inline void ReadLightningHybrid(const Scope& scope, HfModel* model) {
+  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
+  if (scope.Failed()) return;
+  const std::vector<bool> linear =
+      ReadLinearLayers(scope, num_layers, [](size_t i) { return (i + 1) % 2 == 0; });
+  CheckAttnTypeList(scope, linear);
+  LayerSpec full = ReadShape(scope, num_heads);
+  if (scope.Failed()) return;
+  StateSpec state;
+  state.recurrent_elements = num_heads * full.head_dim * full.head_dim;
+  state.recurrent_format = Format::kBF16;
+  const Json* window = scope.Find("sliding_window");
+  if (window != nullptr && !window->is_null()) {
+    const uint64_t span = scope.ToUInt("sliding_window", *window, 1, UINT64_MAX);
+    if (scope.Failed()) return;
+    full = LayerSpec::Sliding(span, full.num_kv_heads, full.head_dim);
+  }
+  for (bool recurrent : linear) {
+    model->layers.push_back(recurrent ? LayerSpec::Recurrent(state) : full);
   }
 }
 
