@@ -382,6 +382,29 @@ TEST(HfConfigFamilies, MiniMaxLightningLayersKeepAHeadDimSquaredState) {
   EXPECT_EQ(listed.layers[3].head_dim, 32u);
 }
 
+TEST(HfConfigFamilies, OlmoHybridDerivesItsLinearHeadsFromTheAttentionHeads) {
+  // No layer_types: full iff i % 4 == 3. Linear keys from the 4 attention heads: 4 key and 4
+  // value heads, key head dim int(0.75 x 64 / 4) = 12, value head dim 24; conv (4 - 1) x
+  // (2 x 4 x 12 + 4 x 24) = 576, recurrent 4 x 12 x 24 = 1152 elements.
+  const HfModel model = Read("olmo_hybrid_defaults.json");
+  ASSERT_EQ(model.layers.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(model.layers[i].attends, i == 3) << i;
+    if (i == 3) continue;
+    EXPECT_EQ(model.layers[i].state.conv_elements, 576u) << i;
+    EXPECT_EQ(model.layers[i].state.recurrent_elements, 1152u) << i;
+  }
+  EXPECT_EQ(model.layers[3].num_kv_heads, 4u);  // None: MHA
+  EXPECT_TRUE(HasDefault(model, "linear_key_head_dim", "12"));
+  // The file's keys, linear_value_head_dim null (2 x 16): conv (3 - 1) x (2 x 2 x 16 + 4 x 32)
+  // = 384, recurrent 4 x 16 x 32 = 2048.
+  const HfModel keyed = Read("olmo_hybrid_linear_keys.json");
+  ASSERT_EQ(keyed.layers.size(), 3u);
+  EXPECT_EQ(keyed.layers[0].state.conv_elements, 384u);
+  EXPECT_EQ(keyed.layers[2].state.recurrent_elements, 2048u);
+  EXPECT_EQ(keyed.layers[1].num_kv_heads, 2u);
+}
+
 TEST(HfConfigFamilies, Lfm2ConvLayersKeepTheirShortConvolution) {
   // full_attn_idxs [2, 4]: layers 0, 1, 3 are conv layers of (conv_L_cache 3 - 1) x 128 BF16
   // elements, no recurrent state; full layers 2 x 32 (Lfm2Config's head dim: 128 / 4).
@@ -477,6 +500,10 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/minimax_layer_type.json",
        "layer_types[0]: \"lightning\" is not linear_attention or full_attention (MiniMaxConfig)"},
       {"bad/minimax_null_kv_heads.json", "num_key_value_heads: is null; MiniMaxConfig's default 8"},
+      {"bad/olmo_hybrid_no_attention.json",
+       "layer_types: has no attention layer; OlmoHybridConfig expects at least one"},
+      {"bad/olmo_hybrid_no_linear.json",
+       "layer_types: has no linear_attention layer; OlmoHybridConfig expects at least one"},
       {"bad/qwen3_5_ssm_dtype.json",
        "mamba_ssm_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
   };

@@ -210,6 +210,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kLightning:
       ReadLightningHybrid(scope, out);
       break;
+    case Reader::kOlmoHybrid:
+      ReadOlmoHybrid(scope, out);
+      break;
   }
 }
 

@@ -148,7 +148,11 @@ def mamba_facts(text, mixer):
 def state_facts(text, module):
     """A Gated DeltaNet layer's state from its module: the conv1d's channels and kernel (engines
     keep kernel - 1 columns, in BF16) and the recurrent state of v_heads x k_dim x v_dim."""
-    channels, _, kernel = module.conv1d.weight.shape
+    if hasattr(module, "conv1d"):
+        channels, _, kernel = module.conv1d.weight.shape
+    else:  # OLMo hybrid: q, k and v convolutions of their own
+        shapes = [conv.weight.shape for conv in (module.q_conv1d, module.k_conv1d, module.v_conv1d)]
+        channels, kernel = sum(shape[0] for shape in shapes), shapes[0][2]
     state_bytes = 4 if getattr(text, "mamba_ssm_dtype", None) == "float32" else 2
     return {"kind": "state", "window": 0, "chunk": 0, "owner": None, "num_kv_heads": 0,
             "head_dim": 0, "v_head_dim": 0, "latent_dim": 0,

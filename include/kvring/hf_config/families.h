@@ -75,6 +75,7 @@ enum class Reader {
   kJamba,
   kFalconH1,
   kLightning,
+  kOlmoHybrid,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
@@ -183,6 +184,10 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kHiddenOverHeads, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "layer_types of linear_attention and full_attention (default: full on even layers)",
      "sliding_window_pattern", 15, Reader::kLightning},
+    {"olmo_hybrid", "OlmoHybridConfig", 65536, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "layer_types of linear_attention and full_attention (default: full iff i % 4 == 3)",
+     "sliding_window_pattern", 15, Reader::kOlmoHybrid},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},

@@ -6,6 +6,7 @@
 //   a conv state of (linear_conv_kernel_dim - 1) x conv channels, as engines keep it
 //   (transformers keeps kernel columns), and a recurrent state of linear_num_value_heads x
 //   linear_key_head_dim x linear_value_head_dim.
+// - Gated DeltaNet with q, k and v convolutions of their own (OLMo hybrid): the same state.
 // - Lightning attention (MiniMax): layer_types of "linear_attention" and "full_attention"; a
 //   linear layer keeps num_attention_heads x head_dim x head_dim elements.
 // - Short convolutions (LFM2): layer_types of conv and full_attention (or full_attn_idxs,
@@ -14,6 +15,7 @@
 #ifndef KVRING_HF_CONFIG_HYBRID_H_
 #define KVRING_HF_CONFIG_HYBRID_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,13 +49,12 @@ inline Format ReadStateFormat(const Scope& scope, Format fallback = Format::kBF1
   return fallback;
 }
 
-// Returns the state of a Gated DeltaNet layer.
-inline StateSpec ReadGatedDeltaNetState(const Scope& scope) {
-  const uint64_t kernel = scope.OrDefault("linear_conv_kernel_dim", 4, 1, kMaxDim);
-  const uint64_t k_heads = scope.OrDefault("linear_num_key_heads", 16, 1, kMaxDim);
-  const uint64_t v_heads = scope.OrDefault("linear_num_value_heads", 32, 1, kMaxDim);
-  const uint64_t k_dim = scope.OrDefault("linear_key_head_dim", 128, 1, kMaxDim);
-  const uint64_t v_dim = scope.OrDefault("linear_value_head_dim", 128, 1, kMaxDim);
+// Returns the state of a Gated DeltaNet layer of `kernel` conv columns, k_heads key heads of
+// k_dim and v_heads value heads of v_dim: a conv state over the q, k and v channels and a
+// recurrent state per value head; a value head count that is not a multiple of the key heads
+// fails.
+inline StateSpec GatedDeltaNetState(const Scope& scope, uint64_t kernel, uint64_t k_heads,
+                                    uint64_t v_heads, uint64_t k_dim, uint64_t v_dim) {
   StateSpec state;
   if (scope.Failed()) return state;
   if (v_heads % k_heads != 0) {
@@ -67,6 +68,16 @@ inline StateSpec ReadGatedDeltaNetState(const Scope& scope) {
   state.recurrent_elements = v_heads * k_dim * v_dim;
   state.recurrent_format = ReadStateFormat(scope);
   return state;
+}
+
+// Returns the state of a Gated DeltaNet layer (Qwen3-Next's defaults).
+inline StateSpec ReadGatedDeltaNetState(const Scope& scope) {
+  const uint64_t kernel = scope.OrDefault("linear_conv_kernel_dim", 4, 1, kMaxDim);
+  const uint64_t k_heads = scope.OrDefault("linear_num_key_heads", 16, 1, kMaxDim);
+  const uint64_t v_heads = scope.OrDefault("linear_num_value_heads", 32, 1, kMaxDim);
+  const uint64_t k_dim = scope.OrDefault("linear_key_head_dim", 128, 1, kMaxDim);
+  const uint64_t v_dim = scope.OrDefault("linear_value_head_dim", 128, 1, kMaxDim);
+  return GatedDeltaNetState(scope, kernel, k_heads, v_heads, k_dim, v_dim);
 }
 
 // Returns whether each layer is recurrent (true) or full attention: layer_types of
@@ -126,6 +137,55 @@ inline void ReadGatedDeltaNetHybrid(const Scope& scope, HfModel* model) {
                           " reads no such key, so the file contradicts its model_type");
       return;
     }
+  }
+}
+
+// Returns `key`, or `fallback` when it is absent or null (a class default of None filled in by
+// __post_init__).
+inline uint64_t OrDerived(const Scope& scope, const char* key, uint64_t fallback) {
+  return scope.NullableOrDefault(key, fallback, 1, kMaxDim).value_or(fallback);
+}
+
+// Reads an OLMo hybrid model of `scope` into *model: Gated DeltaNet layers (separate q, k and v
+// convolutions, the same state) and full attention layers; without layer_types full iff
+// i % 4 == 3 (the last layer when that leaves none). The linear keys default to the attention
+// heads (num_attention_heads key and value heads of int(0.75 x hidden_size / key heads), value
+// heads twice that). Both kinds must be present, as the class requires.
+inline void ReadOlmoHybrid(const Scope& scope, HfModel* model) {
+  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
+  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
+  if (scope.Failed()) return;
+  bool derived = false;
+  std::vector<bool> linear = ReadLinearLayers(scope, num_layers, [&](size_t i) {
+    derived = true;
+    return i % 4 != 3;
+  });
+  if (scope.Failed()) return;
+  size_t num_linear = 0;
+  for (bool recurrent : linear) num_linear += recurrent ? 1 : 0;
+  if (derived && num_linear == num_layers) {
+    linear.back() = false;
+    num_linear -= 1;
+  }
+  if (num_linear == 0 || num_linear == num_layers) {
+    scope.Fail("layer_types", std::string(num_linear == 0 ? "has no linear_attention layer"
+                                                          : "has no attention layer") +
+                                  "; " + scope.ClassName() + " expects at least one");
+    return;
+  }
+  const LayerSpec full = ReadShape(scope, num_heads);
+  const uint64_t kernel = scope.OrDefault("linear_conv_kernel_dim", 4, 1, kMaxDim);
+  const uint64_t k_heads = OrDerived(scope, "linear_num_key_heads", num_heads);
+  const uint64_t v_heads = OrDerived(scope, "linear_num_value_heads", num_heads);
+  if (scope.Failed()) return;
+  const uint64_t k_dim =
+      OrDerived(scope, "linear_key_head_dim", std::max<uint64_t>(3 * hidden / (4 * k_heads), 1));
+  const uint64_t v_dim = OrDerived(scope, "linear_value_head_dim", 2 * k_dim);
+  const StateSpec state = GatedDeltaNetState(scope, kernel, k_heads, v_heads, k_dim, v_dim);
+  if (scope.Failed()) return;
+  for (bool recurrent : linear) {
+    model->layers.push_back(recurrent ? LayerSpec::Recurrent(state) : full);
   }
 }
 
