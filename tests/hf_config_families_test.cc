@@ -405,6 +405,35 @@ TEST(HfConfigFamilies, OlmoHybridDerivesItsLinearHeadsFromTheAttentionHeads) {
   EXPECT_EQ(keyed.layers[1].num_kv_heads, 2u);
 }
 
+TEST(HfConfigFamilies, Zamba2HybridBlocksAttendBesideTheirMamba2State) {
+  // Blocks mamba, mamba, hybrid, mamba, hybrid. Mamba2: 2 x 64 = 128 wide in 4 heads, 2 groups
+  // of 16: conv (4 - 1) x (128 + 2 x 2 x 16) = 576, SSM 128 x 16 = 2048 elements. A hybrid
+  // block also attends: 2 KV heads of the file's head_dim 16. use_long_context: 16384.
+  const HfModel model = Read("zamba2_tiny.json");
+  ASSERT_EQ(model.layers.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const LayerSpec& spec = model.layers[i];
+    EXPECT_EQ(spec.attends, i == 2 || i == 4) << i;
+    EXPECT_EQ(spec.state.conv_elements, 576u) << i;
+    EXPECT_EQ(spec.state.recurrent_elements, 2048u) << i;
+    if (spec.attends) {
+      EXPECT_EQ(spec.num_kv_heads, 2u) << i;
+      EXPECT_EQ(spec.head_dim, 16u) << i;
+    }
+  }
+  EXPECT_EQ(model.max_context, 16384u);
+  // Without layers_block_type, the class's 54 blocks (hybrid at 6, 12, ..., 42, 47 and 51) and
+  // its head dim 2 x 64 / 4 = 32.
+  const HfModel blocks = Read("zamba2_default_blocks.json");
+  ASSERT_EQ(blocks.layers.size(), 54u);
+  for (size_t i = 0; i < 54; ++i) {
+    const bool hybrid = (i % 6 == 0 && i > 0 && i <= 42) || i == 47 || i == 51;
+    EXPECT_EQ(blocks.layers[i].attends, hybrid) << i;
+  }
+  EXPECT_EQ(blocks.layers[6].head_dim, 32u);
+  EXPECT_EQ(blocks.layers[6].num_kv_heads, 4u);
+}
+
 TEST(HfConfigFamilies, Lfm2ConvLayersKeepTheirShortConvolution) {
   // full_attn_idxs [2, 4]: layers 0, 1, 3 are conv layers of (conv_L_cache 3 - 1) x 128 BF16
   // elements, no recurrent state; full layers 2 x 32 (Lfm2Config's head dim: 128 / 4).
@@ -504,6 +533,14 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "layer_types: has no attention layer; OlmoHybridConfig expects at least one"},
       {"bad/olmo_hybrid_no_linear.json",
        "layer_types: has no linear_attention layer; OlmoHybridConfig expects at least one"},
+      {"bad/zamba2_block_type.json",
+       "layers_block_type[1]: \"attention\" is not mamba or hybrid (Zamba2Config)"},
+      {"bad/zamba2_missing_blocks.json",
+       "layers_block_type: is missing; Zamba2Config's default lists the 54 blocks of Zamba2-2.7B, "
+       "but num_hidden_layers is 6"},
+      {"bad/zamba2_mamba_heads.json",
+       "n_mamba_heads: 3 does not divide mamba_expand x hidden_size 128"},
+      {"bad/zamba2_null_head_dim.json", "head_dim: is null"},
       {"bad/qwen3_5_ssm_dtype.json",
        "mamba_ssm_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
   };

@@ -213,6 +213,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kOlmoHybrid:
       ReadOlmoHybrid(scope, out);
       break;
+    case Reader::kZamba2:
+      ReadZamba2(scope, out);
+      break;
   }
 }
 

@@ -80,6 +80,12 @@ def build_layers(config_dict):
             channels, _, kernel = short_conv.conv.weight.shape
             facts.append(dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2))
             continue
+        if hasattr(layer, "shared_transformer"):  # Zamba2's hybrid block: attention, then Mamba2
+            state = mamba_facts(text, layer.mamba_decoder.mamba)
+            facts.append(dict(layer_facts(text, None, i, layer.shared_transformer.self_attn, facts),
+                              conv_state_bytes=state["conv_state_bytes"],
+                              recurrent_state_bytes=state["recurrent_state_bytes"]))
+            continue
         mamba = getattr(layer, "mamba", None)  # Granite 4.0-H, Jamba; Falcon-H1 beside attention
         if mamba is not None:
             state = mamba_facts(text, mamba)

@@ -76,6 +76,7 @@ enum class Reader {
   kFalconH1,
   kLightning,
   kOlmoHybrid,
+  kZamba2,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
@@ -188,6 +189,10 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "layer_types of linear_attention and full_attention (default: full iff i % 4 == 3)",
      "sliding_window_pattern", 15, Reader::kOlmoHybrid},
+    {"zamba2", "Zamba2Config", 4096, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kUnused, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "layers_block_type of mamba and hybrid (attention beside Mamba2) blocks",
+     "sliding_window_pattern", 15, Reader::kZamba2},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},
