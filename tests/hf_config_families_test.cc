@@ -517,6 +517,8 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/jamba_expert_offset.json",
        "expert_layer_offset: 1 is not below expert_layer_period 1 (JambaConfig"},
       {"bad/jamba_conv_kernel.json", "mamba_d_conv: 0 is invalid: it must be at least 1"},
+      {"bad/jamba_state_overflow.json",
+       "mamba_d_state: makes a layer's state elements overflow 64 bits"},
       {"bad/falcon_h1_mamba_heads.json",
        "mamba_n_heads: 8 does not divide the Mamba width 100 (FalconH1Config refuses it)"},
       {"bad/falcon_h1_kv_heads.json",

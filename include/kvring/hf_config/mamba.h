@@ -121,6 +121,42 @@ inline std::vector<std::string> ReadBlockTypes(const Scope& scope) {
   return types;
 }
 
+// Returns the product of `factors`, or fails at `key` (0 returned) when it overflows 64 bits.
+inline uint64_t StateProduct(const Scope& scope, const char* key,
+                             std::initializer_list<uint64_t> factors) {
+  uint64_t product = 1;
+  for (uint64_t factor : factors) {
+    if (!CheckedMul(product, factor, &product)) {
+      scope.Fail(key, "makes a layer's state elements overflow 64 bits");
+      return 0;
+    }
+  }
+  return product;
+}
+
+// Returns a Mamba2 mixer's head dim: mamba_d_head, or "auto" (the default) width / heads. Fails
+// (0 returned) as the classes refuse when the heads do not make the width, which `width_name`
+// names in the message.
+inline uint64_t ReadMambaHeadDim(const Scope& scope, uint64_t width, uint64_t heads,
+                                 const std::string& width_name) {
+  const Json* d_head = scope.Find("mamba_d_head");
+  if (d_head == nullptr || *d_head == Json("auto")) {
+    if (d_head == nullptr) scope.Record("mamba_d_head", "auto");
+    if (width % heads == 0) return width / heads;
+    scope.Fail("mamba_n_heads", std::to_string(heads) + " does not divide " + width_name + " " +
+                                    std::to_string(width) + " (" + scope.ClassName() +
+                                    " refuses it)");
+    return 0;
+  }
+  const uint64_t head_dim = scope.ToUInt("mamba_d_head", *d_head, 1, kMaxDim);
+  if (scope.Failed()) return 0;
+  if (head_dim * heads == width) return head_dim;
+  scope.Fail("mamba_d_head", std::to_string(head_dim) + " x mamba_n_heads " +
+                                 std::to_string(heads) + " is not " + width_name + " " +
+                                 std::to_string(width) + " (" + scope.ClassName() + " refuses it)");
+  return 0;
+}
+
 // Returns a Granite 4.0-H Mamba2 layer's state.
 inline StateSpec ReadGraniteMambaState(const Scope& scope) {
   const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
@@ -131,26 +167,15 @@ inline StateSpec ReadGraniteMambaState(const Scope& scope) {
   const uint64_t kernel = scope.OrDefault("mamba_d_conv", 4, 1, kMaxDim);
   StateSpec state;
   if (scope.Failed()) return state;
-  const uint64_t intermediate = expand * hidden;
-  uint64_t head_dim = 0;
-  const Json* d_head = scope.Find("mamba_d_head");
-  if (d_head == nullptr || *d_head == Json("auto")) {
-    if (d_head == nullptr) scope.Record("mamba_d_head", "auto");
-    head_dim = intermediate / heads;
-  } else {
-    head_dim = scope.ToUInt("mamba_d_head", *d_head, 1, kMaxDim);
-  }
+  const uint64_t intermediate = StateProduct(scope, "mamba_expand", {expand, hidden});
+  const uint64_t head_dim =
+      scope.Failed() ? 0
+                     : ReadMambaHeadDim(scope, intermediate, heads, "mamba_expand x hidden_size");
+  const uint64_t bc = StateProduct(scope, "mamba_n_groups", {2, groups, state_size});
   if (scope.Failed()) return state;
-  if (head_dim * heads != intermediate) {
-    scope.Fail("mamba_d_head", std::to_string(head_dim) + " x mamba_n_heads " +
-                                   std::to_string(heads) + " is not mamba_expand x hidden_size " +
-                                   std::to_string(intermediate) + " (" + scope.ClassName() +
-                                   " refuses it)");
-    return state;
-  }
-  state.conv_elements = (kernel - 1) * (intermediate + 2 * groups * state_size);
+  state.conv_elements = StateProduct(scope, "mamba_d_conv", {kernel - 1, intermediate + bc});
   state.conv_format = Format::kBF16;
-  state.recurrent_elements = heads * head_dim * state_size;
+  state.recurrent_elements = StateProduct(scope, "mamba_d_state", {heads, head_dim, state_size});
   state.recurrent_format = ReadStateFormat(scope);
   return state;
 }
@@ -207,19 +232,6 @@ inline void ReadMamba2Hybrid(const Scope& scope, HfModel* model) {
   }
 }
 
-// Returns the product of `factors`, or fails at `key` (0 returned) when it overflows 64 bits.
-inline uint64_t StateProduct(const Scope& scope, const char* key,
-                             std::initializer_list<uint64_t> factors) {
-  uint64_t product = 1;
-  for (uint64_t factor : factors) {
-    if (!CheckedMul(product, factor, &product)) {
-      scope.Fail(key, "makes a layer's state elements overflow 64 bits");
-      return 0;
-    }
-  }
-  return product;
-}
-
 // Returns a Falcon-H1 layer's Mamba2 state: intermediate = mamba_d_ssm (default 1024; null:
 // mamba_expand x hidden_size), split into mamba_n_heads heads of mamba_d_head ("auto": the
 // quotient), conv channels intermediate + 2 x mamba_n_groups x mamba_d_state.
@@ -240,33 +252,11 @@ inline StateSpec ReadFalconH1State(const Scope& scope) {
     intermediate = StateProduct(scope, "mamba_expand", {expand, hidden});
   }
   if (scope.Failed()) return state;
-  if (intermediate % heads != 0) {
-    scope.Fail("mamba_n_heads", std::to_string(heads) + " does not divide the Mamba width " +
-                                    std::to_string(intermediate) + " (" + scope.ClassName() +
-                                    " refuses it)");
-    return state;
-  }
-  uint64_t head_dim = intermediate / heads;
-  const Json* d_head = scope.Find("mamba_d_head");
-  if (d_head == nullptr || *d_head == Json("auto")) {
-    if (d_head == nullptr) scope.Record("mamba_d_head", "auto");
-  } else {
-    head_dim = scope.ToUInt("mamba_d_head", *d_head, 1, kMaxDim);
-    if (scope.Failed()) return state;
-    if (head_dim * heads != intermediate) {
-      scope.Fail("mamba_d_head", std::to_string(head_dim) + " x mamba_n_heads " +
-                                     std::to_string(heads) + " is not the Mamba width " +
-                                     std::to_string(intermediate) + " (" + scope.ClassName() +
-                                     " refuses it)");
-      return state;
-    }
-  }
+  ReadMambaHeadDim(scope, intermediate, heads, "the Mamba width");
   const uint64_t bc = StateProduct(scope, "mamba_n_groups", {2, groups, state_size});
-  uint64_t channels = 0;
-  if (!scope.Failed() && !CheckedAdd(intermediate, bc, &channels)) {
-    scope.Fail("mamba_n_groups", "makes a layer's state elements overflow 64 bits");
-  }
-  state.conv_elements = StateProduct(scope, "mamba_d_conv", {kernel - 1, channels});
+  if (scope.Failed()) return state;
+  // (Both terms are below 2^61: the sum does not overflow.)
+  state.conv_elements = StateProduct(scope, "mamba_d_conv", {kernel - 1, intermediate + bc});
   state.conv_format = Format::kBF16;
   state.recurrent_elements = StateProduct(scope, "mamba_d_state", {intermediate, state_size});
   state.recurrent_format = Format::kBF16;
