@@ -195,6 +195,63 @@ TEST(RecurrentState, RefusalsNameTheLayerAndTheRange) {
       << missing.error().message;
 }
 
+TEST(RecurrentState, HybridLayersKeepTheirKVAndAStateThatRollBackTogether) {
+  // Falcon-H1 and Zamba2's hybrid blocks: a layer that attends and keeps a Mamba state. Here a
+  // sliding one (window 8) and a global one, each with both.
+  LayerPlan::Builder builder;
+  builder.AddLayer(LayerSpec::Sliding(8, 1, 16).WithState(SmallState()));
+  builder.AddLayer(LayerSpec::Global(1, 16).WithState(SmallState()));
+  const Expected<LayerPlan> plan = builder.SetContext(64)
+                                       .SetBatch(kBatch)
+                                       .SetRollback(kRollback)
+                                       .SetLayout<FlashLayout>()
+                                       .Build();
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(*plan);
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  KVCache<FlashLayout> cache = std::move(created).value();
+  EXPECT_EQ(cache.AllocatedBytes(), plan->TotalBytes() + plan->StateBytes());
+  EXPECT_EQ(plan->StateBytes(), 2 * (kRollback + 1) * (120u + 128u));
+  // Each pass writes every layer's states, then appends its K/V (row value = position): the
+  // step's states before the append that completes it.
+  const auto pass = [&](uint64_t pos, uint64_t count) {
+    for (size_t layer = 0; layer < 2; ++layer) {
+      for (uint64_t n = pos + 1; n <= pos + count; ++n) {
+        Expected<StateSlot> slot = cache.StateAfter(layer, n);
+        ASSERT_TRUE(slot.ok()) << slot.error().message;
+        WriteState(*slot, layer, n);
+      }
+      std::vector<float> k(count * 16), v(count * 16);
+      for (uint64_t i = 0; i < count * 16; ++i) k[i] = v[i] = static_cast<float>(pos + i / 16);
+      ASSERT_TRUE(cache.AppendF32(layer, pos, k.data(), v.data(), count).ok());
+    }
+  };
+  pass(0, 4);
+  pass(4, 4);
+  pass(8, 3);  // the sliding ring has wrapped
+  ASSERT_EQ(cache.EndPos(), 11u);
+  ASSERT_TRUE(cache.Rollback(2).ok());
+  EXPECT_EQ(cache.EndPos(), 9u);
+  for (size_t layer = 0; layer < 2; ++layer) {
+    Expected<StateSlot> state = cache.State(layer);
+    ASSERT_TRUE(state.ok()) << state.error().message;
+    EXPECT_TRUE(HoldsState(*state, layer, 9)) << layer;
+    EXPECT_EQ(cache.EndPos(layer), 9u) << layer;
+    std::vector<BF16> k(16), v(16);
+    ASSERT_TRUE(cache.ReadRow(layer, 8, k.data(), v.data()).ok());
+    EXPECT_EQ(BF16ToF32(k[0]), 8.0f) << layer;
+  }
+  pass(9, 2);  // continues from the states after 9
+  EXPECT_EQ(cache.EndPos(), 11u);
+  // Once the step is complete its states are committed: a late write is refused, saying when
+  // to write them.
+  const Expected<StateSlot> late = cache.StateAfter(1, 11);
+  ASSERT_FALSE(late.ok());
+  EXPECT_NE(late.error().message.find("before the append that completes it"), std::string::npos)
+      << late.error().message;
+  EXPECT_TRUE(HoldsState(*cache.State(1), 1, 11));
+}
+
 TEST(RecurrentState, PoolsAndStateFilesRefuseRecurrentStatesForNow) {
   const LayerPlan plan = HybridPlan();
   PoolSpec spec;

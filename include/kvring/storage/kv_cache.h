@@ -313,7 +313,9 @@ class KVCache {
   }
 
   // Returns the slot where the engine writes `layer`'s state after `num_positions` positions,
-  // in the forward pass that appends them: EndPos() < num_positions <= the context (a pass of
+  // in the forward pass that appends them, before the append that completes that step (a
+  // hybrid layer, which attends and keeps a state, writes its states before appending its own
+  // K/V): EndPos() < num_positions <= the context (a pass of
   // more positions than the planned batch grows the rings as it appends). A later Rollback(n) makes
   // the state after EndPos() - n the current one, so with speculative decoding write every
   // position's state (the plan keeps rollback + 1 slots; a slot is reused num_positions apart by
@@ -324,10 +326,13 @@ class KVCache {
     const uint64_t end = EndPos();
     const uint64_t context = plan_.Runtime().context;
     if (num_positions <= end || num_positions > context) {
-      return Error{"num_positions", "num_positions: " + std::to_string(num_positions) +
-                                        " is not in (" + std::to_string(end) + ", " +
-                                        std::to_string(context) +
-                                        "]: past the current end, within the context"};
+      return Error{"num_positions",
+                   "num_positions: " + std::to_string(num_positions) + " is not in (" +
+                       std::to_string(end) + ", " + std::to_string(context) +
+                       "]: past the current end, within the context" +
+                       (num_positions <= end ? std::string(" (a step's states are written before "
+                                                           "the append that completes it)")
+                                             : std::string())};
     }
     return states_.Write(layer, num_positions);
   }
