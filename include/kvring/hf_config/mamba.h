@@ -38,6 +38,59 @@ namespace kvring {
 namespace detail {
 namespace hf {
 
+// Returns the product of `factors`, or fails at `key` (0 returned) when it overflows 64 bits.
+inline uint64_t StateProduct(const Scope& scope, const char* key,
+                             std::initializer_list<uint64_t> factors) {
+  uint64_t product = 1;
+  for (uint64_t factor : factors) {
+    if (!CheckedMul(product, factor, &product)) {
+      scope.Fail(key, "makes a layer's state elements overflow 64 bits");
+      return 0;
+    }
+  }
+  return product;
+}
+
+// Returns a Mamba2 mixer's head dim: mamba_d_head, or "auto" (the default) width / heads. Fails
+// (0 returned) as the classes refuse when the heads do not make the width, which `width_name`
+// names in the message.
+inline uint64_t ReadMambaHeadDim(const Scope& scope, uint64_t width, uint64_t heads,
+                                 const std::string& width_name) {
+  const Json* d_head = scope.Find("mamba_d_head");
+  if (d_head == nullptr || *d_head == Json("auto")) {
+    if (d_head == nullptr) scope.Record("mamba_d_head", "auto");
+    if (width % heads == 0) return width / heads;
+    scope.Fail("mamba_n_heads", std::to_string(heads) + " does not divide " + width_name + " " +
+                                    std::to_string(width) + " (" + scope.ClassName() +
+                                    " refuses it)");
+    return 0;
+  }
+  const uint64_t head_dim = scope.ToUInt("mamba_d_head", *d_head, 1, kMaxDim);
+  if (scope.Failed()) return 0;
+  if (head_dim * heads == width) return head_dim;
+  scope.Fail("mamba_d_head", std::to_string(head_dim) + " x mamba_n_heads " +
+                                 std::to_string(heads) + " is not " + width_name + " " +
+                                 std::to_string(width) + " (" + scope.ClassName() + " refuses it)");
+  return 0;
+}
+
+// Returns a Mamba2 state of `width` channels (heads x head dim) with `groups` groups of
+// `state_size` (B and C): a conv state of (kernel - 1) x (width + 2 x groups x state_size) BF16
+// elements and an SSM state of width x state_size in `recurrent_format`; a product that
+// overflows 64 bits fails (at `groups_key` or `state_key`). Both sums stay below 2^62.
+inline StateSpec Mamba2State(const Scope& scope, uint64_t width, uint64_t groups,
+                             uint64_t state_size, uint64_t kernel, Format recurrent_format,
+                             const char* groups_key, const char* state_key) {
+  StateSpec state;
+  const uint64_t bc = StateProduct(scope, groups_key, {2, groups, state_size});
+  if (scope.Failed()) return state;
+  state.conv_elements = StateProduct(scope, groups_key, {kernel - 1, width + bc});
+  state.conv_format = Format::kBF16;
+  state.recurrent_elements = StateProduct(scope, state_key, {width, state_size});
+  state.recurrent_format = recurrent_format;
+  return state;
+}
+
 // Returns the value at `key`, or at its older name `alias` (NemotronHConfig renames mamba_*
 // keys), or `fallback` when neither is given.
 inline uint64_t ReadAliased(const Scope& scope, const char* key, const char* alias,
@@ -60,11 +113,8 @@ inline StateSpec ReadMamba2State(const Scope& scope) {
                                std::to_string(heads));
     return state;
   }
-  state.conv_elements = (kernel - 1) * (heads * head_dim + 2 * groups * state_size);
-  state.conv_format = Format::kBF16;
-  state.recurrent_elements = heads * head_dim * state_size;
-  state.recurrent_format = ReadStateFormat(scope, Format::kF32);
-  return state;
+  return Mamba2State(scope, heads * head_dim, groups, state_size, kernel,
+                     ReadStateFormat(scope, Format::kF32), "n_groups", "ssm_state_size");
 }
 
 // Returns Nemotron-H's block types: layers_block_type (or layer_types, its other name), else
@@ -121,42 +171,6 @@ inline std::vector<std::string> ReadBlockTypes(const Scope& scope) {
   return types;
 }
 
-// Returns the product of `factors`, or fails at `key` (0 returned) when it overflows 64 bits.
-inline uint64_t StateProduct(const Scope& scope, const char* key,
-                             std::initializer_list<uint64_t> factors) {
-  uint64_t product = 1;
-  for (uint64_t factor : factors) {
-    if (!CheckedMul(product, factor, &product)) {
-      scope.Fail(key, "makes a layer's state elements overflow 64 bits");
-      return 0;
-    }
-  }
-  return product;
-}
-
-// Returns a Mamba2 mixer's head dim: mamba_d_head, or "auto" (the default) width / heads. Fails
-// (0 returned) as the classes refuse when the heads do not make the width, which `width_name`
-// names in the message.
-inline uint64_t ReadMambaHeadDim(const Scope& scope, uint64_t width, uint64_t heads,
-                                 const std::string& width_name) {
-  const Json* d_head = scope.Find("mamba_d_head");
-  if (d_head == nullptr || *d_head == Json("auto")) {
-    if (d_head == nullptr) scope.Record("mamba_d_head", "auto");
-    if (width % heads == 0) return width / heads;
-    scope.Fail("mamba_n_heads", std::to_string(heads) + " does not divide " + width_name + " " +
-                                    std::to_string(width) + " (" + scope.ClassName() +
-                                    " refuses it)");
-    return 0;
-  }
-  const uint64_t head_dim = scope.ToUInt("mamba_d_head", *d_head, 1, kMaxDim);
-  if (scope.Failed()) return 0;
-  if (head_dim * heads == width) return head_dim;
-  scope.Fail("mamba_d_head", std::to_string(head_dim) + " x mamba_n_heads " +
-                                 std::to_string(heads) + " is not " + width_name + " " +
-                                 std::to_string(width) + " (" + scope.ClassName() + " refuses it)");
-  return 0;
-}
-
 // Returns a Granite 4.0-H Mamba2 layer's state.
 inline StateSpec ReadGraniteMambaState(const Scope& scope) {
   const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
@@ -171,13 +185,9 @@ inline StateSpec ReadGraniteMambaState(const Scope& scope) {
   const uint64_t head_dim =
       scope.Failed() ? 0
                      : ReadMambaHeadDim(scope, intermediate, heads, "mamba_expand x hidden_size");
-  const uint64_t bc = StateProduct(scope, "mamba_n_groups", {2, groups, state_size});
   if (scope.Failed()) return state;
-  state.conv_elements = StateProduct(scope, "mamba_d_conv", {kernel - 1, intermediate + bc});
-  state.conv_format = Format::kBF16;
-  state.recurrent_elements = StateProduct(scope, "mamba_d_state", {heads, head_dim, state_size});
-  state.recurrent_format = ReadStateFormat(scope);
-  return state;
+  return Mamba2State(scope, heads * head_dim, groups, state_size, kernel, ReadStateFormat(scope),
+                     "mamba_n_groups", "mamba_d_state");
 }
 
 // Returns Granite 4.0-H's layer kinds: layer_types of "mamba" and "attention", every layer
@@ -253,14 +263,9 @@ inline StateSpec ReadFalconH1State(const Scope& scope) {
   }
   if (scope.Failed()) return state;
   ReadMambaHeadDim(scope, intermediate, heads, "the Mamba width");
-  const uint64_t bc = StateProduct(scope, "mamba_n_groups", {2, groups, state_size});
   if (scope.Failed()) return state;
-  // (Both terms are below 2^61: the sum does not overflow.)
-  state.conv_elements = StateProduct(scope, "mamba_d_conv", {kernel - 1, intermediate + bc});
-  state.conv_format = Format::kBF16;
-  state.recurrent_elements = StateProduct(scope, "mamba_d_state", {intermediate, state_size});
-  state.recurrent_format = Format::kBF16;
-  return state;
+  return Mamba2State(scope, intermediate, groups, state_size, kernel, Format::kBF16,
+                     "mamba_n_groups", "mamba_d_state");
 }
 
 // Reads a Falcon-H1 model of `scope` into *model: every layer full attention beside a Mamba2
@@ -345,13 +350,9 @@ inline StateSpec ReadZamba2State(const Scope& scope, uint64_t hidden) {
                                     "hidden_size " + std::to_string(intermediate) +
                                     " (the Mamba head dim would be cut)");
   }
-  const uint64_t bc = StateProduct(scope, "mamba_ngroups", {2, groups, state_size});
   if (scope.Failed()) return state;
-  state.conv_elements = StateProduct(scope, "mamba_d_conv", {kernel - 1, intermediate + bc});
-  state.conv_format = Format::kBF16;
-  state.recurrent_elements = StateProduct(scope, "mamba_d_state", {intermediate, state_size});
-  state.recurrent_format = Format::kBF16;
-  return state;
+  return Mamba2State(scope, intermediate, groups, state_size, kernel, Format::kBF16,
+                     "mamba_ngroups", "mamba_d_state");
 }
 
 // Returns Zamba2's block types ("mamba" or "hybrid"): layers_block_type (layer_types is its
