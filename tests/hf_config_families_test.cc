@@ -533,6 +533,9 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/minimax_null_kv_heads.json", "num_key_value_heads: is null; MiniMaxConfig's default 8"},
       {"bad/olmo_hybrid_no_attention.json",
        "layer_types: has no attention layer; OlmoHybridConfig expects at least one"},
+      {"bad/olmo_hybrid_key_head_dim.json",
+       "linear_key_head_dim: is not given, and int(0.75 x hidden_size / linear_num_key_heads) = 0 "
+       "is no head dim"},
       {"bad/olmo_hybrid_no_linear.json",
        "layer_types: has no linear_attention layer; OlmoHybridConfig expects at least one"},
       {"bad/zamba2_block_type.json",

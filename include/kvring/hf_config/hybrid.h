@@ -15,11 +15,12 @@
 #ifndef KVRING_HF_CONFIG_HYBRID_H_
 #define KVRING_HF_CONFIG_HYBRID_H_
 
-#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
+#include "kvring/detail/checked_math.h"
 #include "kvring/hf_config/layers.h"
 #include "kvring/hf_config/reader.h"
 #include "kvring/hf_config/scope.h"
@@ -49,6 +50,19 @@ inline Format ReadStateFormat(const Scope& scope, Format fallback = Format::kBF1
   return fallback;
 }
 
+// Returns the product of `factors`, or fails at `key` (0 returned) when it overflows 64 bits.
+inline uint64_t StateProduct(const Scope& scope, const char* key,
+                             std::initializer_list<uint64_t> factors) {
+  uint64_t product = 1;
+  for (uint64_t factor : factors) {
+    if (!CheckedMul(product, factor, &product)) {
+      scope.Fail(key, "makes a layer's state elements overflow 64 bits");
+      return 0;
+    }
+  }
+  return product;
+}
+
 // Returns the state of a Gated DeltaNet layer of `kernel` conv columns, k_heads key heads of
 // k_dim and v_heads value heads of v_dim: a conv state over the q, k and v channels and a
 // recurrent state per value head; a value head count that is not a multiple of the key heads
@@ -63,9 +77,13 @@ inline StateSpec GatedDeltaNetState(const Scope& scope, uint64_t kernel, uint64_
                    std::to_string(k_heads) + " (each key head serves a whole group)");
     return state;
   }
-  state.conv_elements = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim);
+  const uint64_t qk = StateProduct(scope, "linear_key_head_dim", {2, k_heads, k_dim});
+  const uint64_t v = StateProduct(scope, "linear_value_head_dim", {v_heads, v_dim});
+  if (scope.Failed()) return state;
+  // (Both terms are below 2^42: the sum does not overflow.)
+  state.conv_elements = StateProduct(scope, "linear_conv_kernel_dim", {kernel - 1, qk + v});
   state.conv_format = Format::kBF16;
-  state.recurrent_elements = v_heads * k_dim * v_dim;
+  state.recurrent_elements = StateProduct(scope, "linear_value_head_dim", {v_heads, k_dim, v_dim});
   state.recurrent_format = ReadStateFormat(scope);
   return state;
 }
@@ -179,8 +197,15 @@ inline void ReadOlmoHybrid(const Scope& scope, HfModel* model) {
   const uint64_t k_heads = OrDerived(scope, "linear_num_key_heads", num_heads);
   const uint64_t v_heads = OrDerived(scope, "linear_num_value_heads", num_heads);
   if (scope.Failed()) return;
-  const uint64_t k_dim =
-      OrDerived(scope, "linear_key_head_dim", std::max<uint64_t>(3 * hidden / (4 * k_heads), 1));
+  const uint64_t derived_k_dim = 3 * hidden / (4 * k_heads);  // int(0.75 x hidden / heads)
+  const bool k_dim_given = scope.IsSet("linear_key_head_dim");
+  if (!k_dim_given && (derived_k_dim == 0 || derived_k_dim > kMaxDim)) {
+    scope.Fail("linear_key_head_dim",
+               "is not given, and int(0.75 x hidden_size / linear_num_key_heads) = " +
+                   std::to_string(derived_k_dim) + " is no head dim (give one)");
+    return;
+  }
+  const uint64_t k_dim = OrDerived(scope, "linear_key_head_dim", derived_k_dim);
   const uint64_t v_dim = OrDerived(scope, "linear_value_head_dim", 2 * k_dim);
   const StateSpec state = GatedDeltaNetState(scope, kernel, k_heads, v_heads, k_dim, v_dim);
   if (scope.Failed()) return;

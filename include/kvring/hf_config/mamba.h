@@ -38,19 +38,6 @@ namespace kvring {
 namespace detail {
 namespace hf {
 
-// Returns the product of `factors`, or fails at `key` (0 returned) when it overflows 64 bits.
-inline uint64_t StateProduct(const Scope& scope, const char* key,
-                             std::initializer_list<uint64_t> factors) {
-  uint64_t product = 1;
-  for (uint64_t factor : factors) {
-    if (!CheckedMul(product, factor, &product)) {
-      scope.Fail(key, "makes a layer's state elements overflow 64 bits");
-      return 0;
-    }
-  }
-  return product;
-}
-
 // Returns a Mamba2 mixer's head dim: mamba_d_head, or "auto" (the default) width / heads. Fails
 // (0 returned) as the classes refuse when the heads do not make the width, which `width_name`
 // names in the message.
