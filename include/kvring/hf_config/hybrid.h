@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -253,12 +254,9 @@ inline void ReadLightningHybrid(const Scope& scope, HfModel* model) {
   StateSpec state;
   state.recurrent_elements = num_heads * full.head_dim * full.head_dim;
   state.recurrent_format = Format::kBF16;
-  const Json* window = scope.Find("sliding_window");
-  if (window != nullptr && !window->is_null()) {
-    const uint64_t span = scope.ToUInt("sliding_window", *window, 1, UINT64_MAX);
-    if (scope.Failed()) return;
-    full = LayerSpec::Sliding(span, full.num_kv_heads, full.head_dim);
-  }
+  const std::optional<uint64_t> window = ReadWindow(scope);  // the class default: None
+  if (scope.Failed()) return;
+  if (window) full = LayerSpec::Sliding(*window, full.num_kv_heads, full.head_dim);
   for (bool recurrent : linear) {
     model->layers.push_back(recurrent ? LayerSpec::Recurrent(state) : full);
   }

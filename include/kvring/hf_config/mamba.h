@@ -169,11 +169,10 @@ inline StateSpec ReadGraniteMambaState(const Scope& scope) {
   StateSpec state;
   if (scope.Failed()) return state;
   const uint64_t intermediate = StateProduct(scope, "mamba_expand", {expand, hidden});
-  const uint64_t head_dim =
-      scope.Failed() ? 0
-                     : ReadMambaHeadDim(scope, intermediate, heads, "mamba_expand x hidden_size");
   if (scope.Failed()) return state;
-  return Mamba2State(scope, heads * head_dim, groups, state_size, kernel, ReadStateFormat(scope),
+  ReadMambaHeadDim(scope, intermediate, heads, "mamba_expand x hidden_size");  // heads x it
+  if (scope.Failed()) return state;
+  return Mamba2State(scope, intermediate, groups, state_size, kernel, ReadStateFormat(scope),
                      "mamba_n_groups", "mamba_d_state");
 }
 
@@ -245,7 +244,6 @@ inline StateSpec ReadFalconH1State(const Scope& scope) {
   if (!d_ssm) {  // null: mamba_expand x hidden_size
     const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
     const uint64_t expand = scope.OrDefault("mamba_expand", 2, 1, kMaxDim);
-    if (scope.Failed()) return state;
     intermediate = StateProduct(scope, "mamba_expand", {expand, hidden});
   }
   if (scope.Failed()) return state;
