@@ -81,20 +81,14 @@ def build_layers(config_dict):
             facts.append(dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2))
             continue
         if hasattr(layer, "shared_transformer"):  # Zamba2's hybrid block: attention, then Mamba2
-            state = mamba_facts(text, layer.mamba_decoder.mamba)
-            facts.append(dict(layer_facts(text, None, i, layer.shared_transformer.self_attn, facts),
-                              conv_state_bytes=state["conv_state_bytes"],
-                              recurrent_state_bytes=state["recurrent_state_bytes"]))
+            facts.append(hybrid_facts(text, i, layer.shared_transformer.self_attn,
+                                      layer.mamba_decoder.mamba, facts))
             continue
         mamba = getattr(layer, "mamba", None)  # Granite 4.0-H, Jamba; Falcon-H1 beside attention
         if mamba is not None:
-            state = mamba_facts(text, mamba)
             beside = getattr(layer, "self_attn", None)
-            if beside is not None:
-                state = dict(layer_facts(text, None, i, beside, facts),
-                             conv_state_bytes=state["conv_state_bytes"],
-                             recurrent_state_bytes=state["recurrent_state_bytes"])
-            facts.append(state)
+            facts.append(mamba_facts(text, mamba) if beside is None else
+                         hybrid_facts(text, i, beside, mamba, facts))
             continue
         block = getattr(layer, "block_type", None)  # Nemotron-H: mamba, attention, moe, mlp
         if block in ("mamba", "moe", "mlp"):
@@ -149,6 +143,15 @@ def mamba_facts(text, mixer):
     return dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2,
                 recurrent_state_bytes=width * mixer.ssm_state_size
                 * (4 if dtype == "float32" else 2))
+
+
+def hybrid_facts(text, i, attention, mixer, earlier):
+    """A layer that attends and keeps a Mamba state (Falcon-H1, Zamba2's hybrid blocks): the
+    attention's facts with the mixer's state bytes."""
+    state = mamba_facts(text, mixer)
+    return dict(layer_facts(text, None, i, attention, earlier),
+                conv_state_bytes=state["conv_state_bytes"],
+                recurrent_state_bytes=state["recurrent_state_bytes"])
 
 
 def state_facts(text, module):
