@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -66,6 +68,15 @@ constexpr double kTolerance = 1e-3;
 constexpr double kProductsTolerance = 4e-3;
 constexpr double kProductsAgainstExact = 6e-3;
 
+// The compiled targets this CPU supports, best first: those every sweep runs on.
+std::string SweepTargets() {
+  std::string names;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    names += (names.empty() ? "" : ",") + std::string(hwy::TargetName(target));
+  }
+  return names;
+}
+
 // Runs `body` once per compiled target this CPU supports, with dispatch pinned to it.
 template <typename Body>
 void ForEachTarget(const Body& body) {
@@ -75,6 +86,17 @@ void ForEachTarget(const Body& body) {
     body(target);
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Prints the targets the sweeps of this binary run on; with KVRING_EXPECTED_TARGETS set
+// (the emulated CPUs of the aarch64 preset: a comma-separated list, best first) fails unless
+// they are exactly those, so that an emulated CPU that lost a target fails rather than
+// sweeping fewer.
+TEST(AttentionTargets, SweepsRunOnTheExpectedTargets) {
+  const std::string targets = SweepTargets();
+  std::printf("attention sweeps run on: %s\n", targets.c_str());
+  const char* expected = std::getenv("KVRING_EXPECTED_TARGETS");
+  if (expected != nullptr) EXPECT_EQ(targets, expected);
 }
 
 Visibility Global() { return Visibility{AttentionKind::kGlobal, 0}; }

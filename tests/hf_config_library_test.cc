@@ -51,8 +51,9 @@ std::string ReadAll(std::FILE* file) {
 // Runs `kvring-plan --config path --json` as a process.
 ToolRun RunTool(const std::string& path) {
   const std::string err_path = ::testing::TempDir() + "kvring_plan_stderr.txt";
-  const std::string command = std::string("'") + KVRING_PLAN_BINARY + "' --config '" + path +
-                              "' --json 2>'" + err_path + "'";
+  // (KVRING_PLAN_EMULATOR: the emulator of a cross build, with a trailing space; or empty.)
+  const std::string command = std::string(KVRING_PLAN_EMULATOR) + "'" + KVRING_PLAN_BINARY +
+                              "' --config '" + path + "' --json 2>'" + err_path + "'";
   ToolRun run;
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;

@@ -1,5 +1,6 @@
-# Runs TOOL with ARGS (a ;-list) and checks its exit status and both output streams.
-execute_process(COMMAND ${TOOL} ${ARGS}
+# Runs TOOL with ARGS (a ;-list) and checks its exit status and both output streams. EMULATOR:
+# the command that runs a cross build's programs (a ;-list), empty otherwise.
+execute_process(COMMAND ${EMULATOR} ${TOOL} ${ARGS}
   RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(failed "")
 if(NOT status STREQUAL EXPECTED_STATUS)

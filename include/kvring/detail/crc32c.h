@@ -61,25 +61,6 @@ inline uint32_t Crc32cSoftware(uint32_t state, const uint8_t* data, size_t size)
   return state;
 }
 
-#if KVRING_CRC32C_X86
-
-// Bytes of each of the three streams of one block.
-inline constexpr size_t kCrc32cLane = 4096;
-
-__attribute__((target("sse4.2"))) inline uint32_t Crc32cLaneHardware(uint32_t state,
-                                                                     const uint8_t* data,
-                                                                     size_t size) {
-  uint64_t crc = state;
-  for (; size >= 8; size -= 8, data += 8) {
-    uint64_t word;
-    std::memcpy(&word, data, 8);
-    crc = _mm_crc32_u64(crc, word);
-  }
-  uint32_t crc32 = static_cast<uint32_t>(crc);
-  for (; size > 0; --size) crc32 = _mm_crc32_u8(crc32, *data++);
-  return crc32;
-}
-
 // The operator that appends `len` zero bytes to a CRC32C (a 32 x 32 matrix over GF(2), built
 // by repeated squaring as zlib's crc32_combine does): Crc32c(0, a followed by b) ==
 // Crc32cZeros(len(b)).Apply(Crc32c(0, a)) ^ Crc32c(0, b). Build once per length, apply in 32
@@ -122,6 +103,25 @@ class Crc32cZeros {
 
   uint32_t matrix_[32];
 };
+
+#if KVRING_CRC32C_X86
+
+// Bytes of each of the three streams of one block.
+inline constexpr size_t kCrc32cLane = 4096;
+
+__attribute__((target("sse4.2"))) inline uint32_t Crc32cLaneHardware(uint32_t state,
+                                                                     const uint8_t* data,
+                                                                     size_t size) {
+  uint64_t crc = state;
+  for (; size >= 8; size -= 8, data += 8) {
+    uint64_t word;
+    std::memcpy(&word, data, 8);
+    crc = _mm_crc32_u64(crc, word);
+  }
+  uint32_t crc32 = static_cast<uint32_t>(crc);
+  for (; size > 0; --size) crc32 = _mm_crc32_u8(crc32, *data++);
+  return crc32;
+}
 
 // The linear map "append kCrc32cLane zero bytes" on raw CRC states, as four byte tables:
 // Shift(s) = t[0][s & 0xFF] ^ t[1][(s >> 8) & 0xFF] ^ t[2][(s >> 16) & 0xFF] ^ t[3][s >> 24].

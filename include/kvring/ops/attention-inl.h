@@ -91,10 +91,13 @@ HWY_NOINLINE void RunAttentionMany(const AttentionEntry<Layout>* entries,
 // returns its refusal without writing anything. Otherwise returns kOk, or kOutOfMemory if the
 // workspace could not grow. Allocates only when the workspace grows; the output is
 // bit-identical for every runner and thread count.
+// The entry points are plain inline, not HWY_INLINE (always inlined): static dispatch calls
+// them from code outside Highway's target attributes, which may not inline a function of a
+// target with more (aarch64's NEON adds +crypto to the baseline).
 template <class Layout>
-HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
-                            const AttentionOptions& options, AttentionWorkspace& workspace,
-                            const TaskRunner& runner) {
+inline Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                        const AttentionOptions& options, AttentionWorkspace& workspace,
+                        const TaskRunner& runner) {
   const Result check = CheckAttention(kv, batch, options);
   if (!check.ok()) return check;
 #if defined(KVRING_ATTENTION_NO_INT8)
@@ -120,16 +123,16 @@ HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batc
 
 // As above, on the calling thread.
 template <class Layout>
-HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
-                            const AttentionOptions& options, AttentionWorkspace& workspace) {
+inline Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                        const AttentionOptions& options, AttentionWorkspace& workspace) {
   return Attention(kv, batch, options, workspace, TaskRunner::Inline());
 }
 
 // As above, in a workspace of its own: allocates it on every call. For a loop of calls, keep an
 // AttentionWorkspace and pass it.
 template <class Layout>
-HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
-                            const AttentionOptions& options) {
+inline Result Attention(const KVView<Layout>& kv, const AttentionBatch& batch,
+                        const AttentionOptions& options) {
   AttentionWorkspace workspace;
   return Attention(kv, batch, options, workspace, TaskRunner::Inline());
 }
@@ -145,9 +148,9 @@ HWY_INLINE Result Attention(const KVView<Layout>& kv, const AttentionBatch& batc
 // could not grow. Allocates only when the workspace grows: never once it holds
 // AttentionWorkspaceFloats of a bound these entries keep.
 template <class Layout>
-HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
-                                const AttentionOptions& options, AttentionWorkspace& workspace,
-                                const TaskRunner& runner) {
+inline Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
+                            const AttentionOptions& options, AttentionWorkspace& workspace,
+                            const TaskRunner& runner) {
   if (entries == nullptr && num_entries != 0) {
     return Result::Refused(Status::kBadArgument, "entries: null with %llu entries",
                            uint64_t{num_entries});
@@ -192,8 +195,8 @@ HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t nu
 
 // As above, on the calling thread.
 template <class Layout>
-HWY_INLINE Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
-                                const AttentionOptions& options, AttentionWorkspace& workspace) {
+inline Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
+                            const AttentionOptions& options, AttentionWorkspace& workspace) {
   return AttentionMany(entries, num_entries, options, workspace, TaskRunner::Inline());
 }
 

@@ -358,10 +358,10 @@ HWY_NOINLINE void RunNativeItem(const KVView<Layout>& kv, const AttentionBatch& 
 // owned by the calling thread. Does not allocate; reads each visible K/V tile of its kv_head
 // once from memory for all the block's rows.
 template <class Layout>
-HWY_INLINE void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                 const AttentionOptions& options, const AttentionWork& work,
-                                 uint64_t item_index, float* HWY_RESTRICT scratch,
-                                 float* HWY_RESTRICT partial) {
+inline void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                             const AttentionOptions& options, const AttentionWork& work,
+                             uint64_t item_index, float* HWY_RESTRICT scratch,
+                             float* HWY_RESTRICT partial) {
   // The format is a run-time property of the layer: one switch per item, then the kernels of
   // that element type.
   // (KVRING_ATTENTION_NO_INT8 compiles the BF16 kernels alone; the entry points then refuse

@@ -50,9 +50,9 @@ HWY_INLINE void WriteOutputRow(const AttentionBatch& batch, const AttentionOptio
 // Combines the partial states of merge `merge_index` (< work.NumMerges()) in chronological
 // order and writes its output rows. Run after every item of the call. `scratch` and
 // `partial` as for RunAttentionItem. Does not allocate.
-HWY_INLINE void MergeAttention(const AttentionBatch& batch, const AttentionOptions& options,
-                               const AttentionWork& work, uint64_t merge_index,
-                               float* HWY_RESTRICT scratch, const float* HWY_RESTRICT partial) {
+inline void MergeAttention(const AttentionBatch& batch, const AttentionOptions& options,
+                           const AttentionWork& work, uint64_t merge_index,
+                           float* HWY_RESTRICT scratch, const float* HWY_RESTRICT partial) {
   const uint64_t first_item = work.MergeFirstItem(merge_index);
   const AttentionItem item = work.Item(first_item);
   const size_t v_head_dim = work.VHeadDim();

@@ -20,8 +20,9 @@
 #include "kvring/bf16.h"
 #include "kvring/kernel_limits.h"
 
-// After highway.h: the formats' traits.
+// After highway.h: the formats' traits, what a target's vectors allow.
 #include "kvring/ops/attention_format-inl.h"
+#include "kvring/ops/target_vectors-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring {
@@ -42,7 +43,7 @@ template <uint64_t kTile>
 struct TileShape {
   // f32 lanes of one K vector: a vector of 2 * kLanes BF16 K values of one dim covers
   // 2 * kLanes consecutive positions, split into even and odd positions.
-  using DK = hn::CappedTag<float, static_cast<size_t>(kTile / 2)>;
+  using DK = SureF32<static_cast<size_t>(kTile / 2)>;
   static constexpr size_t kLanes = hn::MaxLanes(DK());
   static constexpr size_t kPairs = static_cast<size_t>(kTile) / (2 * kLanes);
   static constexpr size_t kVectors = 2 * kPairs;  // f32 score vectors per row
@@ -123,7 +124,7 @@ constexpr size_t AtOnce(size_t chains) {
 template <uint64_t kTile>
 constexpr bool kPairDims =
 #if HWY_TARGET != HWY_SCALAR
-    TileShape<kTile>::kPairs == 1 && 2 * TileShape<kTile>::kLanes <= hn::MaxLanes(DV());
+    TileShape<kTile>::kPairs == 1 && 2 * TileShape<kTile>::kLanes <= kSureLanesF32;
 #else
     false;
 #endif
@@ -147,29 +148,34 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
   const hn::Twice<typename Shape::DK> df;
   using V = hn::Vec<decltype(df)>;
   constexpr size_t kAtOnce = AtOnce(kRows * kTiles * 2);
+  // acc: partial sum s, row r, tile t, even/odd half e at ((s * kRows + r) * kTiles + t) * 2 + e.
+  const auto at = [](size_t s, size_t r, size_t t, size_t e) {
+    return ((s * kRows + r) * kTiles + t) * 2 + e;
+  };
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
-    V acc[kAtOnce][kRows][kTiles][2];
-    for (size_t s = 0; s < kAtOnce; ++s) {
-      for (size_t r = 0; r < kRows; ++r) {
-        for (size_t t = 0; t < kTiles; ++t) acc[s][r][t][0] = acc[s][r][t][1] = hn::Zero(df);
-      }
-    }
+    VecArray<decltype(df), kAtOnce * kRows * kTiles * 2> acc;
+    for (size_t i = 0; i < kAtOnce * kRows * kTiles * 2; ++i) acc.Set(df, i, hn::Zero(df));
     for (size_t dim0 = 0; dim0 < head_dim; dim0 += 2 * kDimSplit) {
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + 2 * (s0 + s);
-        V even[kTiles], odd[kTiles];
+        VecArray<decltype(df), kTiles> even, odd;
         for (size_t t = 0; t < kTiles; ++t) {
           if (v_now[t] != nullptr) {
             PrefetchV(v_now[t], dim, ps);
             PrefetchV(v_now[t], dim + 1, ps);
           }
-          LoadPairs(df, k_tiles[t] + dim * kTile, even[t], odd[t]);
+          V e, o;
+          LoadPairs(df, k_tiles[t] + dim * kTile, e, o);
+          even.Set(df, t, e);
+          odd.Set(df, t, o);
         }
         for (size_t r = 0; r < kRows; ++r) {
           const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
           for (size_t t = 0; t < kTiles; ++t) {
-            acc[s][r][t][0] = hn::MulAdd(qd, even[t], acc[s][r][t][0]);
-            acc[s][r][t][1] = hn::MulAdd(qd, odd[t], acc[s][r][t][1]);
+            acc.Set(df, at(s, r, t, 0),
+                    hn::MulAdd(qd, even.Get(df, t), acc.Get(df, at(s, r, t, 0))));
+            acc.Set(df, at(s, r, t, 1),
+                    hn::MulAdd(qd, odd.Get(df, t), acc.Get(df, at(s, r, t, 1))));
           }
         }
       }
@@ -179,13 +185,13 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
       for (size_t r = 0; r < kRows; ++r) {
         for (size_t e = 0; e < 2; ++e) {
           float* HWY_RESTRICT out = scores[t] + r * kTile + e * Shape::kLanes;
-          auto sum =
-              hn::Add(hn::LowerHalf(dh, acc[0][r][t][e]), hn::UpperHalf(dh, acc[0][r][t][e]));
+          const auto folded = [&](size_t s) {
+            const V v = acc.Get(df, at(s, r, t, e));
+            return hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v));
+          };
+          auto sum = folded(0);
           if (s0 != 0) sum = hn::Add(hn::LoadU(dh, out), sum);
-          for (size_t s = 1; s < kAtOnce; ++s) {
-            sum = hn::Add(sum, hn::Add(hn::LowerHalf(dh, acc[s][r][t][e]),
-                                       hn::UpperHalf(dh, acc[s][r][t][e])));
-          }
+          for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, folded(s));
           hn::StoreU(sum, dh, out);
         }
       }
@@ -235,37 +241,40 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_REST
   const typename Shape::DK dk;
   using V = hn::Vec<decltype(dk)>;
   constexpr size_t kAtOnce = AtOnce(kRows * Shape::kVectors);
+  constexpr size_t kVectors = Shape::kVectors;
+  // acc: partial sum s, row r, score vector i at (s * kRows + r) * kVectors + i.
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
-    V acc[kAtOnce][kRows][Shape::kVectors];
-    for (size_t s = 0; s < kAtOnce; ++s) {
-      for (size_t r = 0; r < kRows; ++r) {
-        for (size_t i = 0; i < Shape::kVectors; ++i) acc[s][r][i] = hn::Zero(dk);
-      }
-    }
+    VecArray<decltype(dk), kAtOnce * kRows * kVectors> acc;
+    for (size_t i = 0; i < kAtOnce * kRows * kVectors; ++i) acc.Set(dk, i, hn::Zero(dk));
     for (size_t dim0 = 0; dim0 < head_dim; dim0 += kDimSplit) {
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + s0 + s;
         const T* HWY_RESTRICT row = k_tile + dim * dim_stride;
-        PrefetchV(v_now, dim, ps);  // see PrefetchShape
-        V even[Shape::kPairs], odd[Shape::kPairs];
+        PrefetchV(v_now, dim, ps);           // see PrefetchShape
+        VecArray<decltype(dk), kVectors> k;  // pair p: even 2p, odd 2p + 1
         for (size_t p = 0; p < Shape::kPairs; ++p) {
-          ElementKernel<T>::Load(dk, row + p * 2 * Shape::kLanes, even[p], odd[p]);
+          V even, odd;
+          ElementKernel<T>::Load(dk, row + p * 2 * Shape::kLanes, even, odd);
+          k.Set(dk, 2 * p, even);
+          k.Set(dk, 2 * p + 1, odd);
         }
         for (size_t r = 0; r < kRows; ++r) {
           const V qd = hn::Set(dk, q[r][dim]);
-          for (size_t p = 0; p < Shape::kPairs; ++p) {
-            acc[s][r][2 * p] = hn::MulAdd(qd, even[p], acc[s][r][2 * p]);
-            acc[s][r][2 * p + 1] = hn::MulAdd(qd, odd[p], acc[s][r][2 * p + 1]);
+          const size_t base = (s * kRows + r) * kVectors;
+          for (size_t i = 0; i < kVectors; ++i) {
+            acc.Set(dk, base + i, hn::MulAdd(qd, k.Get(dk, i), acc.Get(dk, base + i)));
           }
         }
       }
     }
     for (size_t r = 0; r < kRows; ++r) {
-      for (size_t i = 0; i < Shape::kVectors; ++i) {
+      for (size_t i = 0; i < kVectors; ++i) {
         float* HWY_RESTRICT out = scores + r * kTile + i * Shape::kLanes;
-        V sum = acc[0][r][i];
+        V sum = acc.Get(dk, r * kVectors + i);
         if (s0 != 0) sum = hn::Add(hn::LoadU(dk, out), sum);
-        for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, acc[s][r][i]);
+        for (size_t s = 1; s < kAtOnce; ++s) {
+          sum = hn::Add(sum, acc.Get(dk, (s * kRows + r) * kVectors + i));
+        }
         hn::StoreU(sum, dk, out);
       }
     }

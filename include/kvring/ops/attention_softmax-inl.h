@@ -32,7 +32,9 @@ namespace attention_internal {
 
 // The accumulators of a row hold V's dims permuted: each chunk of 2 * Lanes dims stores its
 // even dims, then its odd dims (what LoadPairs yields). Chunks are 2 * Lanes(ScalableTag)
-// dims, then (only on AVX-512 for dims that are 16 mod 32) 2 * Lanes(CappedTag<float, 8>).
+// dims, then (only where a vector holds 16 lanes or more, for the dims past the last whole
+// chunk) 2 * Lanes(CappedTag<float, 8>): head dims are multiples of 16, which those chunks (16
+// dims at most) divide.
 using DVTail = hn::CappedTag<float, 8>;
 
 // Returns where dim `dim` of a row of `num_dims` sits in the permuted accumulators.
@@ -81,7 +83,7 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
                             int32_t lo_off, int32_t hi_off, float soft_cap, Row& row) {
   // The row's kTile scores in the widest vectors a tile fills (the softmax does not care
   // which position a lane holds: the lane order of TileShape only numbers them).
-  const hn::CappedTag<float, static_cast<size_t>(kTile)> dk;
+  const SureF32<static_cast<size_t>(kTile)> dk;
   constexpr size_t kLanes = hn::MaxLanes(decltype(dk)());
   constexpr size_t kVectors = static_cast<size_t>(kTile) / kLanes;
   const hn::RebindToSigned<decltype(dk)> di;
@@ -143,13 +145,14 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
                                  const float* correction, int32_t lo_off, int32_t hi_off) {
   using V = hn::Vec<DF>;
   const size_t lanes = hn::Lanes(df);
-  V even_acc[kChunks][kRows], odd_acc[kChunks][kRows];
+  // even_acc, odd_acc: chunk ch of row r at ch * kRows + r.
+  VecArray<DF, kChunks * kRows> even_acc, odd_acc;
   for (size_t r = 0; r < kRows; ++r) {
     const V c = hn::Set(df, correction[r]);
     for (size_t ch = 0; ch < kChunks; ++ch) {
       const size_t d = dim0 + ch * 2 * lanes;
-      even_acc[ch][r] = hn::Mul(hn::LoadU(df, acc[r] + d), c);
-      odd_acc[ch][r] = hn::Mul(hn::LoadU(df, acc[r] + d + lanes), c);
+      even_acc.Set(df, ch * kRows + r, hn::Mul(hn::LoadU(df, acc[r] + d), c));
+      odd_acc.Set(df, ch * kRows + r, hn::Mul(hn::LoadU(df, acc[r] + d + lanes), c));
     }
   }
   // Each line of the next tile's K once: when V rows start on K-line boundaries (PrefetchK's
@@ -172,24 +175,25 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
         PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes, ps);
       }
     }
-    V pr[kRows];
+    VecArray<DF, kRows> pr;
     for (size_t r = 0; r < kRows; ++r) {
-      pr[r] = hn::Set(df, ElementKernel<T>::Weight(p[r][index], v_scales, off));
+      pr.Set(df, r, hn::Set(df, ElementKernel<T>::Weight(p[r][index], v_scales, off)));
     }
     for (size_t ch = 0; ch < kChunks; ++ch) {
       V even, odd;
       ElementKernel<T>::Load(df, v_row + ch * 2 * lanes, even, odd);
       for (size_t r = 0; r < kRows; ++r) {
-        even_acc[ch][r] = hn::MulAdd(pr[r], even, even_acc[ch][r]);
-        odd_acc[ch][r] = hn::MulAdd(pr[r], odd, odd_acc[ch][r]);
+        const size_t i = ch * kRows + r;
+        even_acc.Set(df, i, hn::MulAdd(pr.Get(df, r), even, even_acc.Get(df, i)));
+        odd_acc.Set(df, i, hn::MulAdd(pr.Get(df, r), odd, odd_acc.Get(df, i)));
       }
     }
   }
   for (size_t r = 0; r < kRows; ++r) {
     for (size_t ch = 0; ch < kChunks; ++ch) {
       const size_t d = dim0 + ch * 2 * lanes;
-      hn::StoreU(even_acc[ch][r], df, acc[r] + d);
-      hn::StoreU(odd_acc[ch][r], df, acc[r] + d + lanes);
+      hn::StoreU(even_acc.Get(df, ch * kRows + r), df, acc[r] + d);
+      hn::StoreU(odd_acc.Get(df, ch * kRows + r), df, acc[r] + d + lanes);
     }
   }
 }

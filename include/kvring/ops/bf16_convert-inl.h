@@ -44,8 +44,8 @@ HWY_INLINE hn::Vec<DU> RoundedToBF16Bits(DU du, hn::Vec<DU> bits) {
 // Writes `out[i] = BF16FromF32(in[i])` for i < count: round to nearest even, NaN quieted
 // with its sign and top payload kept. In and out may be unaligned and must not overlap.
 // Does not allocate; one pass over the data.
-static HWY_INLINE HWY_MAYBE_UNUSED void F32ToBF16(const float* HWY_RESTRICT in,
-                                                  BF16* HWY_RESTRICT out, size_t count) {
+static inline HWY_MAYBE_UNUSED void F32ToBF16(const float* HWY_RESTRICT in, BF16* HWY_RESTRICT out,
+                                              size_t count) {
 #if HWY_TARGET == HWY_SCALAR
   for (size_t i = 0; i < count; ++i) out[i] = BF16FromF32(in[i]);
 #else
