@@ -2,23 +2,27 @@
 # Configures, builds and runs kvring's whole test suite: the debug build (unit tests, tool
 # tests, header checks with g++ and clang++, consumer projects, fuzz targets, the examples'
 # checks), then the same tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the
-# threading tests under ThreadSanitizer. Compilations go through ccache (a clean clone reuses
-# what an earlier clone compiled). Prints how long each stage took.
-#   bash scripts/test.sh              every workflow: dev, asan, tsan
-#   bash scripts/test.sh asan tsan    only those (any of dev, asan, tsan, in that order)
+# threading tests under ThreadSanitizer, and the 64-bit ARM cross build with its tests under
+# qemu-aarch64 (NEON, SVE and SVE2 targets). Compilations go through ccache (a clean clone
+# reuses what an earlier clone compiled). Prints how long each stage took.
+#   bash scripts/test.sh              every workflow: dev, asan, tsan, aarch64
+#   bash scripts/test.sh asan tsan    only those (any of dev, asan, tsan, aarch64, in that order)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-bash scripts/install-deps.sh
 
 workflows=("$@")
-[ ${#workflows[@]} -gt 0 ] || workflows=(dev asan tsan)
+[ ${#workflows[@]} -gt 0 ] || workflows=(dev asan tsan aarch64)
+extras=()
 for workflow in "${workflows[@]}"; do
   case "$workflow" in
     dev | asan | tsan) ;;
-    *) echo "scripts/test.sh: unknown workflow '$workflow' (dev, asan or tsan)" >&2; exit 2 ;;
+    aarch64) extras+=(aarch64) ;;
+    *) echo "scripts/test.sh: unknown workflow '$workflow' (dev, asan, tsan or aarch64)" >&2
+       exit 2 ;;
   esac
 done
+bash scripts/install-deps.sh "${extras[@]}"
 
 # One cache for every build of the suite, the consumer projects and fuzz targets it starts, and
 # every clone on this machine: paths below the clone are hashed relative to it.

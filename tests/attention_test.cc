@@ -68,24 +68,84 @@ constexpr double kTolerance = 1e-3;
 constexpr double kProductsTolerance = 4e-3;
 constexpr double kProductsAgainstExact = 6e-3;
 
-// The compiled targets this CPU supports, best first: those every sweep runs on.
-std::string SweepTargets() {
+// Joins target names with commas.
+std::string TargetNames(const std::vector<int64_t>& targets) {
   std::string names;
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+  for (const int64_t target : targets) {
     names += (names.empty() ? "" : ",") + std::string(hwy::TargetName(target));
   }
   return names;
 }
 
-// Runs `body` once per compiled target this CPU supports, with dispatch pinned to it.
+// The value of environment variable `name`, a number from `lowest` to 64; `unset` when it is
+// not set. A value that is not such a number fails the calling test (and gives `unset`).
+uint32_t NumberFromEnvironment(const char* name, uint32_t unset, uint32_t lowest) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return unset;
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(text, &end, 10);
+  const bool valid = n >= lowest && n <= 64 && end != text && *end == '\0';
+  EXPECT_TRUE(valid) << name << "='" << text << "' is not a number from " << lowest << " to 64";
+  return valid ? static_cast<uint32_t>(n) : unset;
+}
+
+// The targets the sweeps run on: the compiled targets this CPU supports, best first, or of
+// those only the ones KVRING_SWEEP_TARGETS lists (comma-separated names), for emulated CPUs
+// whose other targets another run sweeps.
+std::vector<int64_t> SweptTargets() {
+  const char* only = std::getenv("KVRING_SWEEP_TARGETS");
+  std::vector<int64_t> targets;
+  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    const std::string name = hwy::TargetName(target);
+    if (only == nullptr ||
+        ("," + std::string(only) + ",").find("," + name + ",") != std::string::npos) {
+      targets.push_back(target);
+    }
+  }
+  return targets;
+}
+
+// Sweeps under emulation, where a case takes a hundred times as long: KVRING_SWEEP_STRIDE=n
+// (the aarch64 preset sets it) makes each target check every n-th case of a sweep
+// (CheckCase), from an offset of its own: KVRING_SWEEP_OFFSET (0 when unset) plus the target's
+// place among the swept ones, mod n. The emulated CPUs' runs give each of their targets
+// another offset, so that together they check every case. Unset: every target, every case.
+struct SweepShare {
+  uint32_t stride = 1;
+  uint32_t offset = 0;
+  uint64_t cases = 0;  // CheckCase calls on the current target
+};
+SweepShare& CurrentSweep() {
+  static SweepShare share;
+  return share;
+}
+
+// Whether the next case of the sweep runs on the current target (always, unstrided).
+bool CaseRunsHere() {
+  SweepShare& share = CurrentSweep();
+  return (share.cases++ + share.offset) % share.stride == 0;
+}
+
+// Whether checks should take the short version of a long loop: the emulated targets (the
+// scalar fallbacks) and sweeps under emulation.
+bool SlowTarget(int64_t target) {
+  return target == HWY_SCALAR || target == HWY_EMU128 || CurrentSweep().stride > 1;
+}
+
+// Runs `body` once per swept target (SweptTargets), with dispatch pinned to it.
 template <typename Body>
 void ForEachTarget(const Body& body) {
-  for (const int64_t target : hwy::SupportedAndGeneratedTargets()) {
+  const uint32_t stride = NumberFromEnvironment("KVRING_SWEEP_STRIDE", 1, 1);
+  const uint32_t first = NumberFromEnvironment("KVRING_SWEEP_OFFSET", 0, 0);
+  uint32_t place = 0;
+  for (const int64_t target : SweptTargets()) {
+    CurrentSweep() = SweepShare{stride, (first + place++) % stride, 0};
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
     body(target);
   }
   hwy::SetSupportedTargetsForTest(0);
+  CurrentSweep() = SweepShare{};
 }
 
 // Prints the targets the sweeps of this binary run on; with KVRING_EXPECTED_TARGETS set
@@ -93,10 +153,13 @@ void ForEachTarget(const Body& body) {
 // they are exactly those, so that an emulated CPU that lost a target fails rather than
 // sweeping fewer.
 TEST(AttentionTargets, SweepsRunOnTheExpectedTargets) {
-  const std::string targets = SweepTargets();
-  std::printf("attention sweeps run on: %s\n", targets.c_str());
+  const std::string offered = TargetNames(hwy::SupportedAndGeneratedTargets());
+  const std::string swept = TargetNames(SweptTargets());
+  std::printf("this CPU offers %s; attention sweeps run on: %s (every %u-th case each)\n",
+              offered.c_str(), swept.c_str(), NumberFromEnvironment("KVRING_SWEEP_STRIDE", 1, 1));
   const char* expected = std::getenv("KVRING_EXPECTED_TARGETS");
-  if (expected != nullptr) EXPECT_EQ(targets, expected);
+  if (expected != nullptr) EXPECT_EQ(offered, expected);
+  EXPECT_FALSE(swept.empty()) << "KVRING_SWEEP_TARGETS names none of " << offered;
 }
 
 Visibility Global() { return Visibility{AttentionKind::kGlobal, 0}; }
@@ -356,6 +419,7 @@ void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& opti
 // and flat bit-identical; flash and tiled within the tolerance of each other; then the same
 // in the int8 format (CheckInt8Case).
 void CheckCase(const Case& c) {
+  if (!CaseRunsHere()) return;
   const Inputs in = MakeInputs(c);
   const AttentionOptions options = OptionsOf(c, in);
   const std::vector<double> ref = Reference(c, in, options);
@@ -871,7 +935,7 @@ TEST(Attention, Int8NaNRowsReachOnlyTheQueriesThatSeeThemAndPoisonedSlotsNone) {
 // latent_v_dims dims (AttentionOptions::latent_v_dims), read from K in both layouts.
 TEST(Attention, LatentViewsWithoutVMatchReferenceOnEveryTarget) {
   ForEachTarget([](int64_t target) {
-    const bool slow = target == HWY_SCALAR || target == HWY_EMU128;
+    const bool slow = SlowTarget(target);
     std::vector<Case> cases;
     Case c;
     c.num_kv_heads = 1;  // DeepSeek: every q head reads the one latent (absorbed queries)
@@ -948,7 +1012,7 @@ TEST(AttentionDeathTest, LatentValueDimsMustMatchTheView) {
 TEST(Attention, RingAndFlatAreBitIdenticalAtEveryWrapPoint) {
   ForEachTarget([](int64_t target) {
     // Slide one decode query and a 3-query batch across several wraps of a 64-slot ring.
-    const bool slow = target == HWY_SCALAR || target == HWY_EMU128;
+    const bool slow = SlowTarget(target);
     for (uint64_t q = 40; q < 330; q += slow ? 23 : 7) {
       for (uint32_t num_queries : {1u, 3u}) {
         Case c;
@@ -1013,7 +1077,7 @@ void CheckPagedCase(const Case& c, uint64_t block_tiles, bool products) {
 
 TEST(Attention, PagedRingAndFlatAreBitIdenticalAcrossBlockBoundaries) {
   ForEachTarget([](int64_t target) {
-    const bool slow = target == HWY_SCALAR || target == HWY_EMU128;
+    const bool slow = SlowTarget(target);
     for (uint64_t end : {97u, 250u, 333u}) {
       for (uint32_t num_queries : {1u, 3u, 37u}) {
         for (const Visibility visibility : {Global(), Sliding(70)}) {
@@ -1209,8 +1273,10 @@ TEST(Attention, FusedQKVRowsAndStridedOutputsGiveThePackedRowsBits) {
 
 // Threading tests: the TSan preset runs only these (filter "AttentionThreads").
 TEST(AttentionThreads, ThreadCountsAndRepeatedRunsGiveIdenticalBits) {
-  ForEachTarget([](int64_t target) {
-    if (target != hwy::SupportedAndGeneratedTargets()[0]) return;  // the best target only
+  // (Inside ForEachTarget the supported targets are the pinned one alone.)
+  const int64_t best = hwy::SupportedAndGeneratedTargets()[0];
+  ForEachTarget([best](int64_t target) {
+    if (target != best) return;  // the best target only
     for (uint32_t num_queries : {1u, 2u, 64u}) {
       Case c;
       c.head_dim = 64;
