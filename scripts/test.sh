@@ -42,7 +42,7 @@ report() {
   if [ ${#stages[@]} -gt 0 ]; then
     echo "kvring tests: time per stage"
     printf '  %s\n' "${stages[@]}"
-    printf '  %-16s %5d s\n' total $(( $(date +%s) - start ))
+    printf '  %-18s %5d s\n' total $(( $(date +%s) - start ))
   fi
   if command -v ccache > /dev/null; then
     ccache --print-stats 2> /dev/null |
@@ -61,7 +61,7 @@ stage() {
   begin=$(date +%s)
   echo "kvring tests: $name"
   "$@"
-  stages+=("$(printf '%-16s %5d s' "$name" $(( $(date +%s) - begin )))")
+  stages+=("$(printf '%-18s %5d s' "$name" $(( $(date +%s) - begin )))")
 }
 
 start=$(date +%s)
