@@ -148,10 +148,10 @@ void ForEachTarget(const Body& body) {
   CurrentSweep() = SweepShare{};
 }
 
-// Prints the targets the sweeps of this binary run on; with KVRING_EXPECTED_TARGETS set
-// (the emulated CPUs of the aarch64 preset: a comma-separated list, best first) fails unless
-// they are exactly those, so that an emulated CPU that lost a target fails rather than
-// sweeping fewer.
+// Prints the targets this CPU offers and those the sweeps run on; with KVRING_EXPECTED_TARGETS
+// set (the emulated CPUs of the aarch64 preset: a comma-separated list, best first) fails
+// unless the offer is exactly that list, so that an emulated CPU that lost a target fails
+// rather than sweeping fewer.
 TEST(AttentionTargets, SweepsRunOnTheExpectedTargets) {
   const std::string offered = TargetNames(hwy::SupportedAndGeneratedTargets());
   const std::string swept = TargetNames(SweptTargets());
