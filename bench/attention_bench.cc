@@ -390,9 +390,11 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring,
 // Counters: bf16_ratio (the BF16 call's time over the int8 call's: 2.0 = twice as fast),
 // read_ratio (the read twin of the int8 bytes, elements and scales, over the int8 call), and
 // for a ring ring_over_flat (the int8 ring against int8 flat storage of the same history,
-// outputs checked bit-identical).
+// outputs checked bit-identical). Names ending in /int8products run the int8 calls in the
+// integer-product mode (Products::kInt8); the BF16 call stays exact.
 template <typename Layout>
-void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format format) {
+void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format format,
+             kvring::Products products) {
   using kvring::reference::Int8History;
   using kvring::reference::Int8Storage;
   using kvring::reference::Storage;
@@ -430,7 +432,8 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format for
   for (float& q : queries) q = normal(rng);
   std::vector<float> out(size_t{shape.num_queries} * shape.num_q_heads * shape.head_dim);
   std::vector<float> out_flat(out.size()), out_bf16(out.size());
-  kvring::AttentionOptions options;
+  kvring::AttentionOptions options, bf16_options;
+  options.products = products;
   kvring::AttentionBatch batch;
   batch.queries_f32 = queries.data();
   batch.out_f32 = out.data();
@@ -446,7 +449,8 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format for
   // The int8 bytes a call reads: elements of K and V, and their two scales per kv_head.
   const uint64_t bytes = kv_positions * (2 * row + 2 * shape.num_kv_heads * sizeof(float));
   std::vector<uint32_t> twin_buffer(bytes / 4, 1u);
-  const bool cold = std::strcmp(shape.kind, "Decode") == 0;
+  const bool cold =
+      std::strcmp(shape.kind, "Decode") == 0 && std::getenv("KVRING_BENCH_WARM") == nullptr;
   kvring::AttentionWorkspace workspace, flat_workspace, bf16_workspace;
   double best = 1e30, best_bf16 = 1e30, best_flat = 1e30, best_read = 1e30;
   uint32_t sum = 0;
@@ -461,7 +465,7 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format for
   const auto bf16_call = [&] {
     if (cold) EvictPositions(bf16_view, first_visible, end);
     best_bf16 = std::min(best_bf16, Seconds([&] {
-                           kvring_testing::DispatchAttention(bf16_view, bf16_batch, options, 1,
+                           kvring_testing::DispatchAttention(bf16_view, bf16_batch, bf16_options, 1,
                                                              nullptr, &bf16_workspace);
                          }));
     benchmark::DoNotOptimize(out_bf16.data());
@@ -543,24 +547,35 @@ void RegisterAll() {
       {"Decode", 128, 8, 4, 1, 32768, 1},
       {"Prefill", 256, 8, 4, 512, 1024, 1},
   };
-  // int8h (K rotated) on rings: its cost against int8's is the queries' rotation.
-  const std::pair<kvring::Format, bool> int8_runs[] = {{kvring::Format::kInt8, true},
-                                                       {kvring::Format::kInt8, false},
-                                                       {kvring::Format::kInt8Hadamard, true}};
+  // int8h (K rotated) on rings: its cost against int8's is the queries' rotation. Each in the
+  // exact and the integer-product mode.
+  struct Int8Run {
+    kvring::Format format;
+    bool ring;
+    kvring::Products products;
+  };
+  std::vector<Int8Run> int8_runs;
+  for (const kvring::Products products : {kvring::Products::kF32, kvring::Products::kInt8}) {
+    int8_runs.push_back({kvring::Format::kInt8, true, products});
+    int8_runs.push_back({kvring::Format::kInt8, false, products});
+    int8_runs.push_back({kvring::Format::kInt8Hadamard, true, products});
+  }
   for (const Shape& s : int8_shapes) {
     for (int backend = 0; backend < 2; ++backend) {
-      for (const auto& [format, ring] : int8_runs) {
+      for (const Int8Run& run : int8_runs) {
         const std::string name =
             std::string("BM_") + s.kind + "/" + (backend == 0 ? "flash" : "tiled") + "/" +
-            (ring ? "ring" : "flat") + "/" + kvring::ToString(format) + "/D" +
+            (run.ring ? "ring" : "flat") + "/" + kvring::ToString(run.format) + "/D" +
             std::to_string(s.head_dim) + "/q" + std::to_string(s.num_q_heads) + "/kv" +
             std::to_string(s.num_kv_heads) + "/queries" + std::to_string(s.num_queries) +
-            "/window" + std::to_string(s.window) + "/threads1";
+            "/window" + std::to_string(s.window) + "/threads1" +
+            (run.products == kvring::Products::kInt8 ? "/int8products" : "");
         benchmark::internal::Benchmark* b =
-            backend == 0 ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::FlashLayout>,
-                                                        s, ring, format)
-                         : benchmark::RegisterBenchmark(
-                               name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s, ring, format);
+            backend == 0
+                ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::FlashLayout>, s,
+                                               run.ring, run.format, run.products)
+                : benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s,
+                                               run.ring, run.format, run.products);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
           b->Iterations(std::max<int64_t>(

@@ -2,6 +2,7 @@
 // compiled Highway target, against the float64 reference of tests/reference/, over K/V
 // appended into RingKV and GlobalKV. With attention_tile_heights.cc (tile heights 8 and 32),
 // the test translation units that instantiate the kernels for all targets (foreach_target).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstddef>
@@ -45,6 +46,7 @@ HWY_AFTER_NAMESPACE();
 #include "attention_tile_heights.h"
 #include "gtest/gtest.h"
 #include "kvring/attention.h"
+#include "kvring/formats/hadamard.h"
 #include "kvring/views.h"
 #include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
@@ -67,6 +69,11 @@ constexpr double kTolerance = 1e-3;
 // the exact mode (docs/attention.md).
 constexpr double kProductsTolerance = 4e-3;
 constexpr double kProductsAgainstExact = 6e-3;
+// The integer-product mode of int8 layers (Products::kInt8) against the float64 reference
+// over the decoded K/V and the mode's quantized queries, and against the exact int8 mode
+// (docs/attention.md).
+constexpr double kInt8ProductsTolerance = 2e-4;
+constexpr double kInt8ProductsAgainstExact = 3e-2;
 
 // Joins target names with commas.
 std::string TargetNames(const std::vector<int64_t>& targets) {
@@ -390,6 +397,66 @@ void CheckProductsCase(const Case& c, const Inputs& in, const AttentionOptions& 
   ExpectNearReference(c, t, tiled_exact, "bf16products tiled against exact", kProductsAgainstExact);
 }
 
+// Returns `in` with the queries the integer-product mode (Products::kInt8) reads over
+// `format`: each query head (rotated first for kInt8Hadamard), pre-scaled and quantized to
+// int8 with the scale max |q| / 127, as the kernels do, then scaled (and rotated) back. Their
+// reference takes scale 1.
+Inputs Int8ProductQueries(const Case& c, const Inputs& in, const AttentionOptions& options,
+                          kvring::Format format) {
+  Inputs out = in;
+  const float scale = kvring::AttentionScale(options, c.head_dim);
+  for (size_t head = 0; head < out.queries.size() / c.head_dim; ++head) {
+    float* q = &out.queries[head * c.head_dim];
+    if (kvring::RotatesK(format)) kvring::RotateHadamard(q, c.head_dim);
+    for (size_t dim = 0; dim < c.head_dim; ++dim) q[dim] *= scale;
+    float max_abs = 0.0f;
+    for (size_t dim = 0; dim < c.head_dim; ++dim) max_abs = std::max(max_abs, std::fabs(q[dim]));
+    const float q_scale = max_abs / 127.0f;
+    const float inverse = max_abs == 0.0f ? 0.0f : 127.0f / max_abs;
+    for (size_t dim = 0; dim < c.head_dim; ++dim) {
+      q[dim] = std::nearbyint(q[dim] * inverse) * q_scale;
+    }
+    if (kvring::RotatesK(format)) kvring::RotateHadamard(q, c.head_dim);
+  }
+  return out;
+}
+
+// The integer-product check of an int8 case (CheckInt8Case's storage `q` and its exact
+// outputs): flash and tiled, ring and flat, against the float64 reference over the decoded
+// values and the mode's quantized queries within kInt8ProductsTolerance (what is left is the
+// V weights' quantization), against the exact int8 outputs within kInt8ProductsAgainstExact
+// for scores of unit scale; ring and flat bit-identical within the mode.
+template <typename FlashFlat, typename FlashRing, typename TiledFlat, typename TiledRing>
+void CheckInt8ProductsCase(const Case& c, const Inputs& in, const AttentionOptions& exact_options,
+                           const kvring::reference::Int8History& q, const FlashFlat& flash_flat,
+                           const FlashRing& flash_ring, const TiledFlat& tiled_flat,
+                           const TiledRing& tiled_ring, const std::vector<float>& exact_flash,
+                           const std::vector<float>& exact_tiled) {
+  AttentionOptions options = exact_options;
+  options.products = kvring::Products::kInt8;
+  const Inputs quantized = Int8ProductQueries(c, in, options, q.format);
+  AttentionOptions unscaled = options;
+  unscaled.scale = 1.0f;
+  const kvring::reference::ReferenceKV decoded = q.Reference();
+  const std::vector<double> ref = Reference(c, quantized, unscaled, &decoded);
+  const std::vector<float> a = RunKernel(c, in, flash_flat, options);
+  const std::vector<float> b = RunKernel(c, in, flash_ring, options);
+  const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
+  const std::vector<float> u = RunKernel(c, in, tiled_ring, options);
+  const std::string name = std::string(kvring::ToString(q.format)) + " int8products";
+  ExpectNearReference(c, a, ref, (name + " flash/flat").c_str(), kInt8ProductsTolerance);
+  ExpectNearReference(c, t, ref, (name + " tiled/flat").c_str(), kInt8ProductsTolerance);
+  EXPECT_TRUE(BitIdentical(a, b)) << name << " flash ring != flat: " << c.Name();
+  EXPECT_TRUE(BitIdentical(t, u)) << name << " tiled ring != flat: " << c.Name();
+  if (c.query_scale != 1.0f) return;
+  const std::vector<double> flash_exact(exact_flash.begin(), exact_flash.end());
+  const std::vector<double> tiled_exact(exact_tiled.begin(), exact_tiled.end());
+  ExpectNearReference(c, a, flash_exact, (name + " flash against exact").c_str(),
+                      kInt8ProductsAgainstExact);
+  ExpectNearReference(c, t, tiled_exact, (name + " tiled against exact").c_str(),
+                      kInt8ProductsAgainstExact);
+}
+
 // The int8 check of one case (Format::kInt8, or kInt8Hadamard with K rotated, the same shapes
 // as BF16): flash and tiled, ring and flat, against the float64 reference over the decoded
 // values (rotated back for kInt8Hadamard), within the BF16 kernels' tolerance; ring and flat
@@ -413,6 +480,7 @@ void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& opti
   ExpectNearReference(c, t, ref, (name + " tiled/flat").c_str());
   EXPECT_TRUE(BitIdentical(a, b)) << name << " flash ring != flat: " << c.Name();
   EXPECT_TRUE(BitIdentical(t, u)) << name << " tiled ring != flat: " << c.Name();
+  CheckInt8ProductsCase(c, in, options, q, flash_flat, flash_ring, tiled_flat, tiled_ring, a, t);
 }
 
 // The core check of one case: flash and tiled, ring and flat, against the reference; ring
@@ -891,10 +959,11 @@ TEST(Attention, Int8NaNRowsReachOnlyTheQueriesThatSeeThemAndPoisonedSlotsNone) {
       c.num_queries = 12;
       c.extra_ring_slots = 64;
       Inputs in = MakeInputs(c);
-      const AttentionOptions options = OptionsOf(c, in);
+      const AttentionOptions exact_options = OptionsOf(c, in);
       const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32 + 32;
       const uint64_t keep_begin = c.visibility.FirstVisible(c.first_q_pos);
-      // Poisoned slots: the same bits as clean storage.
+      // Poisoned slots: the same bits as clean storage (in both modes: the integer-product
+      // mode reads every slot of a tile and weighs the invisible ones 0).
       const Int8History clean_q = Int8History::Of(in.history);
       const auto clean = Int8Storage<FlashLayout>::Make(clean_q, flat_slots, c.EndPos());
       const auto tiled_clean = Int8Storage<Tiled>::Make(clean_q, flat_slots, c.EndPos());
@@ -902,28 +971,38 @@ TEST(Attention, Int8NaNRowsReachOnlyTheQueriesThatSeeThemAndPoisonedSlotsNone) {
       auto tiled_ring = Int8Storage<Tiled>::Make(clean_q, c.RingSlots(), c.EndPos());
       ring.PoisonOutside(keep_begin, c.EndPos());
       tiled_ring.PoisonOutside(keep_begin, c.EndPos());
-      const std::vector<float> expected = RunKernel(c, in, clean, options);
-      for (float x : expected) ASSERT_TRUE(std::isfinite(x));
-      EXPECT_TRUE(BitIdentical(RunKernel(c, in, ring, options), expected)) << latent;
-      EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_ring, options),
-                               RunKernel(c, in, tiled_clean, options)))
-          << latent;
+      for (const kvring::Products products : {kvring::Products::kF32, kvring::Products::kInt8}) {
+        SCOPED_TRACE(products == kvring::Products::kInt8 ? "int8 products" : "exact");
+        AttentionOptions options = exact_options;
+        options.products = products;
+        const std::vector<float> expected = RunKernel(c, in, clean, options);
+        for (float x : expected) ASSERT_TRUE(std::isfinite(x));
+        EXPECT_TRUE(BitIdentical(RunKernel(c, in, ring, options), expected)) << latent;
+        EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_ring, options),
+                                 RunKernel(c, in, tiled_clean, options)))
+            << latent;
+      }
       // A NaN in K of position 203 (seen by queries 203 .. 211 of the 12 at 200 .. 211).
       in.history.K(203, 0, 5) = kvring::BF16FromF32(std::numeric_limits<float>::quiet_NaN());
       const Int8History nan_q = Int8History::Of(in.history);
-      for (int layout = 0; layout < 2; ++layout) {
-        const std::vector<float> out =
-            layout == 0
-                ? RunKernel(c, in, Int8Storage<FlashLayout>::Make(nan_q, flat_slots, c.EndPos()),
-                            options)
-                : RunKernel(c, in, Int8Storage<Tiled>::Make(nan_q, flat_slots, c.EndPos()),
-                            options);
-        const size_t query_floats = size_t{c.NumQHeads()} * c.VHeadDim();
-        for (uint32_t query = 0; query < c.num_queries; ++query) {
-          const bool sees = c.first_q_pos + query >= 203;
-          for (size_t i = 0; i < query_floats; ++i) {
-            ASSERT_EQ(std::isnan(out[query * query_floats + i]), sees)
-                << "query " << query << " element " << i << " layout " << layout;
+      for (const kvring::Products products : {kvring::Products::kF32, kvring::Products::kInt8}) {
+        SCOPED_TRACE(products == kvring::Products::kInt8 ? "int8 products" : "exact");
+        AttentionOptions options = exact_options;
+        options.products = products;
+        for (int layout = 0; layout < 2; ++layout) {
+          const std::vector<float> out =
+              layout == 0
+                  ? RunKernel(c, in, Int8Storage<FlashLayout>::Make(nan_q, flat_slots, c.EndPos()),
+                              options)
+                  : RunKernel(c, in, Int8Storage<Tiled>::Make(nan_q, flat_slots, c.EndPos()),
+                              options);
+          const size_t query_floats = size_t{c.NumQHeads()} * c.VHeadDim();
+          for (uint32_t query = 0; query < c.num_queries; ++query) {
+            const bool sees = c.first_q_pos + query >= 203;
+            for (size_t i = 0; i < query_floats; ++i) {
+              ASSERT_EQ(std::isnan(out[query * query_floats + i]), sees)
+                  << "query " << query << " element " << i << " layout " << layout;
+            }
           }
         }
       }
@@ -1032,11 +1111,11 @@ TEST(Attention, RingAndFlatAreBitIdenticalAtEveryWrapPoint) {
 // Paged storage (a KVPool's global layer, its blocks out of order, some shared with a fork's
 // source) gives the bits of ring and flat storage of the same history, for decode and prefill
 // batches whose visible positions cross block boundaries, both layouts, blocks of one and of
-// three tiles, BF16, int8 and int8h.
-void CheckPagedCase(const Case& c, uint64_t block_tiles, bool products) {
+// three tiles, BF16, int8 and int8h, in the mode `products` asks.
+void CheckPagedCase(const Case& c, uint64_t block_tiles, kvring::Products products) {
   const Inputs in = MakeInputs(c);
-  const AttentionOptions exact = OptionsOf(c, in);
-  const AttentionOptions options = products ? WithBF16Products(exact) : exact;
+  AttentionOptions options = OptionsOf(c, in);
+  options.products = products;
   const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
   const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
   using kvring::reference::PagedHistory;
@@ -1090,8 +1169,11 @@ TEST(Attention, PagedRingAndFlatAreBitIdenticalAcrossBlockBoundaries) {
           c.num_queries = num_queries;
           c.first_q_pos = end - num_queries;
           c.seed = static_cast<uint32_t>(end + num_queries);
-          CheckPagedCase(c, 1, false);
-          CheckPagedCase(c, 3, num_queries != 3);  // the BF16-product mode too
+          CheckPagedCase(c, 1, kvring::Products::kF32);
+          // The BF16- and integer-product modes too.
+          CheckPagedCase(c, 3,
+                         num_queries != 3 ? kvring::Products::kBF16 : kvring::Products::kInt8);
+          if (!slow) CheckPagedCase(c, 2, kvring::Products::kInt8);
         }
       }
     }
@@ -1102,15 +1184,17 @@ TEST(Attention, PagedRingAndFlatAreBitIdenticalAcrossBlockBoundaries) {
     latent.group = 4;
     latent.visibility = Global();
     latent.first_q_pos = 200;
-    CheckPagedCase(latent, 2, false);
-    CheckPagedCase(latent, 2, true);
+    CheckPagedCase(latent, 2, kvring::Products::kF32);
+    CheckPagedCase(latent, 2, kvring::Products::kBF16);
+    CheckPagedCase(latent, 2, kvring::Products::kInt8);
     if (!slow) {
       Case split;
       split.head_dim = 64;
       split.visibility = Global();
       split.first_q_pos = 5000;
-      CheckPagedCase(split, 3, false);
-      CheckPagedCase(split, 3, true);
+      CheckPagedCase(split, 3, kvring::Products::kF32);
+      CheckPagedCase(split, 3, kvring::Products::kBF16);
+      CheckPagedCase(split, 3, kvring::Products::kInt8);
     }
   });
 }
@@ -1307,6 +1391,23 @@ TEST(AttentionThreads, ThreadCountsAndRepeatedRunsGiveIdenticalBits) {
         } else {
           ExpectNearReference(c, one, Reference(c, in, options), "threads");
         }
+      }
+      // The integer-product mode over int8 storage; over BF16 storage it is the exact mode.
+      AttentionOptions int8_products = exact;
+      int8_products.products = kvring::Products::kInt8;
+      EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash, int8_products, 2),
+                               RunKernel(c, in, flash, exact, 1)));
+      const kvring::reference::Int8History q = kvring::reference::Int8History::Of(in.history);
+      using kvring::reference::Int8Storage;
+      const auto flash_int8 = Int8Storage<FlashLayout>::Make(q, c.RingSlots(), c.EndPos());
+      const auto tiled_int8 = Int8Storage<Tiled>::Make(q, c.RingSlots(), c.EndPos());
+      const std::vector<float> one = RunKernel(c, in, flash_int8, int8_products, 1);
+      const std::vector<float> tiled_one = RunKernel(c, in, tiled_int8, int8_products, 1);
+      for (uint32_t threads : {2u, 3u, 8u}) {
+        EXPECT_TRUE(BitIdentical(RunKernel(c, in, flash_int8, int8_products, threads), one))
+            << threads << " int8 products";
+        EXPECT_TRUE(BitIdentical(RunKernel(c, in, tiled_int8, int8_products, threads), tiled_one))
+            << threads << " int8 products";
       }
     }
   });

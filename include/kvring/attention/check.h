@@ -113,9 +113,11 @@ inline Result CheckAttentionOptions(const AttentionOptions& options) {
     return Result::Refused(Status::kBadArgument,
                            "options: soft_cap and scale must be finite and soft_cap >= 0");
   }
-  if (options.products != Products::kF32 && options.products != Products::kBF16) {
+  if (options.products != Products::kF32 && options.products != Products::kBF16 &&
+      options.products != Products::kInt8) {
     return Result::Refused(Status::kBadArgument,
-                           "options.products: %llu is neither Products::kF32 (0) nor kBF16 (1)",
+                           "options.products: %llu is none of Products::kF32 (0), kBF16 (1) "
+                           "and kInt8 (2)",
                            static_cast<uint64_t>(options.products));
   }
   return Result();

@@ -22,8 +22,15 @@ namespace kvring {
 //   vdpbf16ps at up to twice the exact mode's arithmetic rate, elsewhere on the widening
 //   path with the same roundings (its last bits may differ from vdpbf16ps's). Ring == flat
 //   and thread counts stay bit-identical within the mode. Int8 layers compute kF32 in
-//   either mode (their products are int8 x f32; docs/attention.md).
-enum class Products : uint8_t { kF32 = 0, kBF16 = 1 };
+//   this mode (their products are int8 x f32; docs/attention.md).
+// - kInt8: integer products for int8 layers (Format::kInt8 and kInt8Hadamard): each
+//   pre-scaled query row is quantized to int8 with its own scale (max |q| / 127), and each
+//   tile's V weights (probability times V scale) to 16 bits with a scale per row and tile;
+//   q . k and the V sums are exact int32 sums over the stored bytes, scaled once (AVX-512
+//   VNNI vpdpbusd on AVX3_DL, the same integers as f32 elsewhere). About 1e-3 to 2e-3 normwise
+//   from the exact mode (docs/attention.md). Ring == flat == paged and thread counts stay
+//   bit-identical within the mode. BF16 layers compute kF32 in this mode.
+enum class Products : uint8_t { kF32 = 0, kBF16 = 1, kInt8 = 2 };
 
 struct AttentionOptions {
   // Multiplies q . k; 0 means 1 / sqrt(head_dim).
@@ -47,7 +54,7 @@ struct AttentionOptions {
   // latent_v_dims elements per q head. A multiple of 16, at most head_dim. Must be 0 for a
   // view with V.
   uint32_t latent_v_dims = 0;
-  // Products::kF32 (exact, the default) or Products::kBF16 (see Products).
+  // Products::kF32 (exact, the default), kBF16 or kInt8 (see Products).
   Products products = Products::kF32;
 };
 

@@ -185,6 +185,7 @@ struct TileRefs {
   const T* k = nullptr;
   const T* v = nullptr;
   const T* k_next = nullptr;
+  const T* v_ahead = nullptr;  // the integer-product mode: the V its K pass prefetches
   const float* v_scales = nullptr;
   const float* k_scales = nullptr;  // int8: the tile's K scales in the scores' lane order
 };

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kvring/attention.h"
@@ -30,6 +31,7 @@
 
 // After highway.h: the parts of the kernels this file puts together.
 #include "kvring/ops/attention_block-inl.h"
+#include "kvring/ops/attention_int8_products-inl.h"
 #include "kvring/ops/attention_merge-inl.h"
 #include "kvring/ops/attention_products-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
@@ -44,11 +46,15 @@ namespace attention_internal {
 
 // One item of stored elements T (BF16, or int8 with scales), reading K and V from k_base and
 // v_base (v_base null for a latent view): its rows, its scratch (the layout
-// AttentionWork::ScratchLayout() gives), and its walk over the tiles. kNative: the
-// BF16-product mode on vdpbf16ps (PathOf gave ProductPath::kBF16Native).
-template <bool kNative, class Layout, typename T>
+// AttentionWork::ScratchLayout() gives), and its walk over the tiles. kPath: kF32 (the exact
+// mode, or the BF16-product mode on the widening path, chosen at run time), kBF16Native (on
+// vdpbf16ps: PathOf gave it) or kInt8 (the integer-product mode of int8 layers).
+template <ProductPath kPath, class Layout, typename T>
 class ItemRunner {
  public:
+  static constexpr bool kNative = kPath == ProductPath::kBF16Native;
+  static constexpr bool kInt8Products = kPath == ProductPath::kInt8;
+  static_assert(!kInt8Products || std::is_same<T, int8_t>::value, "kInt8: int8 layers only");
   static constexpr uint64_t kTile = Layout::kTileSlots;
   using Shape = TileShape<kTile>;
   using Element = ElementKernel<T>;
@@ -68,7 +74,7 @@ class ItemRunner {
         v_head_dim_(work.VHeadDim()),
         group_(work.Group()),
         num_rows_(size_t{item_.num_queries} * work.Group()) {
-    path_ = kNative ? ProductPath::kBF16Native
+    path_ = kPath != ProductPath::kF32 ? kPath
             : options.products == Products::kBF16 && Element::kBF16Products
                 ? ProductPath::kBF16Widened
                 : ProductPath::kF32;
@@ -126,7 +132,8 @@ class ItemRunner {
       const uint64_t q_pos = batch_.first_q_pos + query;
       Row& state = rows[r];
       float* q = q_rows_ + row * q_stride_;
-      WriteQuery(static_cast<size_t>(query * work_.QRowStride()) + q_head * head_dim_, scale, q);
+      WriteQuery(static_cast<size_t>(query * work_.QRowStride()) + q_head * head_dim_, scale, q,
+                 state);
       state.q = q;
       state.acc = acc_rows_ + row * acc_stride_;
       std::memset(state.acc, 0, acc_stride_ * sizeof(float));
@@ -145,8 +152,9 @@ class ItemRunner {
 
   // Writes the query row at element `src` of the batch's queries, times `scale`, into q as
   // the path reads it. A rotated K (kInt8Hadamard) has its query rotated alike first
-  // (RotateHadamard), so that q.k is the product with K as it was given.
-  HWY_INLINE void WriteQuery(size_t src, float scale, float* HWY_RESTRICT q) const {
+  // (RotateHadamard), so that q.k is the product with K as it was given. The integer-product
+  // mode quantizes the row (WriteInt8QueryRow: its scale into `row`).
+  HWY_INLINE void WriteQuery(size_t src, float scale, float* HWY_RESTRICT q, Row& row) const {
     const float* in_f32 = batch_.queries_f32 == nullptr ? nullptr : batch_.queries_f32 + src;
     const BF16* in_bf16 = batch_.queries_bf16 == nullptr ? nullptr : batch_.queries_bf16 + src;
     if (RotatesK(kv_.format)) {
@@ -155,14 +163,19 @@ class ItemRunner {
         rotated[dim] = in_f32 != nullptr ? in_f32[dim] : BF16ToF32(in_bf16[dim]);
       }
       RotateHadamard(rotated, head_dim_);
-      WriteQueryRow(
-          path_, [&rotated](size_t dim) { return rotated[dim]; }, scale, head_dim_, q);
+      WriteRow([&rotated](size_t dim) { return rotated[dim]; }, scale, q, row);
     } else if (in_f32 != nullptr) {
-      WriteQueryRow(
-          path_, [in_f32](size_t dim) { return in_f32[dim]; }, scale, head_dim_, q);
+      WriteRow([in_f32](size_t dim) { return in_f32[dim]; }, scale, q, row);
     } else {
-      WriteQueryRow(
-          path_, [in_bf16](size_t dim) { return BF16ToF32(in_bf16[dim]); }, scale, head_dim_, q);
+      WriteRow([in_bf16](size_t dim) { return BF16ToF32(in_bf16[dim]); }, scale, q, row);
+    }
+  }
+  template <class Get>
+  HWY_INLINE void WriteRow(const Get& get, float scale, float* HWY_RESTRICT q, Row& row) const {
+    if constexpr (kInt8Products) {
+      WriteInt8QueryRow<kTile>(get, scale, head_dim_, q, row);
+    } else {
+      WriteQueryRow(path_, get, scale, head_dim_, q);
     }
   }
 
@@ -201,6 +214,15 @@ class ItemRunner {
     tile.v_scales = Element::template TileScales<kTile>(kv_.k_scales, kv_.v_scales, at.scales,
                                                         work_.Latent(), &tile.k_scales);
     tile.k_next = KAfter(walk, tile_pos, 1);
+    if constexpr (kInt8Products) {
+      // The integer passes read a tile's bytes faster than memory brings them: each prefetches
+      // a whole tile ahead (the K pass the next tile's V, the V pass the K of the tile after).
+      const uint64_t next = tile_pos + kTile, after = tile_pos + 2 * kTile;
+      tile.v_ahead = latent_values_ != nullptr || next >= kv_.end_pos
+                         ? tile.v
+                         : v_base_ + walk.address(next).v;
+      tile.k_next = after >= kv_.end_pos ? tile.k_next : k_base_ + walk.address(after).k;
+    }
     return tile;
   }
 
@@ -220,10 +242,18 @@ class ItemRunner {
   template <size_t kRows>
   HWY_INLINE void BlockOver(const Walk& walk, const TileRefs<T>& tile, float* tile_scores,
                             bool scored, Row* block, size_t num_real) const {
-    BlockTile<kRows, kTile, kNative>(
-        path_ == ProductPath::kBF16Widened, block, num_real, tile.pos, tile.k, walk.dim_stride,
-        tile.k_next, walk.prefetch, tile.v, walk.v_stride, tile.k_scales, tile.v_scales, head_dim_,
-        v_head_dim_, options_.soft_cap, lane_offsets_, index_of_offset_, tile_scores, scored);
+    if constexpr (kInt8Products) {
+      BlockTileInt8<kRows, kTile>(block, num_real, tile.pos, tile.k, walk.dim_stride, tile.k_next,
+                                  walk.prefetch, tile.v, tile.v_ahead, walk.v_stride, tile.k_scales,
+                                  tile.v_scales, head_dim_, v_head_dim_, options_.soft_cap,
+                                  lane_offsets_, tile_scores);
+    } else {
+      BlockTile<kRows, kTile, kNative>(path_ == ProductPath::kBF16Widened, block, num_real,
+                                       tile.pos, tile.k, walk.dim_stride, tile.k_next,
+                                       walk.prefetch, tile.v, walk.v_stride, tile.k_scales,
+                                       tile.v_scales, head_dim_, v_head_dim_, options_.soft_cap,
+                                       lane_offsets_, index_of_offset_, tile_scores, scored);
+    }
   }
 
   // Runs every register block over `tile` alone.
@@ -327,13 +357,13 @@ class ItemRunner {
 };
 
 // The body of RunAttentionItem for stored elements of type T.
-template <bool kNative, class Layout, typename T>
+template <ProductPath kPath, class Layout, typename T>
 HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
                         const AttentionOptions& options, const AttentionWork& work,
                         uint64_t item_index, float* HWY_RESTRICT scratch,
                         float* HWY_RESTRICT partial, const T* k_base, const T* v_base) {
-  ItemRunner<kNative, Layout, T> runner(kv, batch, options, work, item_index, scratch, k_base,
-                                        v_base);
+  ItemRunner<kPath, Layout, T> runner(kv, batch, options, work, item_index, scratch, k_base,
+                                      v_base);
   runner.Run(item_index, partial);
 }
 
@@ -345,9 +375,20 @@ HWY_NOINLINE void RunNativeItem(const KVView<Layout>& kv, const AttentionBatch& 
                                 const AttentionOptions& options, const AttentionWork& work,
                                 uint64_t item_index, float* HWY_RESTRICT scratch,
                                 float* HWY_RESTRICT partial) {
-  RunItem<true>(kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
+  RunItem<ProductPath::kBF16Native>(kv, batch, options, work, item_index, scratch, partial, kv.k,
+                                    kv.v);
 }
 #endif
+
+// RunItem of the integer-product mode (int8 layers), out of line like RunNativeItem.
+template <class Layout>
+HWY_NOINLINE void RunInt8ProductsItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                      const AttentionOptions& options, const AttentionWork& work,
+                                      uint64_t item_index, float* HWY_RESTRICT scratch,
+                                      float* HWY_RESTRICT partial) {
+  RunItem<ProductPath::kInt8>(kv, batch, options, work, item_index, scratch, partial, kv.k_int8,
+                              kv.v_int8);
+}
 
 }  // namespace attention_internal
 
@@ -368,8 +409,13 @@ inline void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& bat
   // int8 views.)
 #if !defined(KVRING_ATTENTION_NO_INT8)
   if (IsInt8(kv.format)) {
-    attention_internal::RunItem<false>(kv, batch, options, work, item_index, scratch, partial,
-                                       kv.k_int8, kv.v_int8);
+    if (options.products == Products::kInt8) {
+      attention_internal::RunInt8ProductsItem(kv, batch, options, work, item_index, scratch,
+                                              partial);
+      return;
+    }
+    attention_internal::RunItem<attention_internal::ProductPath::kF32>(
+        kv, batch, options, work, item_index, scratch, partial, kv.k_int8, kv.v_int8);
     return;
   }
 #endif
@@ -386,8 +432,8 @@ inline void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& bat
     }
   }
 #endif
-  attention_internal::RunItem<false>(kv, batch, options, work, item_index, scratch, partial, kv.k,
-                                     kv.v);
+  attention_internal::RunItem<attention_internal::ProductPath::kF32>(
+      kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)

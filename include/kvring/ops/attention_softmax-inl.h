@@ -51,12 +51,16 @@ HWY_INLINE size_t PermutedIndex(size_t dim, size_t num_dims) {
 
 // Where a row's query and state live while an item runs.
 struct Row {
-  const float* q = nullptr;  // [head_dim], pre-scaled
+  const float* q = nullptr;  // [head_dim], pre-scaled (kInt8: quantized)
   float* acc = nullptr;      // [v_head_dim], permuted
   uint64_t lo = 0;           // first visible position (inclusive)
   uint64_t hi = 0;           // one past the last visible position
   float m = 0.0f;            // running max
   float l = 0.0f;            // running sum
+  // The integer-product mode (Products::kInt8): the query's scale and 128 * the sum of its
+  // int8 elements (WriteInt8QueryRow).
+  float q_scale = 0.0f;
+  int32_t q_bias = 0;
 };
 
 // f(x) for the lanes of x that are numbers, x itself (NaN) for the others. Highway 1.0.3's
