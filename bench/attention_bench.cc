@@ -449,6 +449,8 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format for
   // The int8 bytes a call reads: elements of K and V, and their two scales per kv_head.
   const uint64_t bytes = kv_positions * (2 * row + 2 * shape.num_kv_heads * sizeof(float));
   std::vector<uint32_t> twin_buffer(bytes / 4, 1u);
+  // KVRING_BENCH_WARM=1 times decode without evicting its bytes first: the kernels' own cost
+  // with K/V in the caches, beside the cold figures (docs/attention.md).
   const bool cold =
       std::strcmp(shape.kind, "Decode") == 0 && std::getenv("KVRING_BENCH_WARM") == nullptr;
   kvring::AttentionWorkspace workspace, flat_workspace, bf16_workspace;

@@ -62,10 +62,11 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
                  "every layer's K/V format (default bf16); int8 and int8h (K\n"
                  "rotated before it is stored) also compare their decode with\n"
                  "a BF16 cache's (KL, token agreement)");
-  options.Choice("products", {"f32", "bf16"}, &config->products,
+  options.Choice("products", {"f32", "bf16", "int8"}, &config->products,
                  "attention products (default f32, exact); bf16 runs every\n"
                  "check in kvring's BF16-product mode and compares its decode\n"
-                 "with the exact mode's (KL, token agreement)");
+                 "with the exact mode's (KL, token agreement); int8 (with\n"
+                 "--format=int8 or int8h) the integer-product mode");
   options.Number("prompt", &config->prompt, "first prompt's tokens (300)", 1);
   options.Number("decode", &config->decode, "tokens generated greedily after it (2048)", 2);
   options.Number("batch", &config->batch, "planned prefill batch (32)", 1);
@@ -103,6 +104,12 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
                  global_kv_heads, config->model.num_q_heads);
     return false;
   }
+  if (config->products == "int8" && config->format == "bf16") {
+    std::fprintf(stderr,
+                 "mini_engine: --products=int8 is the integer-product mode of int8 layers: it "
+                 "needs --format=int8 or --format=int8h\n");
+    return false;
+  }
   return true;
 }
 
@@ -121,7 +128,9 @@ kvring::AttentionOptions OptionsOf(const Config& c) {
   kvring::AttentionOptions options;
   options.max_split_queries = static_cast<uint32_t>(c.draft + 1);
   options.split_positions = c.split_positions;
-  options.products = c.products == "bf16" ? kvring::Products::kBF16 : kvring::Products::kF32;
+  options.products = c.products == "bf16"   ? kvring::Products::kBF16
+                     : c.products == "int8" ? kvring::Products::kInt8
+                                            : kvring::Products::kF32;
   return options;
 }
 
@@ -679,12 +688,15 @@ int Run(const Config& config) {
   //    the same tokens; at every step the KL divergence of the run's next-token distribution
   //    from the exact one's, and whether both pick the same token.
   const bool bf16_products = options.products == kvring::Products::kBF16;
+  const bool int8_products = options.products == kvring::Products::kInt8;
   const bool compare = kvring::IsInt8(format) || bf16_products;
   const std::string what = kvring::IsInt8(format) && bf16_products
                                ? config.format + " with BF16 products"
+                           : int8_products ? config.format + " with integer products"
                            : bf16_products ? "BF16 products"
                                            : config.format;
   double mean_kl = 0.0, max_kl = 0.0, agreement = 0.0;
+  double mode_mean_kl = 0.0, mode_max_kl = 0.0;  // integer products against the exact mode
   uint64_t bf16_bytes = 0;
   Meter bf16_meter, run_meter;
   if (compare) {
@@ -704,6 +716,17 @@ int Run(const Config& config) {
                         &bf16_meter, &progress);
     Engine<Layout> run(what.c_str(), model, options, std::move(run_cache).value(), &pool,
                        &run_meter, &progress);
+    // The integer-product mode is also measured against the exact mode on the same int8 cache.
+    kvring::Expected<kvring::KVCache<Layout>> exact_cache = kvring::KVCache<Layout>::Create(*plan);
+    if (!exact_cache.ok()) return 2;
+    Meter exact_meter;
+    Engine<Layout> int8_exact("int8 exact", model, exact, std::move(exact_cache).value(), &pool,
+                              &exact_meter, &progress);
+    std::vector<float> exact_logits, exact_next;
+    if (int8_products) {
+      checks.ExpectStatus(int8_exact.Prefill(prompt, config.batch), "int8 exact prefill");
+      exact_logits = int8_exact.Logits();
+    }
     std::vector<int32_t> bf16_tokens;
     std::vector<float> bf16_logits;
     checks.ExpectStatus(bf16.Prefill(prompt, config.batch), "bf16 prefill");
@@ -717,6 +740,13 @@ int Run(const Config& config) {
       mean_kl += kl / static_cast<double>(bf16_tokens.size());
       max_kl = std::max(max_kl, kl);
       agree += ArgMax(run_logits.data(), vocab) == bf16_tokens[i];
+      if (int8_products) {
+        const double mode_kl = KLDivergence(exact_logits.data(), run_logits.data(), vocab);
+        mode_mean_kl += mode_kl / static_cast<double>(bf16_tokens.size());
+        mode_max_kl = std::max(mode_max_kl, mode_kl);
+        checks.ExpectStatus(int8_exact.Forward(&bf16_tokens[i], 1, &exact_next), "int8 exact");
+        exact_logits.swap(exact_next);
+      }
       checks.ExpectStatus(run.Forward(&bf16_tokens[i], 1, &next), what + " decode");
       run_logits.swap(next);
     }
@@ -733,6 +763,13 @@ int Run(const Config& config) {
                   mean_kl, bound, max_kl, agreement * 100.0);
     checks.Expect(mean_kl <= bound, what + " against exact BF16 over " +
                                         std::to_string(bf16_tokens.size()) + summary);
+    if (int8_products) {
+      std::snprintf(summary, sizeof(summary),
+                    " decode steps: mean KL %.3g (at most %.0e), max %.3g", mode_mean_kl, bound,
+                    mode_max_kl);
+      checks.Expect(mode_mean_kl <= bound, what + " against the exact mode's int8 over " +
+                                               std::to_string(bf16_tokens.size()) + summary);
+    }
   }
 
   // 9. Report.
