@@ -187,6 +187,8 @@ HWY_INLINE void AccumulateInt8Sums(const int8_t* HWY_RESTRICT v_tile, size_t v_s
 // The functions using vpdpbusd carry AVX512-VNNI on top of the target: Highway 1.0.3 requires
 // it of a CPU for AVX3_DL but its target string names AVX-VNNI instead.
 #define KVRING_VNNI_TARGET __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
+// Loops over register arrays are unrolled whole, so that the arrays stay in registers.
+#define KVRING_UNROLL _Pragma("GCC unroll 16")
 
 // Prefetches the lines of this tile's V that four scored dims from `dim` stand for.
 KVRING_VNNI_TARGET HWY_INLINE void PrefetchVDims4(const int8_t* v_now, size_t dim,
@@ -242,31 +244,40 @@ KVRING_VNNI_TARGET HWY_INLINE void LoadKQuads(const int8_t* k_tile, size_t dim, 
 }
 
 // Scores of kRows rows over one tile on vpdpbusd: scores[r * kTile + s] = float(q . k) *
-// q_scale[r] in natural order. q[r]: the row's int8 query bytes; q_bias[r]: 128 * their sum.
+// q_scale[r] * k_scales[s] (in that order) in natural order. q[r]: the row's int8 query bytes;
+// q_bias[r]: 128 * their sum.
 template <size_t kRows, uint64_t kTile>
 KVRING_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(const int8_t* const* q,
                                                         const int32_t* q_bias, const float* q_scale,
-                                                        const int8_t* k_tile, size_t dim_stride,
-                                                        size_t head_dim, const int8_t* v_now,
+                                                        const float* k_scales, const int8_t* k_tile,
+                                                        size_t dim_stride, size_t head_dim,
+                                                        const int8_t* v_now,
                                                         const PrefetchShape& ps, float* scores) {
   constexpr size_t kVectors = static_cast<size_t>(kTile) / 16;
   constexpr size_t kAtOnce = AtOnce(kRows * kVectors);  // independent sums: integers, any order
   __m512i acc[kAtOnce][kRows][kVectors];
+  KVRING_UNROLL
   for (size_t s = 0; s < kAtOnce; ++s) {
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) {
+      KVRING_UNROLL
       for (size_t i = 0; i < kVectors; ++i) acc[s][r][i] = _mm512_setzero_si512();
     }
   }
+  KVRING_UNROLL
   for (size_t dim0 = 0; dim0 < head_dim; dim0 += 4 * kAtOnce) {
+    KVRING_UNROLL
     for (size_t s = 0; s < kAtOnce; ++s) {
       const size_t dim = dim0 + 4 * s;
       PrefetchVDims4(v_now, dim, ps);
       __m512i quads[kVectors];
       LoadKQuads<kTile>(k_tile, dim, dim_stride, quads);
+      KVRING_UNROLL
       for (size_t r = 0; r < kRows; ++r) {
         int32_t four;
         std::memcpy(&four, q[r] + dim, sizeof(four));
         const __m512i qv = _mm512_set1_epi32(four);
+        KVRING_UNROLL
         for (size_t i = 0; i < kVectors; ++i) {
           acc[s][r][i] = _mm512_dpbusd_epi32(acc[s][r][i], quads[i], qv);
         }
@@ -275,15 +286,19 @@ KVRING_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(const int8_t* const* q,
   }
   // (Conversions take the zero-masked form: GCC 12 reports the plain one's undefined
   // pass-through as uninitialized here.)
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
     const __m512i bias = _mm512_set1_epi32(q_bias[r]);
     const __m512 row_scale = _mm512_set1_ps(q_scale[r]);
+    KVRING_UNROLL
     for (size_t i = 0; i < kVectors; ++i) {
       __m512i sum = acc[0][r][i];
+      KVRING_UNROLL
       for (size_t s = 1; s < kAtOnce; ++s) sum = _mm512_add_epi32(sum, acc[s][r][i]);
       sum = _mm512_sub_epi32(sum, bias);
+      const __m512 scaled = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, sum), row_scale);
       _mm512_storeu_ps(scores + r * kTile + 16 * i,
-                       _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, sum), row_scale));
+                       _mm512_mul_ps(scaled, _mm512_loadu_ps(k_scales + 16 * i)));
     }
   }
 }
@@ -311,6 +326,7 @@ KVRING_VNNI_TARGET HWY_INLINE void LoadVQuads64(const int8_t* rows, size_t v_str
   const __m512i b = _mm512_loadu_si512(rows + v_stride);
   const __m512i c = _mm512_loadu_si512(rows + 2 * v_stride);
   const __m512i d = _mm512_loadu_si512(rows + 3 * v_stride);
+  KVRING_UNROLL
   for (size_t half = 0; half < 2; ++half) {
     const __m512i bytes = _mm512_load_si512(kBytes[half]);
     const __m512i ab = _mm512_permutex2var_epi8(a, bytes, b);
@@ -337,38 +353,56 @@ KVRING_VNNI_TARGET HWY_INLINE __m512i LoadVQuads16(const int8_t* rows, size_t v_
   return _mm512_permutexvar_epi8(_mm512_load_si512(kIndex), all);
 }
 
+// The next tile's K lines, prefetched a few at a time over a V pass's groups of positions
+// (every line once, whatever the ratio of K lines to V lines: flash int8 has a K line per
+// dim, twice its V lines).
+struct KLinePrefetch {
+  const int8_t* k = nullptr;  // null: no prefetching (a V pass's later row parts)
+  size_t stride = 0;
+  size_t lines = 0;
+  size_t per_group = 0;
+  size_t next = 0;
+
+  HWY_INLINE void Step() {
+    if (k == nullptr) return;
+    for (size_t end = next + per_group < lines ? next + per_group : lines; next < end; ++next) {
+      hwy::Prefetch(k + next * stride);
+    }
+  }
+};
+
 // The V pass of kRows (at most 2) rows on vpdpbusd for kVectors (4: 64 dims, or 1: 16)
 // vectors of dims from dim0: the tile's positions four at a time, weighed by the high and the
 // low bytes of their weights w[r] (Int8Weights), then AddTileSums(256 * high + low).
-// Prefetches the next tile's K lines this V stands for when `fetch`.
 template <size_t kRows, size_t kVectors, uint64_t kTile>
 KVRING_VNNI_TARGET HWY_INLINE void AccumulateInt8Vnni(size_t dim0, const int8_t* v_tile,
-                                                      size_t v_stride, bool fetch,
-                                                      const int8_t* k_next, const PrefetchShape& ps,
+                                                      size_t v_stride, KLinePrefetch& fetch,
                                                       const uint8_t* const* w, const float* w_scale,
                                                       float* const* acc, const float* correction) {
   __m512i high[kRows][kVectors], low[kRows][kVectors];
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
+    KVRING_UNROLL
     for (size_t i = 0; i < kVectors; ++i) high[r][i] = low[r][i] = _mm512_setzero_si512();
   }
+  KVRING_UNROLL
   for (size_t off = 0; off < kTile; off += 4) {
     const int8_t* rows = v_tile + off * v_stride + dim0;
-    for (size_t j = 0; j < 4; ++j) {
-      const size_t element = (off + j) * v_stride + dim0;
-      if (fetch && element % 64 == 0) PrefetchK(k_next, element, ps);
-    }
+    fetch.Step();
     __m512i quads[kVectors];
     if constexpr (kVectors == 4) {
       LoadVQuads64(rows, v_stride, quads);
     } else {
       quads[0] = LoadVQuads16(rows, v_stride);
     }
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) {
       int32_t four_high, four_low;
       std::memcpy(&four_high, w[r] + off, sizeof(four_high));
       std::memcpy(&four_low, w[r] + kTile + off, sizeof(four_low));
       const __m512i wh = _mm512_set1_epi32(four_high);
       const __m512i wl = _mm512_set1_epi32(four_low);
+      KVRING_UNROLL
       for (size_t i = 0; i < kVectors; ++i) {
         high[r][i] = _mm512_dpbusd_epi32(high[r][i], wh, quads[i]);
         low[r][i] = _mm512_dpbusd_epi32(low[r][i], wl, quads[i]);
@@ -376,7 +410,9 @@ KVRING_VNNI_TARGET HWY_INLINE void AccumulateInt8Vnni(size_t dim0, const int8_t*
     }
   }
   const hn::ScalableTag<float> df;
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
+    KVRING_UNROLL
     for (size_t i = 0; i < kVectors; ++i) {
       // 256 * high + low is below 2^31: exact in int32, then rounded once (as the f32 path).
       const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(high[r][i], 8), low[r][i]);
@@ -386,27 +422,31 @@ KVRING_VNNI_TARGET HWY_INLINE void AccumulateInt8Vnni(size_t dim0, const int8_t*
   }
 }
 
-// The V pass of kRows rows on vpdpbusd: rows two at a time, dims 64 then 16 at a time.
+// The V pass of kRows rows on vpdpbusd: rows two at a time, dims 64 then 16 at a time. The
+// first two rows' pass prefetches the next tile's K (the others read the same V).
 template <size_t kRows, uint64_t kTile>
 KVRING_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnni(
     const int8_t* v_tile, size_t v_stride, const int8_t* k_next, const PrefetchShape& ps,
     size_t v_head_dim, const uint8_t* const* w, const float* w_scale, float* const* acc,
     const float* correction) {
   constexpr size_t kPart = kRows < 2 ? kRows : 2;
+  const size_t groups = kTile / 4 * (v_head_dim / 64 + v_head_dim % 64 / 16);
+  KLinePrefetch fetch{k_next, ps.k_line_stride, ps.k_lines, (ps.k_lines + groups - 1) / groups};
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
-    const bool fetch = r0 == 0;  // the first part prefetches; the others read the same V
+    if (r0 != 0) fetch.k = nullptr;
     size_t dim0 = 0;
     for (; dim0 + 64 <= v_head_dim; dim0 += 64) {
-      AccumulateInt8Vnni<kPart, 4, kTile>(dim0, v_tile, v_stride, fetch, k_next, ps, w + r0,
-                                          w_scale + r0, acc + r0, correction + r0);
+      AccumulateInt8Vnni<kPart, 4, kTile>(dim0, v_tile, v_stride, fetch, w + r0, w_scale + r0,
+                                          acc + r0, correction + r0);
     }
     for (; dim0 < v_head_dim; dim0 += 16) {
-      AccumulateInt8Vnni<kPart, 1, kTile>(dim0, v_tile, v_stride, fetch, k_next, ps, w + r0,
-                                          w_scale + r0, acc + r0, correction + r0);
+      AccumulateInt8Vnni<kPart, 1, kTile>(dim0, v_tile, v_stride, fetch, w + r0, w_scale + r0,
+                                          acc + r0, correction + r0);
     }
   }
 }
 
+#undef KVRING_UNROLL
 #undef KVRING_VNNI_TARGET
 
 #endif  // HWY_TARGET == HWY_AVX3_DL
@@ -445,8 +485,8 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
       q[r] = reinterpret_cast<const int8_t*>(rows[r].q);
       q_bias[r] = rows[r].q_bias;
     }
-    Int8TileScoresVnni<kRows, kTile>(q, q_bias, q_scale, k_tile, dim_stride, head_dim, v_ahead, ps,
-                                     scores);
+    Int8TileScoresVnni<kRows, kTile>(q, q_bias, q_scale, k_scale_lanes, k_tile, dim_stride,
+                                     head_dim, v_ahead, ps, scores);
   }
 #endif
   if constexpr (!kVnniTile<kTile>) {
@@ -465,7 +505,10 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
       for (size_t i = 0; i < 2 * kTile; ++i) weight_bytes[r][i] = 0;
       continue;
     }
-    ElementKernel<int8_t>::template ScaleScores<kTile>(p, k_scale_lanes);
+    // (The vpdpbusd scores have their K scales already.)
+    if constexpr (!kVnniTile<kTile>) {
+      ElementKernel<int8_t>::template ScaleScores<kTile>(p, k_scale_lanes);
+    }
     correction[r] =
         SoftmaxRow<kTile>(p, lane_offsets, seen.lo_off[r], seen.hi_off[r], soft_cap, rows[r]);
     w_scale[r] = Int8Weights<kTile>(p, v_scales, seen.lo_off[r], seen.hi_off[r], weight_bytes[r]);

@@ -218,10 +218,12 @@ class ItemRunner {
       // The integer passes read a tile's bytes faster than memory brings them: each prefetches
       // a whole tile ahead (the K pass the next tile's V, the V pass the K of the tile after).
       const uint64_t next = tile_pos + kTile, after = tile_pos + 2 * kTile;
-      tile.v_ahead = latent_values_ != nullptr || next >= kv_.end_pos
-                         ? tile.v
-                         : v_base_ + walk.address(next).v;
+      const TileOffsets next_at = walk.address(next < kv_.end_pos ? next : tile_pos);
+      tile.v_ahead = latent_values_ != nullptr ? tile.v : v_base_ + next_at.v;
       tile.k_next = after >= kv_.end_pos ? tile.k_next : k_base_ + walk.address(after).k;
+      // And the next tile's scales (a line each).
+      hwy::Prefetch(kv_.k_scales + next_at.scales);
+      if (kv_.v_scales != nullptr) hwy::Prefetch(kv_.v_scales + next_at.scales);
     }
     return tile;
   }

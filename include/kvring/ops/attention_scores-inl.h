@@ -83,7 +83,9 @@ struct PrefetchShape {
   PrefetchShape(size_t tile, size_t dim_stride, size_t head_dim, size_t v_head_dim,
                 size_t element_bytes = sizeof(BF16))
       : k_line_stride(dim_stride == tile ? 64 / element_bytes : dim_stride),
-        k_lines(tile * head_dim * element_bytes / 64),
+        // (Flash: a line per dim row, whose tile slice is at most a line.)
+        k_lines(dim_stride == tile ? tile * head_dim * element_bytes / 64
+                                   : head_dim * ((tile * element_bytes + 63) / 64)),
         v_bytes_per_dim(tile * v_head_dim * element_bytes / head_dim) {}
 };
 
