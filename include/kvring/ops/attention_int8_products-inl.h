@@ -1,18 +1,19 @@
 // kvring/ops/attention_int8_products-inl.h: the integer-product mode of kvring's attention
 // kernels for int8 layers (Products::kInt8): each pre-scaled query row quantized to int8 with
 // a scale of its own, each tile's V weights (probability times V scale) to 16 bits with a
-// scale per row and tile, and both passes summed exactly in int32 over the stored int8 K and
-// V, then scaled once. Internal to kvring/ops/attention-inl.h (namespace attention_internal).
+// scale per row and tile, and both passes summed over the stored int8 K and V, then scaled
+// once. Internal to kvring/ops/attention-inl.h (namespace attention_internal).
 //
-// Every sum is an exact integer: |q| and |k| are at most 127 and a head at most 576 dims, a
-// weight's high or low byte at most 255 and a tile at most 64 positions, so every partial sum
-// stays below 2^24 and is exact in f32 as well; a weight's two sums join as 256 * high + low,
-// rounded once to f32. The AVX3_DL target (AVX-512 VNNI) sums with vpdpbusd, which multiplies
+// The AVX3_DL target (AVX-512 VNNI) sums exactly in int32 with vpdpbusd, which multiplies
 // unsigned by signed bytes: K enters as k + 128 (its sign bit flipped) and 128 * sum(q) is
-// subtracted per row; V's weight bytes are unsigned already. The other targets (and AVX3_DL's
-// 8-slot tiles) sum the same integers as f32. The stored layouts stay those of the exact mode:
-// vpdpbusd takes four dims of a slot (K) or four slots of a dim (V) per 32-bit lane, which
-// byte permutations build from the stored rows in registers.
+// subtracted per row; the weights enter as their high and low bytes (two sums joined as
+// 256 * high + low, below 2^31), rounded once to f32. The layouts stay those of the exact
+// mode: vpdpbusd takes four dims of a slot (K) or four slots of a dim (V) per 32-bit lane,
+// which byte permutations build from the stored rows in registers. The other targets (and
+// AVX3_DL's 8-slot tiles) run the exact mode's f32 loops on the same integers: q . k is exact
+// there too (|q|, |k| <= 127 and at most 576 dims keep every partial sum below 2^24), the V
+// sums (16-bit weights) round in f32. Each target's bits are its own; within a target, ring,
+// flat and paged storage and every thread count give the same bits.
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
 #if defined(KVRING_OPS_ATTENTION_INT8_PRODUCTS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -97,10 +98,12 @@ HWY_INLINE void WriteInt8QueryRow(const Get& get, float scale, size_t head_dim,
 
 // Turns one row's probabilities of a tile (natural lane order: int8's) into its V weights:
 // w = p * v_scale for the offsets in [lo_off, hi_off], 0 for the others (their slots are never
-// weighed), quantized to 0..65535 with the scale max(w) / 65535, which it returns. The weights
-// go to `bytes` as their high bytes (kTile of them) then their low bytes (kTile): the V pass
-// sums each half exactly and adds 256 * high + low. A NaN weight (a NaN score or V scale), or
-// an infinite one, makes every weight 0 and the scale NaN: the row's output is NaN.
+// weighed), quantized to 0..65535 with the scale max(w) / 65535, which it returns. On
+// vpdpbusd targets the weights go to `bytes` as their high bytes (kTile of them) then their
+// low bytes (kTile): the V pass sums each half exactly and adds 256 * high + low; elsewhere
+// they replace p, times the scale (the quantized weights, for the exact mode's V pass). A NaN
+// weight (a NaN score or V scale), or an infinite one, makes the scale NaN: the row's output
+// is NaN.
 template <uint64_t kTile>
 HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_scales,
                              int32_t lo_off, int32_t hi_off, uint8_t* HWY_RESTRICT bytes) {
@@ -127,59 +130,30 @@ HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_
   const bool finite = !nan && max_w <= std::numeric_limits<float>::max();
   const V inverse = hn::Set(df, finite && max_w > 0.0f ? kWeightLevels / max_w : 0.0f);
   const V top = hn::Set(df, kWeightLevels);
+  const float scale = !finite        ? std::numeric_limits<float>::quiet_NaN()
+                      : max_w > 0.0f ? max_w / kWeightLevels
+                                     : 0.0f;
   for (size_t i = 0; i < kTile; i += kLanes) {
-    const auto level =
-        hn::ConvertTo(di, hn::Min(hn::Round(hn::Mul(hn::LoadU(df, p + i), inverse)), top));
-    hn::StoreU(hn::DemoteTo(d8, hn::ShiftRight<8>(level)), d8, bytes + i);
-    hn::StoreU(hn::DemoteTo(d8, hn::And(level, hn::Set(di, 255))), d8, bytes + kTile + i);
+    const V level = hn::Min(hn::Round(hn::Mul(hn::LoadU(df, p + i), inverse)), top);
+    if constexpr (kVnniTile<kTile>) {
+      const auto bits = hn::ConvertTo(di, level);
+      hn::StoreU(hn::DemoteTo(d8, hn::ShiftRight<8>(bits)), d8, bytes + i);
+      hn::StoreU(hn::DemoteTo(d8, hn::And(bits, hn::Set(di, 255))), d8, bytes + kTile + i);
+    } else {
+      hn::StoreU(hn::Mul(level, hn::Set(df, scale)), df, p + i);
+    }
   }
-  if (!finite) return std::numeric_limits<float>::quiet_NaN();
-  return max_w > 0.0f ? max_w / kWeightLevels : 0.0f;
+  return scale;
 }
 
-// acc = acc * correction + w_scale * t for `count` accumulators from `acc`, t the tile's exact
-// sums (f32 integers): the same operations on every path of a target.
+// acc = acc * correction + w_scale * t for one vector of accumulators at `acc`, t the tile's
+// sums.
 template <class DF>
 HWY_INLINE void AddTileSums(DF df, hn::Vec<DF> tile_sums, float correction, float w_scale,
                             float* HWY_RESTRICT acc) {
   hn::StoreU(hn::MulAdd(hn::Set(df, w_scale), tile_sums,
                         hn::Mul(hn::LoadU(df, acc), hn::Set(df, correction))),
              df, acc);
-}
-
-// The V pass of kRows rows as f32 (targets without vpdpbusd): the tile's positions weighed by
-// the high and the low bytes of their weights (Int8Weights; every position of the tile, an
-// invisible one weighs 0), each an exact sum, for each chunk of dims; then
-// AddTileSums(256 * high + low).
-template <size_t kRows, uint64_t kTile>
-HWY_INLINE void AccumulateInt8Sums(const int8_t* HWY_RESTRICT v_tile, size_t v_stride,
-                                   const int8_t* k_next, const PrefetchShape& ps, size_t v_head_dim,
-                                   const uint8_t* const* w, const float* w_scale, float* const* acc,
-                                   const float* correction) {
-  const hn::CappedTag<float, 16> df;
-  const hn::Rebind<int8_t, decltype(df)> d8;
-  const hn::Rebind<int32_t, decltype(df)> d32;
-  const size_t lanes = hn::Lanes(df);
-  for (size_t dim0 = 0; dim0 < v_head_dim; dim0 += lanes) {
-    VecArray<decltype(df), 2 * kRows> sums;  // row r: high at 2r, low at 2r + 1
-    for (size_t i = 0; i < 2 * kRows; ++i) sums.Set(df, i, hn::Zero(df));
-    for (size_t off = 0; off < kTile; ++off) {
-      const size_t element = off * v_stride + dim0;
-      if (element % 64 == 0) PrefetchK(k_next, element, ps);
-      const auto v = hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, v_tile + element)));
-      for (size_t r = 0; r < kRows; ++r) {
-        const auto high = hn::Set(df, static_cast<float>(w[r][off]));
-        const auto low = hn::Set(df, static_cast<float>(w[r][kTile + off]));
-        sums.Set(df, 2 * r, hn::MulAdd(high, v, sums.Get(df, 2 * r)));
-        sums.Set(df, 2 * r + 1, hn::MulAdd(low, v, sums.Get(df, 2 * r + 1)));
-      }
-    }
-    for (size_t r = 0; r < kRows; ++r) {
-      // 256 * high + low, rounded once (the high sum times 256 is exact).
-      const auto t = hn::MulAdd(hn::Set(df, 256.0f), sums.Get(df, 2 * r), sums.Get(df, 2 * r + 1));
-      AddTileSums(df, t, correction[r], w_scale[r], acc[r] + dim0);
-    }
-  }
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -503,6 +477,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     float* p = scores + r * kTile;
     if (r >= num_real || !seen.active[r]) {
       for (size_t i = 0; i < 2 * kTile; ++i) weight_bytes[r][i] = 0;
+      for (size_t i = 0; i < kTile; ++i) p[i] = 0.0f;
       continue;
     }
     // (The vpdpbusd scores have their K scales already.)
@@ -514,7 +489,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     w_scale[r] = Int8Weights<kTile>(p, v_scales, seen.lo_off[r], seen.hi_off[r], weight_bytes[r]);
   }
   // A block of rows that all see the tile goes at once; otherwise each row that sees it alone
-  // (the sums are exact: a row's bits do not depend on its block).
+  // (a row's bits do not depend on its block: its sums are its own).
   const auto accumulate = [&](auto k_rows, size_t first) {
     constexpr size_t kN = decltype(k_rows)::value;
 #if HWY_TARGET == HWY_AVX3_DL
@@ -526,10 +501,21 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     }
 #endif
     if constexpr (!kVnniTile<kTile>) {
-      const uint8_t* w[kN];
-      for (size_t r = 0; r < kN; ++r) w[r] = weight_bytes[first + r];
-      AccumulateInt8Sums<kN, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, w, w_scale + first,
-                                    acc + first, correction + first);
+      // The exact mode's V pass over the quantized weights (V scales of 1, natural order).
+      alignas(64) static constexpr float kOnes[64] = {
+          1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+          1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+          1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+      alignas(64) static constexpr int32_t kNatural[64] = {
+          0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+          22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+          44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+      static_assert(kTile <= 64, "the tables cover a tile");
+      static_cast<void>(w_scale);  // the weights carry their scale here
+      const float* w[kN];
+      for (size_t r = 0; r < kN; ++r) w[r] = scores + (first + r) * kTile;
+      AccumulateTile<kN, false, kTile>(v_tile, kOnes, v_stride, k_next, ps, v_head_dim, w, kNatural,
+                                       acc + first, correction + first, 0, 0);
     }
   };
   if (all_active) {
