@@ -26,10 +26,11 @@ namespace kvring {
 // - kInt8: integer products for int8 layers (Format::kInt8 and kInt8Hadamard): each
 //   pre-scaled query row is quantized to int8 with its own scale (max |q| / 127), and each
 //   tile's V weights (probability times V scale) to 16 bits with a scale per row and tile;
-//   q . k and the V sums are exact int32 sums over the stored bytes, scaled once (AVX-512
-//   VNNI vpdpbusd on AVX3_DL, the same integers as f32 elsewhere). About 1e-3 to 2e-3 normwise
-//   from the exact mode (docs/attention.md). Ring == flat == paged and thread counts stay
-//   bit-identical within the mode. BF16 layers compute kF32 in this mode.
+//   q . k and the V sums are int32 sums over the stored bytes, scaled once (AVX-512 VNNI
+//   vpdpbusd on AVX3_DL; elsewhere the exact mode's f32 loops over the quantized values). The
+//   queries' 8 bits move outputs by about 1e-2 normwise from the exact mode (docs/attention.md,
+//   "Integer products"). Ring == flat == paged and thread counts stay bit-identical within the
+//   mode. BF16 layers compute kF32 in this mode.
 enum class Products : uint8_t { kF32 = 0, kBF16 = 1, kInt8 = 2 };
 
 struct AttentionOptions {
