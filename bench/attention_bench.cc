@@ -21,6 +21,8 @@
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
+// The int8 benchmarks time TiledLayout<64> as well (tests/reference/attention_wrappers-inl.h).
+#define KVRING_TESTING_TILED64
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/attention_bench.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -562,21 +564,27 @@ void RegisterAll() {
     int8_runs.push_back({kvring::Format::kInt8, false, products});
     int8_runs.push_back({kvring::Format::kInt8Hadamard, true, products});
   }
+  // Backends: flash, tiled (16 rows) and, for the integer-product mode, tiled64 (taller
+  // tiles: fewer softmax steps per position).
+  const char* const backends[] = {"flash", "tiled", "tiled64"};
   for (const Shape& s : int8_shapes) {
-    for (int backend = 0; backend < 2; ++backend) {
+    for (int backend = 0; backend < 3; ++backend) {
       for (const Int8Run& run : int8_runs) {
+        if (backend == 2 && run.products != kvring::Products::kInt8) continue;
         const std::string name =
-            std::string("BM_") + s.kind + "/" + (backend == 0 ? "flash" : "tiled") + "/" +
+            std::string("BM_") + s.kind + "/" + backends[backend] + "/" +
             (run.ring ? "ring" : "flat") + "/" + kvring::ToString(run.format) + "/D" +
             std::to_string(s.head_dim) + "/q" + std::to_string(s.num_q_heads) + "/kv" +
             std::to_string(s.num_kv_heads) + "/queries" + std::to_string(s.num_queries) +
             "/window" + std::to_string(s.window) + "/threads1" +
             (run.products == kvring::Products::kInt8 ? "/int8products" : "");
         benchmark::internal::Benchmark* b =
-            backend == 0
-                ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::FlashLayout>, s,
+            backend == 0 ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::FlashLayout>,
+                                                        s, run.ring, run.format, run.products)
+            : backend == 1
+                ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s,
                                                run.ring, run.format, run.products)
-                : benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s,
+                : benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<64>>, s,
                                                run.ring, run.format, run.products);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {

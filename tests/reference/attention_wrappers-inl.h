@@ -63,6 +63,17 @@ inline kvring::Result TiledAttention(const kvring::KVView<kvring::TiledLayout<16
                                      kvring::AttentionWorkspace* workspace) {
   return AttentionOn(kv, batch, options, num_threads, pool, workspace);
 }
+#ifdef KVRING_TESTING_TILED64
+// TiledLayout<64> too, for a unit that defines KVRING_TESTING_TILED64 (the attention
+// benchmark): a third set of kernels, which the tests do not compile.
+inline kvring::Result Tiled64Attention(const kvring::KVView<kvring::TiledLayout<64>>& kv,
+                                       const kvring::AttentionBatch& batch,
+                                       const kvring::AttentionOptions& options,
+                                       uint32_t num_threads, kvring::ThreadPool* pool,
+                                       kvring::AttentionWorkspace* workspace) {
+  return AttentionOn(kv, batch, options, num_threads, pool, workspace);
+}
+#endif
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
@@ -92,6 +103,15 @@ HWY_EXPORT(TiledAttention);
     kvring::ThreadPool* pool = nullptr, kvring::AttentionWorkspace* workspace = nullptr) {
   return HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads, pool, workspace);
 }
+#ifdef KVRING_TESTING_TILED64
+HWY_EXPORT(Tiled64Attention);
+[[maybe_unused]] static kvring::Result CheckedAttention(
+    const kvring::KVView<kvring::TiledLayout<64>>& kv, const kvring::AttentionBatch& batch,
+    const kvring::AttentionOptions& options, uint32_t num_threads,
+    kvring::ThreadPool* pool = nullptr, kvring::AttentionWorkspace* workspace = nullptr) {
+  return HWY_DYNAMIC_DISPATCH(Tiled64Attention)(kv, batch, options, num_threads, pool, workspace);
+}
+#endif
 template <class Layout>
 [[maybe_unused]] static void DispatchAttention(const kvring::KVView<Layout>& kv,
                                                const kvring::AttentionBatch& batch,
