@@ -570,6 +570,23 @@ void CheckTileHeight(const Case& c) {
   ExpectNearReference(c, a, ProductsReference(c, in, products), (what + " bf16products").c_str(),
                       kProductsTolerance);
   EXPECT_TRUE(BitIdentical(a, b)) << what << " bf16products ring != flat: " << c.Name();
+  // The integer-product mode on int8 (tiles of 8 take the f32 path, of 32 vpdpbusd where it
+  // runs, their four dims 32 bytes apart), against its reference; ring and flat bit-identical.
+  using kvring::reference::Int8Storage;
+  const kvring::reference::Int8History q = kvring::reference::Int8History::Of(in.history);
+  const auto int8_flat = Int8Storage<Layout>::Make(q, flat_slots, c.EndPos());
+  const auto int8_ring = Int8Storage<Layout>::Make(q, ring_slots, c.EndPos());
+  AttentionOptions int8_products = options;
+  int8_products.products = kvring::Products::kInt8;
+  RunTiled(int8_flat.View(c.visibility), BatchOf(c, in, a.data()), int8_products);
+  RunTiled(int8_ring.View(c.visibility), BatchOf(c, in, b.data()), int8_products);
+  AttentionOptions unscaled = int8_products;
+  unscaled.scale = 1.0f;
+  const kvring::reference::ReferenceKV decoded = q.Reference();
+  ExpectNearReference(
+      c, a, Reference(c, Int8ProductQueries(c, in, int8_products, q.format), unscaled, &decoded),
+      (what + " int8products").c_str(), kInt8ProductsTolerance);
+  EXPECT_TRUE(BitIdentical(a, b)) << what << " int8products ring != flat: " << c.Name();
 }
 
 TEST(Attention, TileHeights8And32MatchReferenceOnEveryTarget) {

@@ -10,10 +10,11 @@
 // 256 * high + low, below 2^31), rounded once to f32. The layouts stay those of the exact
 // mode: vpdpbusd takes four dims of a slot (K) or four slots of a dim (V) per 32-bit lane,
 // which byte permutations build from the stored rows in registers. The other targets (and
-// AVX3_DL's 8-slot tiles) run the exact mode's f32 loops on the same integers: q . k is exact
-// there too (|q|, |k| <= 127 and at most 576 dims keep every partial sum below 2^24), the V
-// sums (16-bit weights) round in f32. Each target's bits are its own; within a target, ring,
-// flat and paged storage and every thread count give the same bits.
+// AVX3_DL's 8-slot tiles) run the exact mode's f32 loops on the same quantized values: q . k
+// is exact there too (|q|, |k| <= 127 and at most 576 dims keep every partial sum below 2^24);
+// the V pass weighs positions by their 16-bit weights times the scale, summed in f32. Each
+// target's bits are its own; within a target, ring, flat and paged storage and every thread
+// count give the same bits.
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
 #if defined(KVRING_OPS_ATTENTION_INT8_PRODUCTS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -84,7 +85,8 @@ HWY_INLINE void WriteInt8QueryRow(const Get& get, float scale, size_t head_dim,
   int32_t sum = 0;
   int8_t* bytes = reinterpret_cast<int8_t*>(q);
   for (size_t dim = 0; dim < head_dim; ++dim) {
-    float level = std::nearbyint(values[dim] * inverse);
+    // (A non-finite query's levels are 0: NaN never reaches the integer conversion.)
+    float level = zero ? 0.0f : std::nearbyint(values[dim] * inverse);
     level = level > kQueryLevels ? kQueryLevels : level < -kQueryLevels ? -kQueryLevels : level;
     sum += static_cast<int32_t>(level);
     if constexpr (kVnniTile<kTile>) {
