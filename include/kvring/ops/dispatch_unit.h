@@ -9,9 +9,11 @@
 //   TiledLayout<16>, which are always compiled (each layout costs about as much as the first).
 // - KVRING_DISPATCH_AVX3_DL also compiles Highway's AVX3_DL target (AVX-512 with VNNI/BF16),
 //   which Highway 1.0.3 compiles only when HWY_WANT_AVX3_DL is defined: its kernels run the
-//   BF16-product mode (Products::kBF16) on vdpbf16ps where the CPU has AVX512-BF16. Without
-//   it such CPUs run the AVX3 target, whose BF16-product mode widens (the exact mode is the
-//   same instructions on both). kvring::kernels defines it (KVRING_KERNELS_AVX3_DL).
+//   BF16-product mode (Products::kBF16) on vdpbf16ps where the CPU has AVX512-BF16, and the
+//   integer-product mode (Products::kInt8) on vpdpbusd. Without it such CPUs run the AVX3
+//   target, whose BF16-product mode widens and whose integer-product mode runs f32 loops (the
+//   exact mode is the same instructions on both). kvring::kernels defines it
+//   (KVRING_KERNELS_AVX3_DL).
 // - KVRING_DISPATCH_SSSE3 also compiles the SSSE3 target; without it, CPUs without SSE4.1
 //   (before 2008) run the SCALAR target. With both left out the unit compiles in 0.61 of the
 //   time with every target (docs/attention.md). A user's own HWY_DISABLED_TARGETS replaces
