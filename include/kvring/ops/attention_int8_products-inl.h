@@ -138,10 +138,10 @@ HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_
 }
 
 // One register block of kRows rows over one int8 tile in the integer-product mode (see
-// BlockTile for the arguments): integer scores, the K scales, the online softmax, the V
-// weights quantized per row, the integer V pass. Every position of the tile is read; a row's
-// invisible positions score -inf and weigh 0. A row that sees none of the tile is left as it
-// is.
+// BlockTile for the arguments; v_ahead: the V the K pass prefetches): integer scores, the K scales,
+// the online softmax, the V weights quantized per row, the integer V pass. Every position of the
+// tile is read; a row's invisible positions score -inf and weigh 0. A row that sees none of the
+// tile is left as it is.
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
                               const int8_t* HWY_RESTRICT k_tile, size_t dim_stride,
@@ -150,7 +150,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
                               size_t v_stride, const float* HWY_RESTRICT k_scale_lanes,
                               const float* HWY_RESTRICT v_scales, size_t head_dim,
                               size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
-                              float* HWY_RESTRICT scores) {
+                              const int32_t* index_of_offset, float* HWY_RESTRICT scores) {
   const TileRows<kRows, kTile> seen(rows, num_real, tile_pos);
   if (!seen.any_active) return;
   float q_scale[kRows], w_scale[kRows], correction[kRows];
@@ -188,8 +188,11 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     // Rows that do not see the tile (padding included) weigh every position 0.
     float* p = scores + r * kTile;
     if (r >= num_real || !seen.active[r]) {
-      for (size_t i = 0; i < 2 * kTile; ++i) weight_bytes[r][i] = 0;
-      for (size_t i = 0; i < kTile; ++i) p[i] = 0.0f;
+      if constexpr (kVnniTile<kTile>) {
+        for (size_t i = 0; i < 2 * kTile; ++i) weight_bytes[r][i] = 0;
+      } else {
+        for (size_t i = 0; i < kTile; ++i) p[i] = 0.0f;
+      }
       continue;
     }
     // (The vpdpbusd scores have their K scales already.)
@@ -213,21 +216,17 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     }
 #endif
     if constexpr (!kVnniTile<kTile>) {
-      // The exact mode's V pass over the quantized weights (V scales of 1, natural order).
+      // The exact mode's V pass over the quantized weights (V scales of 1).
       alignas(64) static constexpr float kOnes[64] = {
           1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
           1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
           1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-      alignas(64) static constexpr int32_t kNatural[64] = {
-          0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-          22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
-          44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
-      static_assert(kTile <= 64, "the tables cover a tile");
+      static_assert(kTile <= 64, "the table covers a tile");
       static_cast<void>(w_scale);  // the weights carry their scale here
       const float* w[kN];
       for (size_t r = 0; r < kN; ++r) w[r] = scores + (first + r) * kTile;
-      AccumulateTile<kN, false, kTile>(v_tile, kOnes, v_stride, k_next, ps, v_head_dim, w, kNatural,
-                                       acc + first, correction + first, 0, 0);
+      AccumulateTile<kN, false, kTile>(v_tile, kOnes, v_stride, k_next, ps, v_head_dim, w,
+                                       index_of_offset, acc + first, correction + first, 0, 0);
     }
   };
   if (all_active) {

@@ -59,6 +59,14 @@ HWY_INLINE void AddTileSums(DF df, hn::Vec<DF> tile_sums, float correction, floa
 // Loops over register arrays are unrolled whole, so that the arrays stay in registers.
 #define KVRING_UNROLL _Pragma("GCC unroll 16")
 
+// The byte permutation of four rows of 16 bytes (64 consecutive bytes) into 16 lanes of four:
+// byte 4i + j takes byte 16j + i, element i of row j (K: four dims of a 16-slot tile; V: 16
+// dims of four positions).
+alignas(64) static constexpr uint8_t kQuadsOf4x16[64] = {
+    0,  16, 32, 48, 1,  17, 33, 49, 2,  18, 34, 50, 3,  19, 35, 51, 4,  20, 36, 52, 5,  21,
+    37, 53, 6,  22, 38, 54, 7,  23, 39, 55, 8,  24, 40, 56, 9,  25, 41, 57, 10, 26, 42, 58,
+    11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+
 // Prefetches the lines of this tile's V that four scored dims from `dim` stand for.
 KVRING_VNNI_TARGET HWY_INLINE void PrefetchVDims4(const int8_t* v_now, size_t dim,
                                                   const PrefetchShape& ps) {
@@ -75,13 +83,9 @@ KVRING_VNNI_TARGET HWY_INLINE void LoadKQuads(const int8_t* k_tile, size_t dim, 
                                               __m512i* quads) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   if constexpr (kTile == 16) {
-    // Byte 4s + j of the result takes byte 16j + s of the 64.
-    alignas(64) static constexpr uint8_t kIndex[64] = {
-        0,  16, 32, 48, 1,  17, 33, 49, 2,  18, 34, 50, 3,  19, 35, 51, 4,  20, 36, 52, 5,  21,
-        37, 53, 6,  22, 38, 54, 7,  23, 39, 55, 8,  24, 40, 56, 9,  25, 41, 57, 10, 26, 42, 58,
-        11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
     const __m512i rows = _mm512_loadu_si512(k_tile + dim * 16);
-    quads[0] = _mm512_xor_si512(_mm512_permutexvar_epi8(_mm512_load_si512(kIndex), rows), flip);
+    quads[0] =
+        _mm512_xor_si512(_mm512_permutexvar_epi8(_mm512_load_si512(kQuadsOf4x16), rows), flip);
   } else {
     // Chunks of 32 slots: two dims' rows per vector, bytes 4s + j of the two results take
     // byte 32 (j % 2) + s (+ 16 for the second) of the pair holding dim j.
@@ -207,11 +211,6 @@ KVRING_VNNI_TARGET HWY_INLINE void LoadVQuads64(const int8_t* rows, size_t v_str
 
 // LoadVQuads64 for 16 dims (the last dims of a row whose length is not a multiple of 64).
 KVRING_VNNI_TARGET HWY_INLINE __m512i LoadVQuads16(const int8_t* rows, size_t v_stride) {
-  // Byte 4d + j takes byte 16j + d: dim d of row j.
-  alignas(64) static constexpr uint8_t kIndex[64] = {
-      0,  16, 32, 48, 1,  17, 33, 49, 2,  18, 34, 50, 3,  19, 35, 51, 4,  20, 36, 52, 5,  21,
-      37, 53, 6,  22, 38, 54, 7,  23, 39, 55, 8,  24, 40, 56, 9,  25, 41, 57, 10, 26, 42, 58,
-      11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
   const auto load = [&](size_t j) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows + j * v_stride));
   };
@@ -219,7 +218,7 @@ KVRING_VNNI_TARGET HWY_INLINE __m512i LoadVQuads16(const int8_t* rows, size_t v_
   all = _mm512_inserti32x4(all, load(1), 1);
   all = _mm512_inserti32x4(all, load(2), 2);
   all = _mm512_inserti32x4(all, load(3), 3);
-  return _mm512_permutexvar_epi8(_mm512_load_si512(kIndex), all);
+  return _mm512_permutexvar_epi8(_mm512_load_si512(kQuadsOf4x16), all);
 }
 
 // The next tile's K lines, prefetched a few at a time over a V pass's groups of positions

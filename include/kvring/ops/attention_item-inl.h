@@ -223,7 +223,6 @@ class ItemRunner {
     }
     tile.v_scales = Element::template TileScales<kTile>(kv_.k_scales, kv_.v_scales, at.scales,
                                                         work_.Latent(), &tile.k_scales);
-    tile.k_next = KAfter(walk, tile_pos, 1);
     if constexpr (kInt8Products) {
       // The integer passes read a tile's bytes faster than memory brings them: each prefetches
       // a whole tile or two ahead (IntTilesAhead: the K pass that tile's V, the V pass the K of
@@ -231,10 +230,13 @@ class ItemRunner {
       const uint64_t next = tile_pos + int_ahead_ * kTile, after = next + kTile;
       const TileOffsets next_at = walk.address(next < kv_.end_pos ? next : tile_pos);
       tile.v_ahead = latent_values_ != nullptr ? tile.v : v_base_ + next_at.v;
-      tile.k_next = after >= kv_.end_pos ? tile.k_next : k_base_ + walk.address(after).k;
+      tile.k_next =
+          after < kv_.end_pos ? k_base_ + walk.address(after).k : KAfter(walk, tile_pos, 1);
       // And the next tile's scales (a line each).
       hwy::Prefetch(kv_.k_scales + next_at.scales);
       if (kv_.v_scales != nullptr) hwy::Prefetch(kv_.v_scales + next_at.scales);
+    } else {
+      tile.k_next = KAfter(walk, tile_pos, 1);
     }
     return tile;
   }
@@ -259,7 +261,7 @@ class ItemRunner {
       BlockTileInt8<kRows, kTile>(block, num_real, tile.pos, tile.k, walk.dim_stride, tile.k_next,
                                   walk.prefetch, tile.v, tile.v_ahead, walk.v_stride, tile.k_scales,
                                   tile.v_scales, head_dim_, v_head_dim_, options_.soft_cap,
-                                  lane_offsets_, tile_scores);
+                                  lane_offsets_, index_of_offset_, tile_scores);
     } else {
       BlockTile<kRows, kTile, kNative>(path_ == ProductPath::kBF16Widened, block, num_real,
                                        tile.pos, tile.k, walk.dim_stride, tile.k_next,
