@@ -72,6 +72,7 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
   options.Number("decode", &config->decode, "tokens generated greedily after it (2048)", 2);
   options.Number("batch", &config->batch, "planned prefill batch (32)", 1);
   options.Number("window", &config->model.window, "sliding layers' window (64)", 1);
+  AddWidthOptions(&options, &config->model);
   options.Number("draft", &config->draft,
                  "draft tokens per speculative round = planned rollback (4)", 1);
   options.Number("suffix", &config->suffix, "second turn's tokens after the restored snapshot (48)",

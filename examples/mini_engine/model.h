@@ -18,6 +18,7 @@
 
 #include "kvring/kvring.h"
 #include "mini_engine/kernels.h"
+#include "mini_engine/options.h"
 
 namespace mini_engine {
 
@@ -40,6 +41,14 @@ struct ModelConfig {
   // A hybrid model: layers 1-3 are recurrent (IsRecurrent), as Qwen3.5's 3 linear : 1 full.
   bool hybrid = false;
 };
+
+// --hidden and --mlp, the model's widths, multiples of 64 (MatMul takes multiples of 16): a
+// narrower model runs the same cache checks in less time (the examples' tests under
+// emulation, where the model's products take most of it).
+inline void AddWidthOptions(Options* options, ModelConfig* c) {
+  options->Number("hidden", &c->hidden, "model width (256), a multiple of 64", 64, 4096, 64);
+  options->Number("mlp", &c->mlp, "MLP width (512), a multiple of 64", 64, 16384, 64);
+}
 
 // ---------------------------------------------------------------------------------------------
 // The layers: Gemma 3n's pattern in ten layers. Layers 0-5 own their K/V (sliding, sliding,

@@ -33,15 +33,17 @@ class Options {
     options_.push_back(std::move(option));
   }
 
-  // --name=N: a decimal number in [min, max] (max: at most what the field holds).
+  // --name=N: a decimal number in [min, max] (max: at most what the field holds), a multiple of
+  // `step`.
   template <typename Field>
   void Number(const char* name, Field* field, const char* help, uint64_t min = 0,
-              uint64_t max = std::numeric_limits<Field>::max()) {
+              uint64_t max = std::numeric_limits<Field>::max(), uint64_t step = 1) {
     static_assert(std::is_unsigned<Field>::value, "a number option sets an unsigned field");
     Option option = Make(name, help);
     option.set_number = [field](uint64_t value) { *field = static_cast<Field>(value); };
     option.min = min;
     option.max = std::min<uint64_t>(max, std::numeric_limits<Field>::max());
+    option.step = step;
     options_.push_back(std::move(option));
   }
 
@@ -128,6 +130,7 @@ class Options {
     std::function<void(uint64_t)> set_number;  // a number: sets the field (<= max)
     uint64_t min = 0;
     uint64_t max = 0;
+    uint64_t step = 1;
   };
 
   static Option Make(const char* name, const char* help) {
@@ -173,6 +176,9 @@ class Options {
     }
     if (parsed > option.max) {
       return Refuse(given + " is above its maximum, " + std::to_string(option.max));
+    }
+    if (parsed % option.step != 0) {
+      return Refuse(given + " is not a multiple of " + std::to_string(option.step));
     }
     option.set_number(parsed);
     return true;

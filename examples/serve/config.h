@@ -69,6 +69,7 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
   options.Number("split-positions", &config->split_positions,
                  "KV split length of decode calls (128)");
   options.Number("window", &config->model.window, "sliding layers' window (64)", 1);
+  mini_engine::AddWidthOptions(&options, &config->model);
   options.Number("seed", &config->model.seed, "weights, requests and arrivals (1)");
   options.Text("csv", "FILE", &config->csv,
                "write memory in use, running and waiting requests per step");
