@@ -619,20 +619,11 @@ int Run(const Config& config) {
     checks.Expect(difference.empty(),
                   "restored snapshot + second turn, against a fresh flat recomputation: " +
                       Identical(difference, turn_tokens.size()));
-    if (config.model.hybrid) {
-      // State files do not hold recurrent states yet: the save is refused, writing nothing.
-      std::vector<uint8_t> bytes;
-      kvring::VectorSink sink(&bytes);
-      const kvring::Result saved = kvring::SaveState(*snapshot, "kvring mini_engine", &sink);
-      checks.Expect(saved == Status::kBadArgument && bytes.empty(),
-                    "a state file of a cache with recurrent states is refused for now (" +
-                        saved.Message() + ")");
-    } else {
-      Engine<Layout> resumed("state file", model, options, kvring::KVCache<Layout>(), &pool,
-                             &other_meter, &progress);
-      CheckStateFile(*snapshot, builder, std::move(resumed), snapshot_pos, snapshot_logits, config,
-                     turn, turn_tokens, turn_logits, &checks);
-    }
+    // A hybrid model's file holds its recurrent states too.
+    Engine<Layout> resumed("state file", model, options, kvring::KVCache<Layout>(), &pool,
+                           &other_meter, &progress);
+    CheckStateFile(*snapshot, builder, std::move(resumed), snapshot_pos, snapshot_logits, config,
+                   turn, turn_tokens, turn_logits, &checks);
   }
 
   // 7. Clear() and a second conversation, prefilled in batches larger than planned: the

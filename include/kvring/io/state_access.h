@@ -12,6 +12,7 @@
 #include "kvring/index/positions.h"
 #include "kvring/io/byte_io.h"
 #include "kvring/io/state_check.h"
+#include "kvring/io/state_recurrent.h"
 #include "kvring/io/state_rows.h"
 #include "kvring/io/state_stream.h"
 #include "kvring/io/state_threads.h"
@@ -67,8 +68,27 @@ struct StateAccess {
                                "state: layers[%llu] is at %llu and layers[%llu] at %llu; append "
                                "every owning layer to the same position before saving");
     }
-    return WriteStateOn<Layout>(runner, cache.Plan(), model_id, cache.step_.HighEnd(),
-                                HeldBy(cache), LocatorsOf(cache), sink);
+    const uint64_t end = cache.step_.HighEnd();
+    const Result states = CheckStatesHeld(cache, end);
+    if (!states.ok()) return states;
+    const Result written = WriteStateOn<Layout>(runner, cache.Plan(), model_id, end, HeldBy(cache),
+                                                LocatorsOf(cache), sink);
+    if (!written.ok() || cache.states_.Empty()) return written;
+    return WriteRecurrentSections(
+        cache.Plan(), end, [&](size_t layer) { return cache.states_.Held(layer, end); }, sink);
+  }
+
+  // Returns kOk if every layer of `cache` with a recurrent state holds the state after `end`
+  // positions (what a save writes), else kWrongPosition naming the first that does not.
+  template <typename Layout>
+  static Result CheckStatesHeld(const KVCache<Layout>& cache, uint64_t end) {
+    const size_t layer = cache.states_.FirstNotHolding(end);
+    if (layer == RecurrentStates::kAllHeld) return Status::kOk;
+    return Result::Refused(Status::kWrongPosition,
+                           "state: layers[%llu] holds no recurrent state after %llu positions, "
+                           "the end of its K/V (write it with StateAfter before the append that "
+                           "completes the step)",
+                           uint64_t{layer}, end);
   }
 
   template <typename Layout>
@@ -93,6 +113,14 @@ struct StateAccess {
       result = ReadStateRowsOn<Layout>(&reader, cache->Plan(), target_of, HeldBy(*cache),
                                        LocatorsOf(*cache));
     }
+    if (result.ok() && !cache->states_.Empty()) {
+      // The state after `end` only: a rollback past the load point is refused (its states
+      // were not saved).
+      cache->states_.Clear();
+      result = ReadRecurrentSections(
+          &reader, reader.Size() - RecurrentSectionsBytes(cache->Plan()), cache->Plan(),
+          [&](size_t layer) { return cache->states_.Write(layer, end); });
+    }
     // The state was read whole and checked: only a source failing now stops the copy, and the
     // cache is then cleared rather than left half loaded.
     if (!result.ok()) {
@@ -107,7 +135,7 @@ struct StateAccess {
   template <typename Layout>
   static uint64_t Bytes(const KVCache<Layout>& cache, const std::string& model_id) {
     uint64_t bytes = 0;
-    if (cache.step_.InStep() ||
+    if (cache.step_.InStep() || !CheckStatesHeld(cache, cache.step_.HighEnd()).ok() ||
         !StateBytesOf(cache.Plan(), model_id.size(), HeldBy(cache), &bytes)) {
       return 0;
     }

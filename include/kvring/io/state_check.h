@@ -15,6 +15,7 @@
 #include "kvring/detail/crc32c.h"
 #include "kvring/formats/format.h"
 #include "kvring/io/state_format.h"
+#include "kvring/io/state_recurrent.h"
 #include "kvring/io/state_stream.h"
 #include "kvring/layer_plan.h"
 #include "kvring/layouts/kv_shape.h"
@@ -253,9 +254,17 @@ inline Result CheckStateLayer(StateReader* reader, uint64_t at, uint64_t bytes, 
   return Status::kOk;
 }
 
+// Returns the layers of `plan` with a recurrent state.
+inline size_t NumStateLayers(const LayerPlan& plan) {
+  size_t count = 0;
+  for (const LayerInfo& info : plan.Layers()) count += info.HasState() ? size_t{1} : size_t{0};
+  return count;
+}
+
 // Checks the whole state `reader` reads against a destination of `plan` and `model_id` whose
-// owning layer `layer` target_of(layer) describes; sets *end to the state's end. Reads every
-// byte (each section's CRC32C) and writes nothing.
+// owning layer `layer` target_of(layer) describes, and the state sections of the layers with
+// a recurrent state; sets *end to the state's end. Reads every byte (each section's CRC32C)
+// and writes nothing.
 template <typename TargetOf>
 Result CheckState(StateReader* reader, const std::string& model_id, const LayerPlan& plan,
                   const TargetOf& target_of, uint64_t* end) {
@@ -275,7 +284,28 @@ Result CheckState(StateReader* reader, const std::string& model_id, const LayerP
     result = CheckStateLayer(reader, at, bytes, layer, *end, target_of(layer));
     if (!result.ok()) return result;
   }
+  for (const LayerInfo& info : plan.Layers()) {
+    if (!info.HasState()) continue;
+    if (sections.Offset() == reader->Size()) {
+      return Result::Refused(Status::kBadState,
+                             "state: it ends without the recurrent state of layers[%llu], which "
+                             "this plan keeps",
+                             uint64_t{info.index});
+    }
+    result = sections.Next(index++, kRecurrentTag, &at, &bytes);
+    if (!result.ok()) return result;
+    result = CheckRecurrentSection(reader, at, bytes, info, *end);
+    if (!result.ok()) return result;
+  }
   if (sections.Offset() != reader->Size()) {
+    uint64_t tag = 0;
+    if (reader->Size() - sections.Offset() >= 4 && reader->U32(sections.Offset(), &tag) &&
+        tag == kRecurrentTag) {
+      return Result::Refused(Status::kBadState,
+                             "state: it holds recurrent states (a section at byte %llu) and "
+                             "this plan has %llu layers with one",
+                             sections.Offset(), uint64_t{NumStateLayers(plan)});
+    }
     return Result::Refused(Status::kBadState,
                            "state: %llu bytes follow its last section (at byte %llu)",
                            reader->Size() - sections.Offset(), sections.Offset());

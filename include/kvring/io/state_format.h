@@ -10,8 +10,13 @@
 //   layers     a section "KVLY" per owning layer, in layer order: the layer, its format (u32
 //              each), the first and end position it holds (u64 each), then its rows of
 //              [first, end) in the order of storage/row_pieces.h
-// The fingerprint (model id, context, every layer's descriptor) and the ranges are what a
-// destination must match. Internal.
+//   states     a section "KVST" per layer with a recurrent state (LayerSpec::state), in layer
+//              order, after the layers' (none in a plan without such layers): the layer, its
+//              conv format, its recurrent format, zero (u32 each), the positions the state
+//              follows (the end), its conv bytes and recurrent bytes (u64 each), then those
+//              bytes (the state after the end position, as the engine wrote it)
+// The fingerprint (model id, context, every layer's descriptor), the ranges and the states'
+// formats and sizes are what a destination must match. Internal.
 #ifndef KVRING_IO_STATE_FORMAT_H_
 #define KVRING_IO_STATE_FORMAT_H_
 
@@ -43,14 +48,31 @@ inline constexpr uint32_t kStateVersion = 1;
 inline constexpr uint64_t kStatePreambleBytes = 16;  // magic, version, zero
 inline constexpr uint64_t kSectionHeaderBytes = 16;  // tag, zero, payload bytes
 inline constexpr uint64_t kSectionCrcBytes = 4;
-inline constexpr uint32_t kHeaderTag = 0x4448564Bu;  // "KVHD"
-inline constexpr uint32_t kLayerTag = 0x594C564Bu;   // "KVLY"
+inline constexpr uint32_t kHeaderTag = 0x4448564Bu;     // "KVHD"
+inline constexpr uint32_t kLayerTag = 0x594C564Bu;      // "KVLY"
+inline constexpr uint32_t kRecurrentTag = 0x5453564Bu;  // "KVST"
 // The header payload's fixed fields: model id bytes (u32); context, end, layers (u64 each).
 inline constexpr uint64_t kHeaderFixedBytes = 4 + 3 * 8;
 // A layer's descriptor: kind, format, owner (u32), window, chunk (u64), three shapes (u32).
 inline constexpr uint64_t kLayerDescriptorBytes = 3 * 4 + 2 * 8 + 3 * 4;
 // A layer section's fixed fields: layer, format (u32 each), first and end position (u64 each).
 inline constexpr uint64_t kLayerFixedBytes = 2 * 4 + 2 * 8;
+// A state section's fixed fields: layer, conv format, recurrent format, zero (u32 each);
+// positions, conv bytes, recurrent bytes (u64 each).
+inline constexpr uint64_t kRecurrentFixedBytes = 4 * 4 + 3 * 8;
+
+// Returns the bytes of the state sections of `plan` (one per layer with a recurrent state:
+// LayerInfo's conv_state_bytes and recurrent_state_bytes, which the plan computed without
+// overflow); 0 for a plan without them.
+inline uint64_t RecurrentSectionsBytes(const LayerPlan& plan) {
+  uint64_t total = 0;
+  for (const LayerInfo& info : plan.Layers()) {
+    if (!info.HasState()) continue;
+    total = SaturatingAdd(total, kSectionHeaderBytes + kRecurrentFixedBytes + kSectionCrcBytes);
+    total = SaturatingAdd(total, SaturatingAdd(info.conv_state_bytes, info.recurrent_state_bytes));
+  }
+  return total;
+}
 
 // What a state records of one layer of a plan; a state's and a destination plan's are equal.
 struct StateLayer {
@@ -103,7 +125,8 @@ inline uint64_t HeaderPayloadBytes(uint64_t id_bytes, uint64_t num_layers) {
 }
 
 // Sets *bytes to the bytes of a state of `plan` with a model id of `id_bytes` whose owning
-// layers hold the positions held(layer) returns ({first, end}); false on overflow.
+// layers hold the positions held(layer) returns ({first, end}), its state sections included;
+// false on overflow.
 template <typename Held>
 bool StateBytesOf(const LayerPlan& plan, uint64_t id_bytes, const Held& held, uint64_t* bytes) {
   uint64_t total = 0;
@@ -122,6 +145,7 @@ bool StateBytesOf(const LayerPlan& plan, uint64_t id_bytes, const Held& held, ui
     total = SaturatingAdd(
         total, SaturatingAdd(rows, kSectionHeaderBytes + kLayerFixedBytes + kSectionCrcBytes));
   }
+  total = SaturatingAdd(total, RecurrentSectionsBytes(plan));
   *bytes = total;
   return total != ~uint64_t{0};
 }

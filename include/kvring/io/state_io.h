@@ -22,21 +22,17 @@
 namespace kvring {
 
 // Writes `cache` to `sink`, tagged with `model_id` (any bytes that name the model and its
-// weights; loading compares them exactly): every owning layer's held positions. Refused,
-// writing nothing, mid-step (kWrongPosition: append every owning layer to the same position
-// first), for a model id past kMaxModelIdBytes or a null sink (kBadArgument); kIOError if the
-// sink failed. Cost: one pass over the held bytes and their CRC32C; StateBytes(...) bytes.
-// With a `runner` of several threads the rows are gathered and checksummed on its threads
+// weights; loading compares them exactly): every owning layer's held positions, and of a
+// hybrid model every recurrent state after the end position (StateAfter(layer, EndPos())).
+// Refused, writing nothing, mid-step (kWrongPosition: append every owning layer to the same
+// position first), when a layer with a recurrent state does not hold the state after the end
+// (kWrongPosition), for a model id past kMaxModelIdBytes or a null sink (kBadArgument);
+// kIOError if the sink failed. Cost: one pass over the held bytes and their CRC32C; StateBytes(...)
+// bytes. With a `runner` of several threads the rows are gathered and checksummed on its threads
 // while one writes to the sink (the same bytes; allocates two chunks' staging per thread).
 template <typename Layout>
 Result SaveState(const KVCache<Layout>& cache, const std::string& model_id, ByteSink* sink,
                  const TaskRunner& runner = TaskRunner::Inline()) {
-  if (cache.Plan().HasStateLayers()) {
-    return Result::Refused(Status::kBadArgument,
-                           "save of a cache with recurrent states: state files do not hold them "
-                           "yet (%llu bytes of states)",
-                           cache.Plan().StateBytes());
-  }
   return detail::StateAccess::Save(cache, model_id, sink, runner);
 }
 
@@ -44,8 +40,11 @@ Result SaveState(const KVCache<Layout>& cache, const std::string& model_id, Byte
 // replacing what it holds. First checks all of it: the preamble, every section's size and
 // CRC32C, the model id, the context, every layer's kind, span, shapes, format and owner, and
 // each layer's range (a ring's must hold the window the next query reads; a flat layer's must
-// start at 0). Any mismatch is kBadState with one message naming what differs, the cache
-// unchanged. Rings keep the newest positions their slots hold. Ends the cache's views
+// start at 0), each recurrent state's formats and sizes. Any mismatch is kBadState with one
+// message naming what differs, the cache unchanged. Rings keep the newest positions their
+// slots hold; each recurrent state becomes the current one (State(layer)) and the only one
+// held: a Rollback to before the loaded end is refused (kRollbackTooFar; those states were not
+// saved). Ends the cache's views
 // (ViewEnd::kLoad). Allocates nothing on the calling thread. kIOError if the source fails to
 // read (if it fails while rows are copied, the cache is cleared). Cost: a CRC32C pass and a
 // copy of the bytes; with a `runner` of several threads and a source whose views are
@@ -54,12 +53,6 @@ Result SaveState(const KVCache<Layout>& cache, const std::string& model_id, Byte
 template <typename Layout>
 Result LoadState(ByteSource* source, const std::string& model_id, KVCache<Layout>* cache,
                  const TaskRunner& runner = TaskRunner::Inline()) {
-  if (cache != nullptr && cache->Plan().HasStateLayers()) {
-    return Result::Refused(Status::kBadArgument,
-                           "load into a cache with recurrent states: state files do not hold "
-                           "them yet (%llu bytes of states)",
-                           cache->Plan().StateBytes());
-  }
   return detail::StateAccess::Load(source, model_id, cache, runner);
 }
 
@@ -81,7 +74,8 @@ Result LoadState(ByteSource* source, const std::string& model_id, KVPool<Layout>
   return detail::StateAccess::Load(source, model_id, pool, id, runner);
 }
 
-// Returns the bytes SaveState writes for `cache` with `model_id` (0 mid-step or on overflow).
+// Returns the bytes SaveState writes for `cache` with `model_id` (0 when it would refuse:
+// mid-step, a recurrent state after the end not written; or on overflow).
 template <typename Layout>
 uint64_t StateBytes(const KVCache<Layout>& cache, const std::string& model_id) {
   return detail::StateAccess::Bytes(cache, model_id);

@@ -100,20 +100,35 @@ class RecurrentStates {
     return SlotOf(entry, slot);
   }
 
-  // Returns kOk if every layer holds the state after `num_positions` positions (a rollback's
-  // target), else kRollbackTooFar naming the first layer that does not.
-  Result CheckHeld(uint64_t num_positions) const {
+  // Returns the first layer (of every layer with a state, in order) whose slots do not hold
+  // the state after `num_positions` positions, or kAllHeld.
+  static constexpr size_t kAllHeld = ~size_t{0};
+  size_t FirstNotHolding(uint64_t num_positions) const {
     for (size_t layer = 0; layer < slot_of_layer_.size(); ++layer) {
       if (slot_of_layer_[layer] == kNone) continue;
       const Layer& entry = layers_[slot_of_layer_[layer]];
-      if (entry.stamps[num_positions % copies_] != num_positions) {
-        return Result::Refused(Status::kRollbackTooFar,
-                               "rollback to %llu positions: layers[%llu] holds no state after "
-                               "them (write each position's state with StateAfter)",
-                               num_positions, layer);
-      }
+      if (entry.stamps[num_positions % copies_] != num_positions) return layer;
     }
-    return Status::kOk;
+    return kAllHeld;
+  }
+
+  // Returns the state after `num_positions` positions of `layer`, which holds it
+  // (FirstNotHolding), to read: saving it.
+  StateSlot Held(size_t layer, uint64_t num_positions) const {
+    const Layer& entry = layers_[slot_of_layer_[layer]];
+    KVRING_DASSERT(entry.stamps[num_positions % copies_] == num_positions);
+    return SlotOf(const_cast<Layer&>(entry), num_positions % copies_);
+  }
+
+  // Returns kOk if every layer holds the state after `num_positions` positions (a rollback's
+  // target), else kRollbackTooFar naming the first layer that does not.
+  Result CheckHeld(uint64_t num_positions) const {
+    const size_t layer = FirstNotHolding(num_positions);
+    if (layer == kAllHeld) return Status::kOk;
+    return Result::Refused(Status::kRollbackTooFar,
+                           "rollback to %llu positions: layers[%llu] holds no state after them "
+                           "(write each position's state with StateAfter)",
+                           num_positions, uint64_t{layer});
   }
 
   // Forgets every state: the slots are zeroed and only the state after 0 positions is held.
