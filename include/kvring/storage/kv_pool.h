@@ -4,7 +4,8 @@
 // from one block store per layer as appends reach them, with one block table per sequence
 // that every global owner shares. Forks share blocks by reference count and copy a shared
 // block on the first write into it. Engines write each layer separately and attend through
-// KVView (paged views for global layers). Does no attention.
+// KVView (paged views for global layers); the read calls are storage/pool_reads.h's. Does no
+// attention.
 #ifndef KVRING_STORAGE_KV_POOL_H_
 #define KVRING_STORAGE_KV_POOL_H_
 
@@ -28,6 +29,7 @@
 #include "kvring/storage/layer_storage.h"
 #include "kvring/storage/layer_table.h"
 #include "kvring/storage/pool_budget.h"
+#include "kvring/storage/pool_reads.h"
 #include "kvring/storage/pool_sequence.h"
 #include "kvring/storage/pool_spec.h"
 #include "kvring/storage/ring_set.h"
@@ -39,10 +41,12 @@
 namespace kvring {
 
 template <typename Layout>
-class KVPool {
+class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   static_assert(IsLayout<Layout>::value, "KVPool needs a kvring layout");
 
  public:
+  using detail::PoolReads<Layout, KVPool>::EndPos;  // of a layer (storage/pool_reads.h)
+
   KVPool() = default;
   KVPool(KVPool&&) noexcept = default;
   KVPool& operator=(KVPool&&) noexcept = default;
@@ -350,95 +354,17 @@ class KVPool {
     if (!known.ok()) return known;
     return sequences_.Get(id).EndPos(table_);
   }
-  // Live range of `layer` (its owner's) in `id`: [FirstPos, EndPos). kUnknownSequence for an
-  // id not live, kBadArgument for a layer past the model. O(1).
-  ValueResult<uint64_t> FirstPos(SequenceId id, size_t layer) const {
-    const Result known = CheckQuery(id, layer);
-    if (!known.ok()) return known;
-    if (IsPaged(layer)) return uint64_t{0};
-    return sequences_.Get(id).rings[table_.OwnerEntry(layer).storage].Index().FirstPos();
-  }
-  ValueResult<uint64_t> EndPos(SequenceId id, size_t layer) const {
-    const Result known = CheckQuery(id, layer);
-    if (!known.ok()) return known;
-    return sequences_.Get(id).OwnerEnd(table_.OwnerEntry(layer));
-  }
-  Format GetFormat(size_t layer) const {
-    const detail::LayerEntry& entry = table_.OwnerEntry(layer);
-    return IsPaged(layer) ? paged_.Spec(entry.storage).format : rings_.Spec(entry.storage).format;
-  }
-
-  // Copies the stored BF16 row of `pos` of `layer` (its owner's) in `id`, as
-  // KVCache::ReadRow does; kUnknownSequence for an id not live. Cost: one row.
-  Result ReadRow(SequenceId id, size_t layer, uint64_t pos, BF16* k_out, BF16* v_out) const {
-    return Read(id, layer, pos, detail::RowRead::BF16s(k_out, v_out));
-  }
-  // As KVCache::ReadRowInt8.
-  Result ReadRowInt8(SequenceId id, size_t layer, uint64_t pos, int8_t* k_out, float* k_scales_out,
-                     int8_t* v_out, float* v_scales_out) const {
-    return Read(id, layer, pos, detail::RowRead::Int8s(k_out, k_scales_out, v_out, v_scales_out));
-  }
-  // As KVCache::ReadRowF32.
-  Result ReadRowF32(SequenceId id, size_t layer, uint64_t pos, float* k_out, float* v_out) const {
-    return Read(id, layer, pos, detail::RowRead::F32s(k_out, v_out));
-  }
-
-  // Returns the view `layer` of `id` attends over: a ring's, or a paged layer's blocks
-  // (KVView::blocks), under the layer's own visibility; kUnknownSequence for an id not live,
-  // kBadArgument for a layer past the model. The view ends at the next call that writes `id`
-  // (an append to any of its layers, Rollback, Clear, Resize, a Reserve that grows its rings
-  // or takes blocks, Free) or at the pool's destruction; attention refuses an ended view
-  // (kStaleView, naming the call) in O(1). Writes to other sequences, forks included, never
-  // end it. O(1); does not allocate.
-  ValueResult<KVView<Layout>> View(SequenceId id, size_t layer) const {
-    const Result known = CheckQuery(id, layer);
-    if (!known.ok()) return known;
-    KVView<Layout> view =
-        sequences_.Get(id).View(table_.OwnerEntry(layer), table_.Entry(layer).visibility, paged_);
-    view.stamp = ViewStamp::Of(sequences_.Epoch(id), layer, id.index, id.generation);
-    return view;
-  }
-
   // Returns the accounting now. O(1).
   PoolUsage Usage() const { return budget_.Usage(paged_, sequences_.NumLive()); }
-  // Returns the blocks `id`'s table holds (shared ones included); kUnknownSequence for an id
-  // not live.
-  ValueResult<uint64_t> BlocksOf(SequenceId id) const {
-    const Result known = sequences_.Check(id);
-    if (!known.ok()) return known;
-    return uint64_t{sequences_.Get(id).blocks.Size()};
-  }
-  // Returns the bytes `id`'s rings take now; kUnknownSequence for an id not live.
-  ValueResult<uint64_t> RingBytesOf(SequenceId id) const {
-    const Result known = sequences_.Check(id);
-    if (!known.ok()) return known;
-    return sequences_.Get(id).ring_bytes;
-  }
-  // Returns the reference count of block `block` (0: free), for tests and diagnostics.
-  uint32_t BlockRefCount(uint32_t block) const { return paged_.Ids().RefCount(block); }
   // Returns the bytes the pool has allocated: every block store (reserved at creation) and
   // every live sequence's rings.
   uint64_t AllocatedBytes() const { return budget_.RingBytes() + paged_.AllocatedBytes(); }
 
  private:
-  friend struct detail::StateAccess;   // io/state_access.h: saves and loads it
-  friend struct detail::PrefixAccess;  // sharing/prefix_cache.h: a checkpoint's blocks
+  friend class detail::PoolReads<Layout, KVPool>;  // storage/pool_reads.h: the read side
+  friend struct detail::StateAccess;               // io/state_access.h: saves and loads it
+  friend struct detail::PrefixAccess;              // sharing/prefix_cache.h: a checkpoint's blocks
   using Sequence = detail::PoolSequence<Layout>;
-
-  // The refusals of a per-layer query: kUnknownSequence, then kBadArgument for the layer.
-  Result CheckQuery(SequenceId id, size_t layer) const {
-    const Result known = sequences_.Check(id);
-    if (!known.ok()) return known;
-    return table_.CheckLayer(layer);
-  }
-
-  // The one read behind ReadRow, ReadRowInt8 and ReadRowF32: of `pos` of `layer` (its
-  // owner's) in `id`.
-  Result Read(SequenceId id, size_t layer, uint64_t pos, const detail::RowRead& read) const {
-    const Result known = CheckQuery(id, layer);
-    if (!known.ok()) return known;
-    return sequences_.Get(id).Read(table_.OwnerEntry(layer), layer, pos, read, paged_);
-  }
 
   template <typename T>
   Result Append(SequenceId id, size_t layer, uint64_t pos, const T* k, const T* v,
