@@ -134,6 +134,23 @@ TEST(RecurrentState, RollbackMakesAnEarlierStateCurrentWithTheKV) {
   EXPECT_TRUE(cache.Rollback(0).ok());
 }
 
+TEST(RecurrentState, ARolledBackDraftsStatesAreNeverHeldAgain) {
+  Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(HybridPlan());
+  ASSERT_TRUE(created.ok());
+  KVCache<FlashLayout> cache = std::move(created).value();
+  Step(&cache, 0, 4);
+  Step(&cache, 4, 3);  // drafts: the states after 5, 6 and 7
+  ASSERT_TRUE(cache.Rollback(2).ok());
+  // A pass that writes only its last state: the states after 6 and 7 of the rejected drafts
+  // would sit in the slots a rollback of 1 or 2 reads; they went with the rollback.
+  Step(&cache, 5, 3, /*every=*/false);
+  const RollbackResult refused = cache.Rollback(1);
+  EXPECT_EQ(refused, Status::kRollbackTooFar);
+  EXPECT_NE(refused.Message().find("layers[0] holds no state after them"), std::string::npos)
+      << refused.Message();
+  EXPECT_EQ(cache.EndPos(), 8u);
+}
+
 TEST(RecurrentState, CopyIsIndependentAndClearStartsOver) {
   Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(HybridPlan());
   ASSERT_TRUE(created.ok());
@@ -252,21 +269,21 @@ TEST(RecurrentState, HybridLayersKeepTheirKVAndAStateThatRollBackTogether) {
   EXPECT_TRUE(HoldsState(*cache.State(1), 1, 11));
 }
 
-TEST(RecurrentState, PoolsRefuseRecurrentStatesForNow) {
-  // (State files hold them: state_io_recurrent_test.cc.)
-  const LayerPlan plan = HybridPlan();
-  PoolSpec spec;
-  spec.budget_bytes = 64 << 20;
-  spec.max_sequences = 4;
-  const Expected<KVPool<FlashLayout>> pool = KVPool<FlashLayout>::Create(plan, spec);
-  ASSERT_FALSE(pool.ok());
-  EXPECT_EQ(pool.error().field, "layers[0].state");
+TEST(RecurrentState, APlanOfRecurrentLayersOnlyIsRefused) {
+  // (Pools and state files hold recurrent states: pool_states_test.cc,
+  // state_io_recurrent_test.cc.)
   // A plan of recurrent layers only has no position to count.
   LayerPlan::Builder only;
   only.AddLayer(LayerSpec::Recurrent(SmallState()));
   const Expected<LayerPlan> recurrent = only.SetContext(64).SetBatch(4).Build();
   ASSERT_TRUE(recurrent.ok());
   EXPECT_FALSE(KVCache<FlashLayout>::Create(*recurrent).ok());
+  PoolSpec spec;
+  spec.budget_bytes = 64 << 20;
+  spec.max_sequences = 4;
+  const Expected<KVPool<FlashLayout>> pool = KVPool<FlashLayout>::Create(*recurrent, spec);
+  ASSERT_FALSE(pool.ok());
+  EXPECT_EQ(pool.error().field, "layers");
 }
 
 }  // namespace

@@ -69,26 +69,13 @@ struct StateAccess {
                                "every owning layer to the same position before saving");
     }
     const uint64_t end = cache.step_.HighEnd();
-    const Result states = CheckStatesHeld(cache, end);
+    const Result states = CheckStatesHeld(cache.states_, end);
     if (!states.ok()) return states;
     const Result written = WriteStateOn<Layout>(runner, cache.Plan(), model_id, end, HeldBy(cache),
                                                 LocatorsOf(cache), sink);
     if (!written.ok() || cache.states_.Empty()) return written;
     return WriteRecurrentSections(
         cache.Plan(), end, [&](size_t layer) { return cache.states_.Held(layer, end); }, sink);
-  }
-
-  // Returns kOk if every layer of `cache` with a recurrent state holds the state after `end`
-  // positions (what a save writes), else kWrongPosition naming the first that does not.
-  template <typename Layout>
-  static Result CheckStatesHeld(const KVCache<Layout>& cache, uint64_t end) {
-    const size_t layer = cache.states_.FirstNotHolding(end);
-    if (layer == RecurrentStates::kAllHeld) return Status::kOk;
-    return Result::Refused(Status::kWrongPosition,
-                           "state: layers[%llu] holds no recurrent state after %llu positions, "
-                           "the end of its K/V (write it with StateAfter before the append that "
-                           "completes the step)",
-                           uint64_t{layer}, end);
   }
 
   template <typename Layout>
@@ -113,14 +100,7 @@ struct StateAccess {
       result = ReadStateRowsOn<Layout>(&reader, cache->Plan(), target_of, HeldBy(*cache),
                                        LocatorsOf(*cache));
     }
-    if (result.ok() && !cache->states_.Empty()) {
-      // The state after `end` only: a rollback past the load point is refused (its states
-      // were not saved).
-      cache->states_.Clear();
-      result = ReadRecurrentSections(
-          &reader, reader.Size() - RecurrentSectionsBytes(cache->Plan()), cache->Plan(),
-          [&](size_t layer) { return cache->states_.Write(layer, end); });
-    }
+    if (result.ok()) result = ReadRecurrentStates(&reader, cache->Plan(), end, &cache->states_);
     // The state was read whole and checked: only a source failing now stops the copy, and the
     // cache is then cleared rather than left half loaded.
     if (!result.ok()) {
@@ -135,7 +115,7 @@ struct StateAccess {
   template <typename Layout>
   static uint64_t Bytes(const KVCache<Layout>& cache, const std::string& model_id) {
     uint64_t bytes = 0;
-    if (cache.step_.InStep() || !CheckStatesHeld(cache, cache.step_.HighEnd()).ok() ||
+    if (cache.step_.InStep() || !CheckStatesHeld(cache.states_, cache.step_.HighEnd()).ok() ||
         !StateBytesOf(cache.Plan(), model_id.size(), HeldBy(cache), &bytes)) {
       return 0;
     }
@@ -194,15 +174,15 @@ struct StateAccess {
     return ViewStamp::Of(pool.sequences_.Epoch(id), 0, id.index, id.generation);
   }
 
-  // Returns kOk if sequence `id` of `pool` may be saved now: live (kUnknownSequence) and
-  // between steps (kWrongPosition).
+  // Returns kOk if sequence `id` of `pool` may be saved now: live (kUnknownSequence), between
+  // steps and holding its recurrent states after the end (kWrongPosition).
   template <typename Layout>
   static Result CheckSavable(const KVPool<Layout>& pool, SequenceId id) {
     const Result known = pool.sequences_.Check(id);
     if (!known.ok()) return known;
     const auto& sequence = pool.sequences_.Get(id);
     if (sequence.step.InStep()) return sequence.MidStep(pool.table_);
-    return Status::kOk;
+    return CheckStatesHeld(sequence.states, sequence.step.HighEnd());
   }
   // CheckSavable, and CheckStateWrite's rules for `model_id` and `sink`.
   template <typename Layout>
@@ -227,14 +207,29 @@ struct StateAccess {
                                   cursor, out);
   }
 
+  // Writes the state sections of sequence `id` (CheckSave allowed it) to `out`: after its
+  // rows, before the writer finishes.
+  template <typename Layout>
+  static void SaveStates(const KVPool<Layout>& pool, SequenceId id, StateWriter* out) {
+    const auto& sequence = pool.sequences_.Get(id);
+    const uint64_t end = sequence.step.HighEnd();
+    PutRecurrentSections(
+        pool.Plan(), end, [&](size_t layer) { return sequence.states.Held(layer, end); }, out);
+  }
+
   template <typename Layout>
   static Result Save(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
                      ByteSink* sink, const TaskRunner& runner) {
     const Result savable = CheckSavable(pool, id);
     if (!savable.ok()) return savable;
     const auto& sequence = pool.sequences_.Get(id);
-    return WriteStateOn<Layout>(runner, pool.Plan(), model_id, sequence.step.HighEnd(),
-                                HeldBy(pool, sequence), LocatorsOf(pool, sequence), sink);
+    const uint64_t end = sequence.step.HighEnd();
+    const Result written =
+        WriteStateOn<Layout>(runner, pool.Plan(), model_id, end, HeldBy(pool, sequence),
+                             LocatorsOf(pool, sequence), sink);
+    if (!written.ok() || sequence.states.Empty()) return written;
+    return WriteRecurrentSections(
+        pool.Plan(), end, [&](size_t layer) { return sequence.states.Held(layer, end); }, sink);
   }
 
   // Checks the state `reader` reads against sequence `id` of `pool` (every refusal changes
@@ -278,11 +273,19 @@ struct StateAccess {
     if (!read.ok()) LoadFailed(pool, id);
     return read;
   }
-  // Ends a load whose rows are all read: the sequence is at `end`; its views end again.
+  // Ends a load whose rows are all read: reads the recurrent states after `end`, and the
+  // sequence is at `end`; its views end again. A failing source leaves the sequence cleared.
   template <typename Layout>
-  static void LoadDone(KVPool<Layout>* pool, SequenceId id, uint64_t end) {
-    pool->sequences_.Get(id).step.Reset(end);
+  static Result LoadDone(StateReader* reader, KVPool<Layout>* pool, SequenceId id, uint64_t end) {
+    auto& sequence = pool->sequences_.Get(id);
+    const Result states = ReadRecurrentStates(reader, pool->Plan(), end, &sequence.states);
+    if (!states.ok()) {
+      LoadFailed(pool, id);
+      return states;
+    }
+    sequence.step.Reset(end);
     pool->sequences_.EndViews(id, ViewEnd::kLoad);
+    return Status::kOk;
   }
   // Clears sequence `id` after a load that could not finish (never left half loaded).
   template <typename Layout>
@@ -304,12 +307,11 @@ struct StateAccess {
     const auto& sequence = pool->sequences_.Get(id);
     result = ReadStateRowsOn<Layout>(&reader, pool->Plan(), PoolTargets(*pool, sequence),
                                      HeldBy(*pool, sequence), LocatorsOf(*pool, sequence));
-    if (result.ok()) {
-      LoadDone(pool, id, end);
-    } else {
+    if (!result.ok()) {
       LoadFailed(pool, id);
+      return result;
     }
-    return result;
+    return LoadDone(&reader, pool, id, end);
   }
 
   // Empties `sequence` and gives its paged layers the blocks of [0, end): the blocks it holds
@@ -333,11 +335,10 @@ struct StateAccess {
 
   template <typename Layout>
   static uint64_t Bytes(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id) {
-    if (!pool.sequences_.Check(id).ok()) return 0;
+    if (!CheckSavable(pool, id).ok()) return 0;
     const auto& sequence = pool.sequences_.Get(id);
     uint64_t bytes = 0;
-    if (sequence.step.InStep() ||
-        !StateBytesOf(pool.Plan(), model_id.size(), HeldBy(pool, sequence), &bytes)) {
+    if (!StateBytesOf(pool.Plan(), model_id.size(), HeldBy(pool, sequence), &bytes)) {
       return 0;
     }
     return bytes;

@@ -19,29 +19,47 @@
 namespace kvring {
 namespace detail {
 
-// Writes the state section of every layer of `plan` with a recurrent state to `sink`: the
-// state after `end` positions, slot_of(layer) (a StateSlot to read). Returns the sink's
-// failure, if any.
+// Puts the state section of every layer of `plan` with a recurrent state into `out`: the
+// state after `end` positions, slot_of(layer) (a StateSlot to read).
+template <typename SlotOf>
+void PutRecurrentSections(const LayerPlan& plan, uint64_t end, const SlotOf& slot_of,
+                          StateWriter* out) {
+  for (const LayerInfo& info : plan.Layers()) {
+    if (!info.HasState()) continue;
+    const StateSlot slot = slot_of(info.index);
+    out->BeginSection(kRecurrentTag, kRecurrentFixedBytes + slot.conv_bytes + slot.recurrent_bytes);
+    out->PutU32(static_cast<uint32_t>(info.index));
+    out->PutU32(static_cast<uint32_t>(slot.conv_format));
+    out->PutU32(static_cast<uint32_t>(slot.recurrent_format));
+    out->PutU32(0);
+    out->PutU64(end);
+    out->PutU64(slot.conv_bytes);
+    out->PutU64(slot.recurrent_bytes);
+    if (slot.conv_bytes != 0) out->Put(slot.conv, slot.conv_bytes);
+    if (slot.recurrent_bytes != 0) out->Put(slot.recurrent, slot.recurrent_bytes);
+    out->EndSection();
+  }
+}
+
+// As PutRecurrentSections, to `sink`; returns the sink's failure, if any.
 template <typename SlotOf>
 Result WriteRecurrentSections(const LayerPlan& plan, uint64_t end, const SlotOf& slot_of,
                               ByteSink* sink) {
   StateWriter out(sink);
-  for (const LayerInfo& info : plan.Layers()) {
-    if (!info.HasState()) continue;
-    const StateSlot slot = slot_of(info.index);
-    out.BeginSection(kRecurrentTag, kRecurrentFixedBytes + slot.conv_bytes + slot.recurrent_bytes);
-    out.PutU32(static_cast<uint32_t>(info.index));
-    out.PutU32(static_cast<uint32_t>(slot.conv_format));
-    out.PutU32(static_cast<uint32_t>(slot.recurrent_format));
-    out.PutU32(0);
-    out.PutU64(end);
-    out.PutU64(slot.conv_bytes);
-    out.PutU64(slot.recurrent_bytes);
-    if (slot.conv_bytes != 0) out.Put(slot.conv, slot.conv_bytes);
-    if (slot.recurrent_bytes != 0) out.Put(slot.recurrent, slot.recurrent_bytes);
-    out.EndSection();
-  }
+  PutRecurrentSections(plan, end, slot_of, &out);
   return out.Finish();
+}
+
+// Returns kOk if every layer of `states` holds the state after `end` positions (what a save
+// writes), else kWrongPosition naming the first that does not.
+inline Result CheckStatesHeld(const RecurrentStates& states, uint64_t end) {
+  const size_t layer = states.FirstNotHolding(end);
+  if (layer == RecurrentStates::kAllHeld) return Status::kOk;
+  return Result::Refused(Status::kWrongPosition,
+                         "state: layers[%llu] holds no recurrent state after %llu positions, the "
+                         "end of its K/V (write it with StateAfter before the append that "
+                         "completes the step)",
+                         uint64_t{layer}, end);
 }
 
 // Checks the state section payload of layer `info` (`bytes` at `at`, its CRC32C checked) of a
@@ -121,6 +139,17 @@ Result ReadRecurrentSections(StateReader* reader, uint64_t offset, const LayerPl
     offset = at + slot.conv_bytes + slot.recurrent_bytes + kSectionCrcBytes;
   }
   return Status::kOk;
+}
+
+// Reads the state sections of a state CheckState accepted (the last RecurrentSectionsBytes of
+// the source) into the states after `end` of `states` (cleared first: the only ones held).
+// kIOError if the source fails to read.
+inline Result ReadRecurrentStates(StateReader* reader, const LayerPlan& plan, uint64_t end,
+                                  RecurrentStates* states) {
+  if (states->Empty()) return Status::kOk;
+  states->Clear();
+  return ReadRecurrentSections(reader, reader->Size() - RecurrentSectionsBytes(plan), plan,
+                               [&](size_t layer) { return states->Write(layer, end); });
 }
 
 }  // namespace detail

@@ -62,8 +62,11 @@ class SequenceExport {
     const Result current = stamp_.Check();
     if (!current.ok()) return Stop(current);
     detail::StateAccess::SaveStep(*pool_, id_, &cursor_, writer_.get());
-    if (writer_->Failed() || !detail::NextOwner(pool_->Plan(), &cursor_)) {
-      return Stop(writer_->Finish());  // the last step hands over the last bytes
+    if (writer_->Failed()) return Stop(writer_->Finish());
+    if (!detail::NextOwner(pool_->Plan(), &cursor_)) {
+      // The last step adds the recurrent states and hands over the last bytes.
+      detail::StateAccess::SaveStates(*pool_, id_, writer_.get());
+      return Stop(writer_->Finish());
     }
     return Status::kOk;
   }
@@ -133,8 +136,8 @@ class SequenceImport {
     result = detail::StateAccess::LoadStep(&reader_, pool_, id_, &cursor_, &more);
     if (!result.ok()) return Stop(result);
     if (!detail::NextOwner(pool_->Plan(), &cursor_)) {
-      detail::StateAccess::LoadDone(pool_, id_, end_);  // the last step ends the load
-      return Stop(Status::kOk);
+      // The last step reads the recurrent states and ends the load.
+      return Stop(detail::StateAccess::LoadDone(&reader_, pool_, id_, end_));
     }
     return Status::kOk;
   }

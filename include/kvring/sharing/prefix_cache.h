@@ -35,12 +35,14 @@ struct PrefixMatch {
 struct PrefixCacheStats {
   uint64_t checkpoints = 0;       // held now
   uint64_t ring_bytes = 0;        // their rings
+  uint64_t state_bytes = 0;       // their recurrent states (a hybrid model's)
   uint64_t blocks = 0;            // distinct global blocks they hold
   uint64_t exclusive_blocks = 0;  // of those, held by no other sequence
-  uint64_t bytes = 0;             // ring_bytes + exclusive_blocks' bytes: what evicting all frees
-  uint64_t inserts = 0;         // checkpoints taken (an Insert of a prefix already held takes none)
-  uint64_t hits = 0;            // Match calls that found a point
-  uint64_t misses = 0;          // Match calls that found none
+  uint64_t bytes = 0;    // ring_bytes + state_bytes + exclusive_blocks' bytes: what evicting all
+                         // frees
+  uint64_t inserts = 0;  // checkpoints taken (an Insert of a prefix already held takes none)
+  uint64_t hits = 0;     // Match calls that found a point
+  uint64_t misses = 0;   // Match calls that found none
   uint64_t matched_tokens = 0;  // positions the hits resume (not prefilled again)
   uint64_t evictions = 0;
 };
@@ -106,7 +108,9 @@ class PrefixCache {
   // held under the salt takes nothing (its priority becomes the larger, its use now).
   // Refusals change nothing: kUnknownSequence, kBadArgument (null tokens, a count that is not
   // the sequence's end), kWrongPosition (inside a step), kPoolExhausted (no sequence slot, or
-  // no room for a copy of the sequence's rings: MakeRoom first). Costs a fork: the rings.
+  // no room for a copy of the sequence's rings: MakeRoom first). Costs a fork: the rings (and
+  // a hybrid model's recurrent states, whose rollback slots let a match end before the
+  // checkpoint as far as the engine wrote every position's state).
   Result Insert(SequenceId sequence, const TokenId* tokens, uint64_t count, uint64_t salt = 0,
                 uint32_t priority = 0) {
     if (pool_ == nullptr) return MovedFrom();
@@ -158,12 +162,12 @@ class PrefixCache {
     return match;
   }
 
-  // Returns the bytes Attach(match) takes from the pool's budget (the checkpoint's rings), or
-  // kStaleView for a match whose checkpoint is gone.
+  // Returns the bytes Attach(match) takes from the pool's budget (the checkpoint's rings and
+  // recurrent states), or kStaleView for a match whose checkpoint is gone.
   ValueResult<uint64_t> AttachBytes(const PrefixMatch& match) const {
     const Result live = CheckMatch(match);
     if (!live.ok()) return live;
-    return pool_->RingBytesOf(entries_[match.checkpoint].sequence);
+    return *pool_->RingBytesOf(entries_[match.checkpoint].sequence) + pool_->Plan().StateBytes();
   }
 
   // Adds a sequence holding the first match.length positions of the match's checkpoint and
@@ -250,6 +254,7 @@ class PrefixCache {
       if (!index_.IsLive(id)) continue;
       ++stats.checkpoints;
       stats.ring_bytes += *pool_->RingBytesOf(entries_[id].sequence);
+      stats.state_bytes += pool_->Plan().StateBytes();
       const BlockTable& table = detail::PrefixAccess::BlocksOf(*pool_, entries_[id].sequence);
       blocks.insert(blocks.end(), table.Data(), table.Data() + table.Size());
     }
@@ -261,7 +266,8 @@ class PrefixCache {
       if (pool_->BlockRefCount(blocks[i]) == j - i) ++stats.exclusive_blocks;
       i = j;
     }
-    stats.bytes = stats.ring_bytes + stats.exclusive_blocks * pool_->Usage().block_bytes;
+    stats.bytes =
+        stats.ring_bytes + stats.state_bytes + stats.exclusive_blocks * pool_->Usage().block_bytes;
     return stats;
   }
 

@@ -212,6 +212,7 @@ class KVCache {
       KVRING_DASSERT(result.ok());
       (void)result;
     }
+    states_.ForgetAfter(end - num_tokens);
     step_.Reset(end - num_tokens);
     if (num_tokens != 0) EndViews(ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end - num_tokens);
@@ -228,6 +229,7 @@ class KVCache {
       detail::LayerStorage<Layout>& storage = StorageOf(layer);
       if (storage.Index().EndPos() > end) storage.DiscardTo(end);
     }
+    states_.ForgetAfter(end);
     step_.Reset(end);
     EndViews(ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end);
@@ -306,11 +308,7 @@ class KVCache {
   // before writing the states of the positions it appends. An Error (naming the layer) for a
   // layer without a state, or when that state was not written (StateAfter) or was overwritten
   // since: never a stale state.
-  Expected<StateSlot> State(size_t layer) {
-    const Error bad = CheckStateLayer(layer);
-    if (!bad.field.empty()) return bad;
-    return states_.Read(layer, EndPos());
-  }
+  Expected<StateSlot> State(size_t layer) { return states_.Current(layer, EndPos()); }
 
   // Returns the slot where the engine writes `layer`'s state after `num_positions` positions,
   // in the forward pass that appends them, before the append that completes that step (a
@@ -321,20 +319,7 @@ class KVCache {
   // position's state (the plan keeps rollback + 1 slots; a slot is reused num_positions apart by
   // rollback + 1). An Error outside that range or for a layer without a state.
   Expected<StateSlot> StateAfter(size_t layer, uint64_t num_positions) {
-    const Error bad = CheckStateLayer(layer);
-    if (!bad.field.empty()) return bad;
-    const uint64_t end = EndPos();
-    const uint64_t context = plan_.Runtime().context;
-    if (num_positions <= end || num_positions > context) {
-      return Error{"num_positions",
-                   "num_positions: " + std::to_string(num_positions) + " is not in (" +
-                       std::to_string(end) + ", " + std::to_string(context) +
-                       "]: past the current end, within the context" +
-                       (num_positions <= end ? std::string(" (a step's states are written before "
-                                                           "the append that completes it)")
-                                             : std::string())};
-    }
-    return states_.Write(layer, num_positions);
+    return states_.After(layer, num_positions, EndPos(), plan_.Runtime().context);
   }
 
   // Returns the bytes of every K and V buffer and int8 scale (for each owning layer num_slots x
@@ -350,15 +335,6 @@ class KVCache {
  private:
   friend struct detail::StateAccess;  // io/state_access.h: saves and loads it
 
-  Error CheckStateLayer(size_t layer) const {
-    if (layer >= plan_.NumLayers() || !states_.HasState(layer)) {
-      return Error{"layer", "layer: " + std::to_string(layer) +
-                                " is not a layer with a recurrent "
-                                "state (of " +
-                                std::to_string(plan_.NumLayers()) + " layers)"};
-    }
-    return Error{};
-  }
   // Creates the storage of owning layer `layer` at the end of `storages` (its index in the
   // table: owners of one residence are numbered in layer order).
   template <typename Storage>

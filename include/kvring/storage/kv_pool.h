@@ -32,6 +32,7 @@
 #include "kvring/storage/pool_reads.h"
 #include "kvring/storage/pool_sequence.h"
 #include "kvring/storage/pool_spec.h"
+#include "kvring/storage/recurrent_states.h"
 #include "kvring/storage/ring_set.h"
 #include "kvring/storage/sequence_table.h"
 #include "kvring/storage/step_rule.h"
@@ -57,7 +58,7 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   // for the blocks the budget could hold (zeroed with calloc: pages are committed as blocks
   // are first written); rings are allocated as sequences are added.
   static Expected<KVPool> Create(const LayerPlan& plan, const PoolSpec& spec) {
-    const Error unfit = detail::ValidatePlanFor<Layout>(plan, "pool");
+    const Error unfit = detail::ValidatePlanFor<Layout>(plan, "pool", /*holds_states=*/true);
     if (!unfit.field.empty()) return unfit;
     uint64_t block_slots = 0;
     const Error bad_block = detail::ChooseBlockSlots<Layout>(plan.Runtime(), spec, &block_slots);
@@ -122,9 +123,10 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   }
 
   // Adds an empty sequence whose rings hold batches of `batch` tokens (0: the plan's batch),
-  // and sets *id. Refusals change nothing: kBadArgument (a null id, a batch past the context),
-  // kPoolExhausted (max_sequences live, or the budget cannot hold the rings: the message says
-  // the bytes). Allocates the rings.
+  // with zeroed recurrent states (a hybrid model's: Plan().StateBytes()), and sets *id.
+  // Refusals change nothing: kBadArgument (a null id, a batch past the context),
+  // kPoolExhausted (max_sequences live, or the budget cannot hold the rings and states: the
+  // message says the bytes), kOutOfMemory. Allocates the rings and states.
   Result AddSequence(SequenceId* id, uint64_t batch = 0) {
     if (id == nullptr) return Result::Refused(Status::kBadArgument, "AddSequence: id is null");
     if (batch == 0) batch = plan_.Runtime().batch;
@@ -140,32 +142,43 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
     }
     Sequence sequence;
     sequence.ring_bytes = RingBytesFor(batch);
-    const Result room = budget_.CheckRoom(sequence.ring_bytes, 0, paged_);
+    const Result room = budget_.CheckRoom(
+        detail::SaturatingAdd(sequence.ring_bytes, plan_.StateBytes()), 0, paged_);
     if (!room.ok()) return room;
     const Result made = rings_.Make(batch, &sequence.rings);
     if (!made.ok()) return made;
+    Expected<detail::RecurrentStates> states = detail::RecurrentStates::Create(plan_);
+    if (!states.ok()) {
+      return Result::Refused(Status::kOutOfMemory,
+                             "AddSequence: the recurrent states (%llu bytes) could not allocate",
+                             plan_.StateBytes());
+    }
+    sequence.states = std::move(states).value();
     sequence.batch = batch;
     sequence.paged_end.assign(paged_.NumLayers(), 0);
     sequence.blocks = BlockTable(spec_.block_slots);
     sequence.step = detail::StepRule(table_.Owners().size(), 0);
     budget_.ChargeRings(0, sequence.ring_bytes);
+    budget_.ChargeStates(0, plan_.StateBytes());
     *id = sequences_.Add(std::move(sequence));
     return Status::kOk;
   }
 
-  // Frees `id`: its rings and its hold on every block (blocks no other sequence holds become
-  // free). The id is refused afterwards. kUnknownSequence for an id not live.
+  // Frees `id`: its rings, its states and its hold on every block (blocks no other sequence holds
+  // become free). The id is refused afterwards. kUnknownSequence for an id not live.
   Result Free(SequenceId id) {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
     Sequence& sequence = sequences_.Get(id);
     paged_.ReleaseFrom(&sequence.blocks, 0);
     budget_.ChargeRings(sequence.ring_bytes, 0);
+    budget_.ChargeStates(plan_.StateBytes(), 0);
     sequences_.Free(id);  // ends its views (ViewEnd::kFree)
     return Status::kOk;
   }
 
-  // Forgets every position of `id` (property 4), keeping its rings; its blocks are released.
+  // Forgets every position of `id` (property 4), keeping its rings; its blocks are released,
+  // its recurrent states zeroed.
   Result Clear(SequenceId id) {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
@@ -175,10 +188,10 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   }
 
   // Adds a sequence that holds what `id` holds and sets *fork: it shares every block of
-  // `id` (reference counts) and copies its rings, so it costs the rings, plus later at most
-  // one block (the first write into a shared, partly filled block copies it first). Writing
-  // either never changes what the other reads (property 3). Refused while `id` is inside a
-  // step (kWrongPosition), and as AddSequence.
+  // `id` (reference counts) and copies its rings and recurrent states, so it costs those,
+  // plus later at most one block (the first write into a shared, partly filled block copies it
+  // first). Writing either never changes what the other reads (property 3). Refused while `id` is
+  // inside a step (kWrongPosition), and as AddSequence.
   Result Fork(SequenceId id, SequenceId* fork) {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return known;
@@ -190,13 +203,15 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
                              "Fork: all %llu sequences are live; free one first",
                              uint64_t{spec_.max_sequences});
     }
-    const Result room = budget_.CheckRoom(source.ring_bytes, 0, paged_);
+    const Result room =
+        budget_.CheckRoom(detail::SaturatingAdd(source.ring_bytes, plan_.StateBytes()), 0, paged_);
     if (!room.ok()) return room;
     Sequence sequence;
     const Result copied = source.ForkInto(&sequence);
     if (!copied.ok()) return copied;
     paged_.Share(sequence.blocks);
     budget_.ChargeRings(0, sequence.ring_bytes);
+    budget_.ChargeStates(0, plan_.StateBytes());
     *fork = sequences_.Add(std::move(sequence));
     return Status::kOk;
   }
@@ -347,6 +362,25 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
     return RollbackResult(Status::kOk, end);
   }
 
+  // Returns the recurrent state of `layer` in `id` after EndPos(id) positions, as
+  // KVCache::State does; kUnknownSequence for an id not live.
+  Expected<StateSlot> State(SequenceId id, size_t layer) {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return Error{"id", known.Message()};
+    Sequence& sequence = sequences_.Get(id);
+    return sequence.states.Current(layer, sequence.EndPos(table_));
+  }
+  // Returns the slot where the engine writes the state of `layer` in `id` after
+  // `num_positions` positions, as KVCache::StateAfter does (before the append that completes
+  // the step; EndPos(id) < num_positions <= the context); kUnknownSequence for an id not live.
+  Expected<StateSlot> StateAfter(SequenceId id, size_t layer, uint64_t num_positions) {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return Error{"id", known.Message()};
+    Sequence& sequence = sequences_.Get(id);
+    return sequence.states.After(layer, num_positions, sequence.EndPos(table_),
+                                 plan_.Runtime().context);
+  }
+
   // Returns the position `id` has reached in every owning layer; kUnknownSequence for an id
   // not live. O(1) between steps, O(layers) inside one.
   ValueResult<uint64_t> EndPos(SequenceId id) const {
@@ -357,8 +391,10 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   // Returns the accounting now. O(1).
   PoolUsage Usage() const { return budget_.Usage(paged_, sequences_.NumLive()); }
   // Returns the bytes the pool has allocated: every block store (reserved at creation) and
-  // every live sequence's rings.
-  uint64_t AllocatedBytes() const { return budget_.RingBytes() + paged_.AllocatedBytes(); }
+  // every live sequence's rings and recurrent states.
+  uint64_t AllocatedBytes() const {
+    return budget_.RingBytes() + budget_.StateBytes() + paged_.AllocatedBytes();
+  }
 
  private:
   friend class detail::PoolReads<Layout, KVPool>;  // storage/pool_reads.h: the read side

@@ -1,6 +1,6 @@
 // kvring/storage/pool_budget.h: the byte budget of a KVPool: the bytes every live sequence's
-// rings take and the blocks in use, against budget_bytes; whether a call may take more, what
-// a step would cost a sequence, and the accounting a caller reads (PoolUsage).
+// rings and recurrent states take and the blocks in use, against budget_bytes; whether a call may
+// take more, what a step would cost a sequence, and the accounting a caller reads (PoolUsage).
 #ifndef KVRING_STORAGE_POOL_BUDGET_H_
 #define KVRING_STORAGE_POOL_BUDGET_H_
 
@@ -27,12 +27,15 @@ class PoolBudget {
   // bytes (0 when it has none: added or freed).
   uint64_t RingBytes() const { return ring_bytes_; }
   void ChargeRings(uint64_t from, uint64_t to) { ring_bytes_ = ring_bytes_ - from + to; }
+  // The bytes of every live sequence's recurrent states (the plan's StateBytes() each).
+  uint64_t StateBytes() const { return state_bytes_; }
+  void ChargeStates(uint64_t from, uint64_t to) { state_bytes_ = state_bytes_ - from + to; }
 
-  // kPoolExhausted unless the budget holds `ring_bytes` more ring bytes and `blocks` more
-  // blocks of `store` (and the store has them free).
+  // kPoolExhausted unless the budget holds `ring_bytes` more bytes of rings (or states) and
+  // `blocks` more blocks of `store` (and the store has them free).
   Result CheckRoom(uint64_t ring_bytes, uint64_t blocks, const BlockStore<Layout>& store) const {
     const uint64_t block_bytes = store.BlockBytes();
-    const uint64_t in_use = ring_bytes_ + store.Ids().NumInUse() * block_bytes;
+    const uint64_t in_use = ring_bytes_ + state_bytes_ + store.Ids().NumInUse() * block_bytes;
     const uint64_t wanted = SaturatingAdd(ring_bytes, blocks * block_bytes);
     if (blocks > store.Ids().NumFree() || wanted > budget_bytes_ - in_use) {
       return Result::Refused(Status::kPoolExhausted,
@@ -79,12 +82,13 @@ class PoolBudget {
     PoolUsage usage;
     usage.budget_bytes = budget_bytes_;
     usage.ring_bytes = ring_bytes_;
+    usage.state_bytes = state_bytes_;
     usage.block_bytes = store.BlockBytes();
     usage.num_blocks = store.Ids().NumBlocks();
     usage.blocks_in_use = store.Ids().NumInUse();
     usage.free_blocks = store.Ids().NumFree();
     usage.shared_blocks = store.Ids().NumShared();
-    usage.bytes_in_use = ring_bytes_ + usage.blocks_in_use * usage.block_bytes;
+    usage.bytes_in_use = ring_bytes_ + state_bytes_ + usage.blocks_in_use * usage.block_bytes;
     usage.live_sequences = live;
     return usage;
   }
@@ -92,6 +96,7 @@ class PoolBudget {
  private:
   uint64_t budget_bytes_ = 0;
   uint64_t ring_bytes_ = 0;
+  uint64_t state_bytes_ = 0;
 };
 
 }  // namespace detail

@@ -1,7 +1,7 @@
 // kvring/storage/pool_sequence.h: one sequence of a KVPool: its rings, the end of each paged
-// owner, the block table its paged owners share and its step; where an owner's end is, how
-// far it may roll back, and clearing and rolling back all of it at once. The pool decides
-// what is allowed (budget, ids); this is what one sequence holds.
+// owner, the block table its paged owners share, its recurrent states and its step; where an
+// owner's end is, how far it may roll back, and clearing and rolling back all of it at once. The
+// pool decides what is allowed (budget, ids); this is what one sequence holds.
 #ifndef KVRING_STORAGE_POOL_SEQUENCE_H_
 #define KVRING_STORAGE_POOL_SEQUENCE_H_
 
@@ -18,6 +18,7 @@
 #include "kvring/storage/layer_rows.h"
 #include "kvring/storage/layer_storage.h"
 #include "kvring/storage/layer_table.h"
+#include "kvring/storage/recurrent_states.h"
 #include "kvring/storage/ring_set.h"
 #include "kvring/storage/step_rule.h"
 #include "kvring/visibility.h"
@@ -32,6 +33,7 @@ struct PoolSequence {
   std::vector<LayerStorage<Layout>> rings;  // per ring owner (LayerTable::RingOwners() order)
   std::vector<uint64_t> paged_end;          // per paged owner
   BlockTable blocks;                        // shared by every paged owner
+  RecurrentStates states;                   // of the layers with a recurrent state
   StepRule step;
 
   // Returns the end of the owner `entry` describes.
@@ -47,12 +49,17 @@ struct PoolSequence {
   uint64_t EndPos(const LayerTable& table) const {
     return step.InStep() ? Ends(table).low_end : step.HighEnd();
   }
-  // Makes `fork` hold what this holds: a copy of the rings and of the block table (whose
-  // blocks the caller then shares). kOutOfMemory, leaving `fork` as it was, when a ring copy
-  // cannot allocate.
+  // Makes `fork` hold what this holds: a copy of the rings, of the recurrent states and of
+  // the block table (whose blocks the caller then shares). kOutOfMemory when a copy cannot
+  // allocate.
   Result ForkInto(PoolSequence* fork) const {
     const Result copied = RingSet<Layout>::Copied(rings, &fork->rings);
     if (!copied.ok()) return copied;
+    if (!states.CopyTo(&fork->states)) {
+      return Result::Refused(Status::kOutOfMemory,
+                             "Fork: the recurrent states' copy (%llu bytes) could not allocate",
+                             states.PlannedBytes());
+    }
     fork->batch = batch;
     fork->ring_bytes = ring_bytes;
     fork->paged_end = paged_end;
@@ -107,10 +114,15 @@ struct PoolSequence {
   }
 
   // Returns the most newest positions a rollback may discard now, between steps: the
-  // `planned` headroom and what is held (paged owners hold every position), and each ring's
-  // limit; sets *bound to the layer that sets it (the first paged owner, else the first ring,
-  // unless a ring is lower).
+  // `planned` headroom and what is held (paged owners hold every position), each ring's limit
+  // and the recurrent states held; sets *bound to the layer that sets it.
   uint64_t RollbackLimit(uint64_t planned, const LayerTable& table, size_t* bound) const {
+    const uint64_t limit = RingRollbackLimit(planned, table, bound);
+    return states.HeldBack(step.HighEnd(), limit, bound);
+  }
+  // As RollbackLimit, without the states: *bound is the first paged owner, else the first ring,
+  // unless a ring is lower.
+  uint64_t RingRollbackLimit(uint64_t planned, const LayerTable& table, size_t* bound) const {
     uint64_t limit = std::min(step.HighEnd(), planned);
     const std::vector<size_t>& ring_layers = table.RingOwners();
     *bound = table.FullOwners().empty() ? ring_layers.front() : table.FullOwners().front();
@@ -124,12 +136,16 @@ struct PoolSequence {
     return limit;
   }
   // Returns kOk when a rollback of `num_tokens` positions is allowed now; else kWrongPosition
-  // inside a step, or kRollbackTooFar naming the layer that bounds it and the limit.
+  // inside a step, or kRollbackTooFar naming the layer that bounds it and the limit (or a
+  // layer that holds no state after the new end).
   Result CheckRollback(uint64_t num_tokens, uint64_t planned, const LayerTable& table) const {
     if (step.InStep()) return MidStep(table);
     size_t bound = 0;
-    const uint64_t limit = RollbackLimit(planned, table, &bound);
-    if (num_tokens <= limit) return Status::kOk;
+    const uint64_t limit = RingRollbackLimit(planned, table, &bound);
+    if (num_tokens <= limit) {
+      // The recurrent states after the new end must be held too.
+      return num_tokens == 0 ? Result(Status::kOk) : states.CheckHeld(step.HighEnd() - num_tokens);
+    }
     return Result::Refused(Status::kRollbackTooFar,
                            "layers[%llu]: rollback of %llu positions, but at most %llu are "
                            "allowed now (planned headroom %llu; the next query's window stays "
@@ -147,6 +163,7 @@ struct PoolSequence {
     }
     for (uint64_t& paged : paged_end) paged -= num_tokens;
     store->ReleaseFrom(&blocks, blocks.EntriesFor(end));
+    states.ForgetAfter(end);
     step.Reset(end);
   }
   // Moves every owner ahead of the lowest end back to it, abandoning an unfinished step, and
@@ -158,12 +175,14 @@ struct PoolSequence {
     }
     for (uint64_t& paged : paged_end) paged = std::min(paged, end);
     store->ReleaseFrom(&blocks, blocks.EntriesFor(end));
+    states.ForgetAfter(end);
     step.Reset(end);
     return end;
   }
-  // Forgets every position, keeping the rings and releasing every block.
+  // Forgets every position and state, keeping the rings and releasing every block.
   void Clear(BlockStore<Layout>* store) {
     for (LayerStorage<Layout>& ring : rings) ring.Clear();
+    states.Clear();
     std::fill(paged_end.begin(), paged_end.end(), 0);
     store->ReleaseFrom(&blocks, 0);
     step.Reset(0);

@@ -83,6 +83,7 @@ struct PoolUsage {
   uint64_t budget_bytes = 0;
   uint64_t bytes_in_use = 0;
   uint64_t ring_bytes = 0;   // every live sequence's rings
+  uint64_t state_bytes = 0;  // every live sequence's recurrent states (hybrid models)
   uint64_t block_bytes = 0;  // one block of every global owner
   uint64_t num_blocks = 0;   // blocks the budget holds with no rings at all
   uint64_t blocks_in_use = 0;

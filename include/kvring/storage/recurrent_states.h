@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kvring/base.h"
@@ -77,6 +78,30 @@ class RecurrentStates {
   }
   bool Empty() const { return layers_.empty(); }
 
+  // The calls of a cache or a pool sequence at `end` positions (EndPos), for `layer`:
+  // Current returns its state after `end` (KVCache::State), After the slot of its state after
+  // `num_positions` for the engine to write (KVCache::StateAfter: end < num_positions <=
+  // context). Errors name the layer or the range.
+  Expected<StateSlot> Current(size_t layer, uint64_t end) {
+    const Error bad = CheckLayer(layer);
+    if (!bad.field.empty()) return bad;
+    return Read(layer, end);
+  }
+  Expected<StateSlot> After(size_t layer, uint64_t num_positions, uint64_t end, uint64_t context) {
+    const Error bad = CheckLayer(layer);
+    if (!bad.field.empty()) return bad;
+    if (num_positions <= end || num_positions > context) {
+      return Error{"num_positions",
+                   "num_positions: " + std::to_string(num_positions) + " is not in (" +
+                       std::to_string(end) + ", " + std::to_string(context) +
+                       "]: past the current end, within the context" +
+                       (num_positions <= end ? std::string(" (a step's states are written before "
+                                                           "the append that completes it)")
+                                             : std::string())};
+    }
+    return Write(layer, num_positions);
+  }
+
   // Returns the slot of the state after `num_positions` positions of `layer` and marks it as
   // holding that state: the engine writes it now. (The caller checks the position.)
   StateSlot Write(size_t layer, uint64_t num_positions) {
@@ -112,6 +137,21 @@ class RecurrentStates {
     return kAllHeld;
   }
 
+  // Returns the largest r <= `limit` such that every layer holds the states after end - n for
+  // every n <= r (how far a rollback from `end` may go, as the states go); sets *layer to the
+  // first layer that stops it (unchanged if none does). O(limit x layers).
+  uint64_t HeldBack(uint64_t end, uint64_t limit, size_t* layer) const {
+    if (layers_.empty()) return limit;
+    for (uint64_t n = 1; n <= limit && n <= end; ++n) {
+      const size_t missing = FirstNotHolding(end - n);
+      if (missing != kAllHeld) {
+        *layer = missing;
+        return n - 1;
+      }
+    }
+    return limit;
+  }
+
   // Returns the state after `num_positions` positions of `layer`, which holds it
   // (FirstNotHolding), to read: saving it.
   StateSlot Held(size_t layer, uint64_t num_positions) const {
@@ -129,6 +169,17 @@ class RecurrentStates {
                            "rollback to %llu positions: layers[%llu] holds no state after them "
                            "(write each position's state with StateAfter)",
                            num_positions, uint64_t{layer});
+  }
+
+  // Forgets the states after more than `end` positions (a rollback or an abandoned step
+  // discarded them): a later rollback never finds a discarded draft's state as if it were
+  // held.
+  void ForgetAfter(uint64_t end) {
+    for (Layer& entry : layers_) {
+      for (uint64_t& stamp : entry.stamps) {
+        if (stamp != kUnwritten && stamp > end) stamp = kUnwritten;
+      }
+    }
   }
 
   // Forgets every state: the slots are zeroed and only the state after 0 positions is held.
@@ -187,6 +238,13 @@ class RecurrentStates {
   };
 
   static uint64_t RoundUp64(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+  Error CheckLayer(size_t layer) const {
+    if (HasState(layer)) return Error{};
+    return Error{"layer", "layer: " + std::to_string(layer) +
+                              " is not a layer with a recurrent state (of " +
+                              std::to_string(slot_of_layer_.size()) + " layers)"};
+  }
 
   static StateSlot SlotOf(Layer& entry, uint64_t slot) {
     uint8_t* base = entry.buffer.data() + slot * entry.stride;
