@@ -288,32 +288,11 @@ class Engine {
     return status;
   }
 
-  // A recurrent layer's step: continues from the cache's current state of `layer` and stores
-  // the state after each of the n positions where kvring says (so that a rollback of rejected
-  // drafts finds its state).
+  // A recurrent layer's step on the cache's states (RecurStep).
   Status Recur(size_t layer, const float* u, uint64_t n, float* out) {
-    const kvring::Expected<kvring::StateSlot> current = cache_.State(layer);
-    if (!current.ok()) {
-      std::fprintf(stderr, "%s: %s\n", name_, current.error().message.c_str());
-      return Status::kBadArgument;
-    }
-    const size_t dim = model_.QDim(layer);
-    conv_.assign(reinterpret_cast<const float*>(current->conv),
-                 reinterpret_cast<const float*>(current->conv) + (kConvTaps - 1) * dim);
-    state_.assign(reinterpret_cast<const float*>(current->recurrent),
-                  reinterpret_cast<const float*>(current->recurrent) + dim);
-    Status status = Status::kOk;
-    mini_engine::Recur(layer, u, n, dim, conv_.data(), state_.data(), out, [&](size_t t) {
-      const kvring::Expected<kvring::StateSlot> slot = cache_.StateAfter(layer, pos_ + t + 1);
-      if (!slot.ok()) {
-        std::fprintf(stderr, "%s: %s\n", name_, slot.error().message.c_str());
-        status = Status::kBadArgument;
-        return;
-      }
-      std::memcpy(slot->conv, conv_.data(), slot->conv_bytes);
-      std::memcpy(slot->recurrent, state_.data(), slot->recurrent_bytes);
-    });
-    return status;
+    return mini_engine::RecurStep(
+        model_, layer, u, n, pos_, out, [&] { return cache_.State(layer); },
+        [&](uint64_t positions) { return cache_.StateAfter(layer, positions); }, &conv_, &state_);
   }
 
   // Discards the newest `num_tokens` positions (rejected drafts) of every layer.

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
@@ -292,6 +294,40 @@ void Recur(size_t layer, const float* u, size_t n, size_t dim, float* conv, floa
     }
     after(t);
   }
+}
+
+// A recurrent layer's step of n tokens from position `pos` over any storage of its states (a
+// KVCache's, a KVPool sequence's): continues from current() (the state after `pos`
+// positions) and stores the state after each position in after(pos + t + 1) (both return
+// kvring::Expected<kvring::StateSlot>), so that a rollback of rejected drafts finds its
+// state. `conv` and `state` are scratch. kBadArgument (after printing why) if a slot is
+// refused.
+template <class Current, class After>
+kvring::Status RecurStep(const Model& model, size_t layer, const float* u, uint64_t n, uint64_t pos,
+                         float* out, const Current& current, const After& after,
+                         std::vector<float>* conv, std::vector<float>* state) {
+  const kvring::Expected<kvring::StateSlot> now = current();
+  if (!now.ok()) {
+    std::fprintf(stderr, "recurrent layer %zu: %s\n", layer, now.error().message.c_str());
+    return kvring::Status::kBadArgument;
+  }
+  const size_t dim = model.QDim(layer);
+  const float* conv_in = reinterpret_cast<const float*>(now->conv);
+  const float* state_in = reinterpret_cast<const float*>(now->recurrent);
+  conv->assign(conv_in, conv_in + (kConvTaps - 1) * dim);
+  state->assign(state_in, state_in + dim);
+  kvring::Status status = kvring::Status::kOk;
+  Recur(layer, u, n, dim, conv->data(), state->data(), out, [&](size_t t) {
+    const kvring::Expected<kvring::StateSlot> slot = after(pos + t + 1);
+    if (!slot.ok()) {
+      std::fprintf(stderr, "recurrent layer %zu: %s\n", layer, slot.error().message.c_str());
+      status = kvring::Status::kBadArgument;
+      return;
+    }
+    std::memcpy(slot->conv, conv->data(), slot->conv_bytes);
+    std::memcpy(slot->recurrent, state->data(), slot->recurrent_bytes);
+  });
+  return status;
 }
 
 inline int32_t ArgMax(const float* logits, size_t vocab) {

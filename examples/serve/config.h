@@ -71,6 +71,9 @@ bool ParseArgs(int argc, char** argv, Config* config, bool* help) {
   options.Number("window", &config->model.window, "sliding layers' window (64)", 1);
   mini_engine::AddWidthOptions(&options, &config->model);
   options.Number("seed", &config->model.seed, "weights, requests and arrivals (1)");
+  options.Flag("hybrid", &config->model.hybrid,
+               "layers 1-3 recurrent (the mini engine's hybrid model): each\n"
+               "sequence keeps its states in the pool");
   options.Text("csv", "FILE", &config->csv,
                "write memory in use, running and waiting requests per step");
   options.Flag("reuse", &config->reuse,

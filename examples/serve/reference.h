@@ -60,12 +60,17 @@ Status RunAlone(const Model& model, const kvring::AttentionOptions& options, uin
                 std::vector<float>* logits_out, kvring::AttentionWorkspace* workspace,
                 const kvring::TaskRunner& runner, Activations* activations) {
   const size_t vocab = model.config.vocab;
-  std::vector<float> logits;
+  std::vector<float> logits, conv, state;
   uint64_t pos = cache->EndPos();
   const auto run = [&](const int32_t* tokens, uint64_t n) {
     const Span span{pos, n};
     const auto attend = [&](size_t layer, const float* q, const float* k, const float* v,
                             float* attn) {
+      if (mini_engine::IsRecurrent(model.config, layer)) {
+        return mini_engine::RecurStep(
+            model, layer, q, n, pos, attn, [&] { return cache->State(layer); },
+            [&](uint64_t positions) { return cache->StateAfter(layer, positions); }, &conv, &state);
+      }
       if (k != nullptr) {
         const Status status = cache->AppendF32(layer, pos, k, v, n);
         if (status != Status::kOk) return status;

@@ -156,6 +156,12 @@ class TurnRunner {
   Status Step(SequenceId id, const int32_t* tokens, const Span& span) {
     const auto attend = [&](size_t layer, const float* q, const float* k, const float* v,
                             float* attn) {
+      if (mini_engine::IsRecurrent(model_.config, layer)) {
+        return mini_engine::RecurStep(
+            model_, layer, q, span.num_tokens, span.first_pos, attn,
+            [&] { return pool_.State(id, layer); },
+            [&](uint64_t n) { return pool_.StateAfter(id, layer, n); }, &conv_, &state_);
+      }
       if (k != nullptr) {
         const Result appended = pool_.AppendF32(id, layer, span.first_pos, k, v, span.num_tokens);
         if (!appended.ok()) return Fail("an append", appended);
@@ -184,6 +190,7 @@ class TurnRunner {
   kvring::AttentionWorkspace workspace_;
   Activations activations_;
   std::vector<float> logits_;
+  std::vector<float> conv_, state_;  // a recurrent layer's state while a step runs
 };
 
 // Runs the conversations of `config` (--reuse), or their last turns from the checkpoints

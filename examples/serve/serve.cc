@@ -9,7 +9,8 @@
 // decode tokens together), frees the finished requests and admits waiting ones while the
 // budget allows (docs/serving.md: the policy). Then every request runs alone on flat storage
 // (a KVCache with every layer at full context) and must give the same tokens and logits, bit
-// for bit. Exits 1 if any check fails.
+// for bit. With --hybrid the model's layers 1-3 are recurrent: each request keeps its states in
+// the pool (forks copy them). Exits 1 if any check fails.
 //
 //   serve [--backend=flash|tiled] [--requests=N] [--budget-kib=N] [--csv=FILE] ...
 //         (--help lists every option)
@@ -149,7 +150,8 @@ class Server {
   const Stats& GetStats() const { return stats_; }
   SequenceId Prefix() const { return prefix_; }
   uint64_t PrefixBytes() const {
-    return *pool_.RingBytesOf(prefix_) + *pool_.BlocksOf(prefix_) * pool_.Usage().block_bytes;
+    return *pool_.RingBytesOf(prefix_) + pool_.Plan().StateBytes() +
+           *pool_.BlocksOf(prefix_) * pool_.Usage().block_bytes;
   }
 
   // Prefills the system prompt into a sequence of its own, kept to the end: the requests that
@@ -395,8 +397,8 @@ class Server {
     const kvring::PoolUsage usage = pool_.Usage();
     ++stats_.samples;
     stats_.over_budget += usage.bytes_in_use > usage.budget_bytes;
-    stats_.accounting_errors +=
-        usage.bytes_in_use != usage.ring_bytes + usage.blocks_in_use * usage.block_bytes;
+    stats_.accounting_errors += usage.bytes_in_use != usage.ring_bytes + usage.state_bytes +
+                                                          usage.blocks_in_use * usage.block_bytes;
     if (usage.bytes_in_use > stats_.peak_bytes) {
       stats_.peak_bytes = usage.bytes_in_use;
       stats_.peak_step = step_;
@@ -413,6 +415,18 @@ class Server {
     for (const Slot& slot : slots_) spans_.push_back(slot.span);
     const auto attend = [&](size_t layer, const float* q, const float* k, const float* v,
                             float* attn) {
+      if (mini_engine::IsRecurrent(model_.config, layer)) {
+        // A hybrid model's recurrent layer: each sequence from its own states in the pool.
+        const size_t dim = model_.QDim(layer);
+        for (const Slot& slot : slots_) {
+          const Status status = mini_engine::RecurStep(
+              model_, layer, q + slot.row * dim, slot.span.num_tokens, slot.span.first_pos,
+              attn + slot.row * dim, [&] { return pool_.State(slot.id, layer); },
+              [&](uint64_t n) { return pool_.StateAfter(slot.id, layer, n); }, &conv_, &state_);
+          if (status != Status::kOk) return status;
+        }
+        return Status::kOk;
+      }
       const size_t kv_dim = model_.KVDim(layer);
       if (k != nullptr) {
         for (const Slot& slot : slots_) {
@@ -507,6 +521,7 @@ class Server {
   std::vector<kvring::AttentionEntry<Layout>> entries_;
   std::vector<float> logits_;
   Activations activations_;
+  std::vector<float> conv_, state_;  // a recurrent layer's state while a step runs
   kvring::AttentionWorkspace workspace_;
   Stats stats_;
 };
