@@ -51,11 +51,12 @@ TYPED_TEST_SUITE(KVPoolTest, PoolLayouts);
 
 // 100,000 random operations per layout (KVRING_POOL_TEST_STEPS), fewer under sanitizers.
 template <typename Layout>
-void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed, bool moves = false) {
+void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed, bool moves = false,
+                      bool hybrid = false) {
   // At least 5,000 steps under the sanitizers (tests/reference/random_test_scale.h).
   const uint64_t steps = testing::RandomTestSteps(all_steps, 5000);
   RandomChoices choices(seed);
-  PoolDriver<Layout> driver(&choices, global_format, seed, moves);
+  PoolDriver<Layout> driver(&choices, global_format, seed, moves, hybrid);
   ASSERT_EQ(driver.Run(steps), "");
   if (moves) {
     EXPECT_GT(driver.moves(), steps / 100);  // SaveState of one sequence, LoadState into another
@@ -80,6 +81,13 @@ TYPED_TEST(KVPoolTest, RandomOperationsInt8Globals) {
 // (LoadState) every 50 steps: shared blocks, smaller rings, budgets that refuse the blocks.
 TYPED_TEST(KVPoolTest, RandomOperationsWithStateMoves) {
   RandomOperations<TypeParam>(Format::kBF16, KVRING_POOL_TEST_STEPS / 5, 13, /*moves=*/true);
+}
+
+// A hybrid plan (a chunked layer with a state, a recurrent layer): every step writes each
+// position's states, every check reads the current one; moves carry them.
+TYPED_TEST(KVPoolTest, RandomOperationsOfAHybridModel) {
+  RandomOperations<TypeParam>(Format::kBF16, KVRING_POOL_TEST_STEPS / 5, 17, /*moves=*/true,
+                              /*hybrid=*/true);
 }
 
 TYPED_TEST(KVPoolTest, ForkSharesBlocksAndCopiesOnWrite) {

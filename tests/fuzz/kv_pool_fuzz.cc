@@ -1,7 +1,7 @@
 // libFuzzer target: fuzz bytes drive adds, steps of random sizes across block and ring
 // boundaries, forks of forks, rollbacks, clears, frees, resizes and pool exhaustion on a
-// KVPool of each layout (BF16 or int8 global layers), checked against the reference model of
-// tests/reference/pool_model.h after every step.
+// KVPool of each layout (BF16 or int8 global layers; a hybrid model's states or none), checked
+// against the reference model of tests/reference/pool_model.h after every step.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -16,9 +16,9 @@ namespace {
 using FuzzChoices = kvring::testing::ByteChoices;
 
 template <typename Layout>
-void RunOne(const uint8_t* data, size_t size, kvring::Format format) {
+void RunOne(const uint8_t* data, size_t size, kvring::Format format, bool hybrid) {
   FuzzChoices choices(data, size);
-  kvring::testing::PoolDriver<Layout> driver(&choices, format, size, /*moves=*/true);
+  kvring::testing::PoolDriver<Layout> driver(&choices, format, size, /*moves=*/true, hybrid);
   const std::string failure = driver.Run(2000);
   if (!failure.empty()) {
     std::fprintf(stderr, "kvring pool fuzz: %s\n", failure.c_str());
@@ -30,20 +30,21 @@ void RunOne(const uint8_t* data, size_t size, kvring::Format format) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  // The first byte picks the layout and the global layers' format.
+  // The first byte picks the layout, the global layers' format and the hybrid plan.
   const kvring::Format format = data[0] & 4 ? kvring::Format::kInt8 : kvring::Format::kBF16;
+  const bool hybrid = (data[0] & 8) != 0;
   switch (data[0] % 4) {
     case 0:
-      RunOne<kvring::FlashLayout>(data + 1, size - 1, format);
+      RunOne<kvring::FlashLayout>(data + 1, size - 1, format, hybrid);
       break;
     case 1:
-      RunOne<kvring::TiledLayout<8>>(data + 1, size - 1, format);
+      RunOne<kvring::TiledLayout<8>>(data + 1, size - 1, format, hybrid);
       break;
     case 2:
-      RunOne<kvring::TiledLayout<16>>(data + 1, size - 1, format);
+      RunOne<kvring::TiledLayout<16>>(data + 1, size - 1, format, hybrid);
       break;
     default:
-      RunOne<kvring::TiledLayout<32>>(data + 1, size - 1, format);
+      RunOne<kvring::TiledLayout<32>>(data + 1, size - 1, format, hybrid);
       break;
   }
   return 0;

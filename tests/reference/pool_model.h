@@ -27,16 +27,23 @@ namespace kvring {
 namespace testing {
 
 // Five layers: a sliding and a chunked ring owner, a global paged owner (int8 when asked),
-// and shared-KV consumers of the sliding and the global one.
+// and shared-KV consumers of the sliding and the global one. `hybrid`: the chunked owner also
+// keeps a recurrent state, and a sixth layer is recurrent only.
 template <typename Layout>
-LayerPlan PoolTestPlan(Format global_format, uint64_t batch) {
-  Expected<LayerPlan> plan = LayerPlan::Builder()
-                                 .AddLayer(LayerSpec::Sliding(24, 2, 16))
-                                 .AddLayer(LayerSpec::Global(1, 32))
-                                 .AddLayer(LayerSpec::Sliding(16, 2, 16).SharedFrom(0))
-                                 .AddLayer(LayerSpec::Chunked(32, 1, 16))
-                                 .AddLayer(LayerSpec::Global(1, 32).SharedFrom(1))
-                                 .SetContext(320)
+LayerPlan PoolTestPlan(Format global_format, uint64_t batch, bool hybrid = false) {
+  StateSpec state;
+  state.conv_elements = 24;  // BF16
+  state.recurrent_elements = 10;
+  state.recurrent_format = Format::kF32;
+  const LayerSpec chunked = LayerSpec::Chunked(32, 1, 16);
+  LayerPlan::Builder builder;
+  builder.AddLayer(LayerSpec::Sliding(24, 2, 16))
+      .AddLayer(LayerSpec::Global(1, 32))
+      .AddLayer(LayerSpec::Sliding(16, 2, 16).SharedFrom(0))
+      .AddLayer(hybrid ? chunked.WithState(state) : chunked)
+      .AddLayer(LayerSpec::Global(1, 32).SharedFrom(1));
+  if (hybrid) builder.AddLayer(LayerSpec::Recurrent(state));
+  Expected<LayerPlan> plan = builder.SetContext(320)
                                  .SetBatch(batch)
                                  .SetRollback(4)
                                  .SetFormat(AttentionKind::kGlobal, global_format)
@@ -81,6 +88,9 @@ class PoolModel {
     uint64_t end = 0;
     // per owning layer: per position, the stored K then V values
     std::map<size_t, std::vector<std::vector<float>>> rows;
+    // per layer with a recurrent state: per n in [0, end], the state after n positions
+    // (conv bytes, then recurrent bytes)
+    std::map<size_t, std::vector<std::vector<uint8_t>>> states;
   };
 
   KVPool<Layout>& Pool() { return pool_; }
@@ -96,7 +106,7 @@ class PoolModel {
       return false;
     }
     live_.push_back(id);
-    refs_[Key(id)] = Ref();
+    refs_[Key(id)] = FreshRef();
     return true;
   }
 
@@ -118,6 +128,13 @@ class PoolModel {
     } else if (ref.end + num_tokens > pool_.Plan().Runtime().context) {
       return false;
     }
+    // The step's recurrent states, written once nothing can refuse the step (after Reserve,
+    // or after the first, paged, append of an unreserved one) and before the append that
+    // completes it: a step of more positions than the state slots overwrites the current
+    // state's slot, which a refused step would then have lost. Kept in the reference once
+    // every append is in.
+    std::map<size_t, std::vector<std::vector<uint8_t>>> states;
+    if (reserve && !WriteStates(id, ref, num_tokens, &states)) return false;
     std::vector<size_t> order;
     for (size_t layer = 0; layer < pool_.NumLayers(); ++layer) {
       if (pool_.OwnsKV(layer)) order.push_back(layer);
@@ -141,6 +158,9 @@ class PoolModel {
         ExpectUnchanged(before);
         return false;
       }
+      if (!reserve && layer == order[0] && !WriteStates(id, ref, num_tokens, &states)) {
+        return false;
+      }
       auto& rows = ref.rows[layer];
       for (uint64_t t = 0; t < num_tokens; ++t) {
         std::vector<float> kr(k.begin() + t * k_elems, k.begin() + (t + 1) * k_elems);
@@ -151,7 +171,29 @@ class PoolModel {
         rows.push_back(std::move(stored));
       }
     }
+    for (auto& [layer, written] : states) {
+      for (auto& bytes : written) ref.states[layer].push_back(std::move(bytes));
+    }
     ref.end += num_tokens;
+    return true;
+  }
+
+  // Writes the states of `ref`'s layers after the positions (end, end + num_tokens] of
+  // sequence `id` into the pool and into *states; false (a failure recorded) if refused.
+  bool WriteStates(SequenceId id, const Ref& ref, uint64_t num_tokens,
+                   std::map<size_t, std::vector<std::vector<uint8_t>>>* states) {
+    for (const auto& [layer, held] : ref.states) {
+      for (uint64_t n = ref.end + 1; n <= ref.end + num_tokens; ++n) {
+        const Expected<StateSlot> slot = pool_.StateAfter(id, layer, n);
+        KVRING_MODEL_EXPECT(slot.ok()) << slot.error().message;
+        if (!slot.ok()) return false;
+        std::vector<uint8_t> bytes(slot->conv_bytes + slot->recurrent_bytes);
+        for (uint8_t& byte : bytes) byte = static_cast<uint8_t>(rng_());
+        std::memcpy(slot->conv, bytes.data(), slot->conv_bytes);
+        std::memcpy(slot->recurrent, bytes.data() + slot->conv_bytes, slot->recurrent_bytes);
+        (*states)[layer].push_back(std::move(bytes));
+      }
+    }
     return true;
   }
 
@@ -183,11 +225,12 @@ class PoolModel {
     ref.end -= num_tokens;
     KVRING_MODEL_EXPECT((result.EndPos()) == (ref.end));
     for (auto& [layer, rows] : ref.rows) rows.resize(ref.end);
+    for (auto& [layer, held] : ref.states) held.resize(ref.end + 1);
   }
 
   void Clear(size_t which) {
     KVRING_MODEL_EXPECT(pool_.Clear(live_[which]).ok());
-    refs_[Key(live_[which])] = Ref();
+    refs_[Key(live_[which])] = FreshRef();
   }
 
   void Free(size_t which) {
@@ -231,12 +274,13 @@ class PoolModel {
   }
 
   // Every position the next query of each layer of sequence `which` sees reads back as the
-  // reference holds it.
+  // reference holds it, and so does each recurrent state (CheckStates).
   void Check(size_t which) {
     const SequenceId id = live_[which];
     const Ref& ref = refs_[Key(id)];
     KVRING_MODEL_EXPECT((*pool_.EndPos(id)) == (ref.end));
     for (size_t layer = 0; layer < pool_.NumLayers(); ++layer) {
+      if (!pool_.Plan().Layer(layer).spec.attends) continue;  // a recurrent layer: below
       const size_t owner = pool_.Owner(layer);
       const LayerInfo& info = pool_.Plan().Layer(owner);
       const KVView<Layout> view = *pool_.View(id, layer);
@@ -260,13 +304,40 @@ class PoolModel {
             << "sequence " << id.index << " layer " << layer << " pos " << pos;
       }
     }
+    CheckStates(which);
+  }
+  // And the current recurrent state of each layer that keeps one.
+  void CheckStates(size_t which) {
+    const SequenceId id = live_[which];
+    const Ref& ref = refs_[Key(id)];
+    for (const auto& [layer, held] : ref.states) {
+      const Expected<StateSlot> state = pool_.State(id, layer);
+      KVRING_MODEL_EXPECT(state.ok()) << "layer " << layer << ": " << state.error().message;
+      if (!state.ok()) return;
+      const std::vector<uint8_t>& want = held[ref.end];
+      KVRING_MODEL_EXPECT(std::memcmp(state->conv, want.data(), state->conv_bytes) == 0 &&
+                          std::memcmp(state->recurrent, want.data() + state->conv_bytes,
+                                      state->recurrent_bytes) == 0)
+          << "sequence " << id.index << " layer " << layer << " state after " << ref.end;
+    }
   }
   void CheckAll() {
     for (size_t i = 0; i < live_.size() && failure_.empty(); ++i) Check(i);
   }
 
-  // Bytes in use are the rings plus the blocks in use; every block's reference count is the
-  // number of tables holding it.
+  // A new sequence's reference: no positions, zero states.
+  Ref FreshRef() const {
+    Ref ref;
+    for (const LayerInfo& info : pool_.Plan().Layers()) {
+      if (!info.HasState()) continue;
+      ref.states[info.index].push_back(
+          std::vector<uint8_t>(info.conv_state_bytes + info.recurrent_state_bytes, 0));
+    }
+    return ref;
+  }
+
+  // Bytes in use are the rings, the states and the blocks in use; every block's reference
+  // count is the number of tables holding it.
   void CheckAccounting() {
     const PoolUsage usage = pool_.Usage();
     uint64_t ring_bytes = 0;
@@ -277,9 +348,10 @@ class PoolModel {
       for (uint64_t i = 0; i < *pool_.BlocksOf(id); ++i) ++holders[view.blocks[i]];
     }
     KVRING_MODEL_EXPECT((usage.ring_bytes) == (ring_bytes));
+    KVRING_MODEL_EXPECT((usage.state_bytes) == (live_.size() * pool_.Plan().StateBytes()));
     KVRING_MODEL_EXPECT((usage.blocks_in_use) == (holders.size()));
     KVRING_MODEL_EXPECT((usage.bytes_in_use) ==
-                        (ring_bytes + usage.blocks_in_use * usage.block_bytes));
+                        (ring_bytes + usage.state_bytes + usage.blocks_in_use * usage.block_bytes));
     KVRING_MODEL_EXPECT((usage.bytes_in_use) <= (usage.budget_bytes));
     KVRING_MODEL_EXPECT((usage.blocks_in_use + usage.free_blocks) == (usage.num_blocks));
     uint64_t shared = 0;
@@ -348,11 +420,17 @@ class PoolDriver {
  public:
   // `moves`: every 50th step also moves a sequence (SaveState into LoadState), besides the
   // step's operation; the other operations' mix and choices stay those of a run without.
-  PoolDriver(ChoiceSource* choices, Format global_format, uint64_t seed, bool moves = false)
-      : choices_(choices), global_format_(global_format), seed_(seed), moves_enabled_(moves) {}
+  // `hybrid`: PoolTestPlan's hybrid plan, whose states every step writes and every check reads.
+  PoolDriver(ChoiceSource* choices, Format global_format, uint64_t seed, bool moves = false,
+             bool hybrid = false)
+      : choices_(choices),
+        global_format_(global_format),
+        seed_(seed),
+        moves_enabled_(moves),
+        hybrid_(hybrid) {}
 
   std::string Run(uint64_t steps) {
-    const LayerPlan plan = PoolTestPlan<Layout>(global_format_, 8);
+    const LayerPlan plan = PoolTestPlan<Layout>(global_format_, 8, hybrid_);
     PoolSpec spec;
     spec.max_sequences = 48;
     spec.block_slots = Layout::kTileSlots;  // small blocks: appends cross them often
@@ -360,7 +438,8 @@ class PoolDriver {
       // The budget: rings for 40 sequences and a fifth of their full contexts.
       Expected<KVPool<Layout>> probe = KVPool<Layout>::Create(plan, PoolSpec{4ull << 20, 1, 0});
       if (!probe.ok()) return probe.error().message;
-      spec.budget_bytes = 40 * probe->RingBytesFor(8) + 40 * probe->BlockBytesFor(320) / 5;
+      spec.budget_bytes =
+          40 * probe->RingBytesFor(8) + 40 * probe->BlockBytesFor(320) / 5 + 40 * plan.StateBytes();
     }
     PoolModel<Layout> model(plan, spec, seed_);
     for (int i = 0; i < 32; ++i) {
@@ -433,6 +512,7 @@ class PoolDriver {
   Format global_format_;
   uint64_t seed_;
   bool moves_enabled_;
+  bool hybrid_;
   uint64_t steps_ = 0, refused_steps_ = 0, forks_ = 0, moves_ = 0;
 };
 
