@@ -126,7 +126,7 @@ TEST(PoolStates, EachSequenceKeepsItsOwnStatesCountedInTheBudget) {
   // Refusals name the layer, the range or the id.
   EXPECT_EQ(pool.State(a, 3).error().message,
             "layer: 3 is not a layer with a recurrent state (of 4 layers)");
-  EXPECT_FALSE(pool.StateAfter(a, 0, 19).ok());
+  EXPECT_FALSE(pool.StateAfter(a, 0, 15).ok());  // before the last step (15 to 19)
   ASSERT_TRUE(pool.Free(b).ok());
   EXPECT_EQ(pool.State(b, 0).error().field, "id");
   EXPECT_EQ(pool.Usage().state_bytes, states);

@@ -197,7 +197,8 @@ TEST(RecurrentState, RefusalsNameTheLayerAndTheRange) {
   Expected<StateSlot> past = cache.StateAfter(0, 257);
   ASSERT_FALSE(past.ok());
   EXPECT_EQ(past.error().message,
-            "num_positions: 257 is not in (0, 256]: past the current end, within the context");
+            "num_positions: 257 is not in (0, 256]: past the start of the current or last step, "
+            "within the context");
   EXPECT_FALSE(cache.StateAfter(0, 0).ok());
   // A state that was never written is not handed out: after a pass that skipped layer 1's
   // state, its current state is refused rather than stale.
@@ -229,8 +230,7 @@ TEST(RecurrentState, HybridLayersKeepTheirKVAndAStateThatRollBackTogether) {
   KVCache<FlashLayout> cache = std::move(created).value();
   EXPECT_EQ(cache.AllocatedBytes(), plan->TotalBytes() + plan->StateBytes());
   EXPECT_EQ(plan->StateBytes(), 2 * (kRollback + 1) * (120u + 128u));
-  // Each pass writes every layer's states, then appends its K/V (row value = position): the
-  // step's states before the append that completes it.
+  // Each pass writes every layer's states, then appends its K/V (row value = position).
   const auto pass = [&](uint64_t pos, uint64_t count) {
     for (size_t layer = 0; layer < 2; ++layer) {
       for (uint64_t n = pos + 1; n <= pos + count; ++n) {
@@ -260,13 +260,24 @@ TEST(RecurrentState, HybridLayersKeepTheirKVAndAStateThatRollBackTogether) {
   }
   pass(9, 2);  // continues from the states after 9
   EXPECT_EQ(cache.EndPos(), 11u);
-  // Once the step is complete its states are committed: a late write is refused, saying when
-  // to write them.
-  const Expected<StateSlot> late = cache.StateAfter(1, 11);
-  ASSERT_FALSE(late.ok());
-  EXPECT_NE(late.error().message.find("before the append that completes it"), std::string::npos)
-      << late.error().message;
-  EXPECT_TRUE(HoldsState(*cache.State(1), 1, 11));
+  // A layer after the step's appends (a recurrent layer after the last attention layer)
+  // writes its states once the step is complete, continuing from the state after its start;
+  // the next step's first append closes them.
+  ASSERT_TRUE(HoldsState(*cache.State(1, 9), 1, 9));
+  EXPECT_FALSE(cache.State(1, 8).ok());  // rolled back: not held
+  for (uint64_t n : {10u, 11u}) {
+    Expected<StateSlot> late = cache.StateAfter(1, n);
+    ASSERT_TRUE(late.ok()) << late.error().message;
+    WriteState(*late, 1, n + 100);
+  }
+  EXPECT_TRUE(HoldsState(*cache.State(1), 1, 111));
+  std::vector<float> row(16, 11.0f);
+  ASSERT_TRUE(cache.AppendF32(0, 11, row.data(), row.data(), 1).ok());
+  const Expected<StateSlot> closed = cache.StateAfter(1, 11);
+  ASSERT_FALSE(closed.ok());
+  EXPECT_NE(closed.error().message.find("before the next step begins"), std::string::npos)
+      << closed.error().message;
+  EXPECT_TRUE(HoldsState(*cache.State(1, 11), 1, 111));
 }
 
 TEST(RecurrentState, APlanOfRecurrentLayersOnlyIsRefused) {

@@ -213,7 +213,7 @@ class KVCache {
       (void)result;
     }
     states_.ForgetAfter(end - num_tokens);
-    step_.Reset(end - num_tokens);
+    if (num_tokens != 0) step_.Reset(end - num_tokens);
     if (num_tokens != 0) EndViews(ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end - num_tokens);
   }
@@ -309,17 +309,23 @@ class KVCache {
   // layer without a state, or when that state was not written (StateAfter) or was overwritten
   // since: never a stale state.
   Expected<StateSlot> State(size_t layer) { return states_.Current(layer, EndPos()); }
+  // The state of `layer` after `num_positions` positions, if its slot holds it: a layer that
+  // writes its states after the step's appends (StateAfter) continues from the state after
+  // the step's start.
+  Expected<StateSlot> State(size_t layer, uint64_t num_positions) {
+    return states_.Current(layer, num_positions);
+  }
 
   // Returns the slot where the engine writes `layer`'s state after `num_positions` positions,
-  // in the forward pass that appends them, before the append that completes that step (a
-  // hybrid layer, which attends and keeps a state, writes its states before appending its own
-  // K/V): EndPos() < num_positions <= the context (a pass of
-  // more positions than the planned batch grows the rings as it appends). A later Rollback(n) makes
-  // the state after EndPos() - n the current one, so with speculative decoding write every
-  // position's state (the plan keeps rollback + 1 slots; a slot is reused num_positions apart by
-  // rollback + 1). An Error outside that range or for a layer without a state.
+  // in the forward pass that appends them, before or after its appends, until the next step
+  // begins (a layer after the last attention layer writes its states once the step is
+  // complete): a position of the current step or of the next (the start of the current or
+  // last step < num_positions <= the context). A later Rollback(n) makes the state after
+  // EndPos() - n the current one, so with speculative decoding write every position's state
+  // (the plan keeps rollback + 1 slots; a slot is reused num_positions apart by rollback + 1).
+  // An Error outside that range or for a layer without a state.
   Expected<StateSlot> StateAfter(size_t layer, uint64_t num_positions) {
-    return states_.After(layer, num_positions, EndPos(), plan_.Runtime().context);
+    return states_.After(layer, num_positions, step_.StepStart(), plan_.Runtime().context);
   }
 
   // Returns the bytes of every K and V buffer and int8 scale (for each owning layer num_slots x

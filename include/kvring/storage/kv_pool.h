@@ -370,14 +370,22 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
     Sequence& sequence = sequences_.Get(id);
     return sequence.states.Current(layer, sequence.EndPos(table_));
   }
+  // As KVCache::State(layer, num_positions): the state after `num_positions` positions, if
+  // held.
+  Expected<StateSlot> State(SequenceId id, size_t layer, uint64_t num_positions) {
+    const Result known = sequences_.Check(id);
+    if (!known.ok()) return Error{"id", known.Message()};
+    return sequences_.Get(id).states.Current(layer, num_positions);
+  }
   // Returns the slot where the engine writes the state of `layer` in `id` after
-  // `num_positions` positions, as KVCache::StateAfter does (before the append that completes
-  // the step; EndPos(id) < num_positions <= the context); kUnknownSequence for an id not live.
+  // `num_positions` positions, as KVCache::StateAfter does (until the next step begins: the
+  // start of the current or last step < num_positions <= the context); kUnknownSequence for an
+  // id not live.
   Expected<StateSlot> StateAfter(SequenceId id, size_t layer, uint64_t num_positions) {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return Error{"id", known.Message()};
     Sequence& sequence = sequences_.Get(id);
-    return sequence.states.After(layer, num_positions, sequence.EndPos(table_),
+    return sequence.states.After(layer, num_positions, sequence.step.StepStart(),
                                  plan_.Runtime().context);
   }
 

@@ -164,7 +164,7 @@ struct PoolSequence {
     for (uint64_t& paged : paged_end) paged -= num_tokens;
     store->ReleaseFrom(&blocks, blocks.EntriesFor(end));
     states.ForgetAfter(end);
-    step.Reset(end);
+    if (num_tokens != 0) step.Reset(end);
   }
   // Moves every owner ahead of the lowest end back to it, abandoning an unfinished step, and
   // releases the blocks the table no longer reaches; returns the new end. O(layers).

@@ -80,24 +80,27 @@ class RecurrentStates {
 
   // The calls of a cache or a pool sequence at `end` positions (EndPos), for `layer`:
   // Current returns its state after `end` (KVCache::State), After the slot of its state after
-  // `num_positions` for the engine to write (KVCache::StateAfter: end < num_positions <=
-  // context). Errors name the layer or the range.
+  // `num_positions` for the engine to write (KVCache::StateAfter: step_start < num_positions
+  // <= context, step_start the start of the current or last step). Errors name the layer or
+  // the range.
   Expected<StateSlot> Current(size_t layer, uint64_t end) {
     const Error bad = CheckLayer(layer);
     if (!bad.field.empty()) return bad;
     return Read(layer, end);
   }
-  Expected<StateSlot> After(size_t layer, uint64_t num_positions, uint64_t end, uint64_t context) {
+  Expected<StateSlot> After(size_t layer, uint64_t num_positions, uint64_t step_start,
+                            uint64_t context) {
     const Error bad = CheckLayer(layer);
     if (!bad.field.empty()) return bad;
-    if (num_positions <= end || num_positions > context) {
+    if (num_positions <= step_start || num_positions > context) {
       return Error{"num_positions",
                    "num_positions: " + std::to_string(num_positions) + " is not in (" +
-                       std::to_string(end) + ", " + std::to_string(context) +
-                       "]: past the current end, within the context" +
-                       (num_positions <= end ? std::string(" (a step's states are written before "
-                                                           "the append that completes it)")
-                                             : std::string())};
+                       std::to_string(step_start) + ", " + std::to_string(context) +
+                       "]: past the start of the current or last step, within the context" +
+                       (num_positions <= step_start
+                            ? std::string(" (a step's states are written before the next step "
+                                          "begins)")
+                            : std::string())};
     }
     return Write(layer, num_positions);
   }

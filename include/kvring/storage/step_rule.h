@@ -44,9 +44,9 @@ StepEnds ScanStep(const std::vector<size_t>& owners, const EndOf& end_of) {
   return step;
 }
 
-// The step of one sequence: the furthest end an owner has reached, and how many owners are
-// there. Every owner is between the sequence's position and that end; the step is complete
-// when every owner is at it. Trivially copyable.
+// The step of one sequence: the furthest end an owner has reached, how many owners are there,
+// and where the step began. Every owner is between the sequence's position and that end; the
+// step is complete when every owner is at it. Trivially copyable.
 class StepRule {
  public:
   StepRule() = default;
@@ -58,6 +58,9 @@ class StepRule {
   bool InStep() const { return at_high_ < num_owners_; }
   // The furthest end an owner has reached: every owner's end once the step is complete.
   uint64_t HighEnd() const { return high_end_; }
+  // Where the current step began, or the last one while no other has begun (the end itself
+  // after a Reset): the positions after it are the step's.
+  uint64_t StepStart() const { return step_start_; }
 
   // Returns kOk if an owner at `pos` (its end) may append `num_tokens`, else kWrongPosition:
   // inside a step, an owner already at the furthest end, or an append that would pass it.
@@ -85,6 +88,7 @@ class StepRule {
   void RecordAppend(uint64_t pos, uint64_t num_tokens) {
     if (!InStep()) {
       KVRING_DASSERT(pos == high_end_);
+      step_start_ = pos;
       high_end_ = pos + num_tokens;
       at_high_ = 1;
     } else if (pos + num_tokens == high_end_) {
@@ -94,6 +98,7 @@ class StepRule {
   // Records every owner at `end` (after a rollback, a clear or a restore).
   void Reset(uint64_t end) {
     high_end_ = end;
+    step_start_ = end;
     at_high_ = num_owners_;
   }
 
@@ -108,6 +113,7 @@ class StepRule {
   size_t num_owners_ = 0;
   size_t at_high_ = 0;  // owners whose end is high_end_
   uint64_t high_end_ = 0;
+  uint64_t step_start_ = 0;  // the end before the current or last step
 };
 
 }  // namespace detail
