@@ -273,6 +273,23 @@ TEST(PoolStates, PrefixCheckpointsKeepTheStatesOfTheirRollbackSlots) {
   for (size_t layer = 0; layer < 3; ++layer) {
     EXPECT_TRUE(HoldsState(pool.State(resumed, layer), 1, layer, 18)) << layer;
   }
+  // A sequence whose states after its end were not written is no checkpoint: refused,
+  // nothing taken.
+  SequenceId bare;
+  ASSERT_TRUE(pool.AddSequence(&bare).ok());
+  std::vector<float> rows(16, 0.0f);
+  for (size_t layer : {size_t{2}, size_t{3}}) {
+    ASSERT_TRUE(pool.AppendF32(bare, layer, 0, rows.data(), rows.data(), 1).ok());
+  }
+  const uint64_t live = pool.Usage().live_sequences;
+  const Result refused = prefixes.Insert(bare, tokens.data(), 1);
+  EXPECT_EQ(refused, Status::kWrongPosition);
+  EXPECT_NE(refused.Message().find("layers[0] holds no recurrent state after the sequence's 1 "
+                                   "positions"),
+            std::string::npos)
+      << refused.Message();
+  EXPECT_EQ(pool.Usage().live_sequences, live);
+  EXPECT_EQ(prefixes.Stats().checkpoints, 1u);
 }
 
 }  // namespace

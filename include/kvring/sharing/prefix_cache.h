@@ -107,7 +107,8 @@ class PrefixCache {
   // never match). `priority`: the engine's, for eviction (lower goes first). A prefix already
   // held under the salt takes nothing (its priority becomes the larger, its use now).
   // Refusals change nothing: kUnknownSequence, kBadArgument (null tokens, a count that is not
-  // the sequence's end), kWrongPosition (inside a step), kPoolExhausted (no sequence slot, or
+  // the sequence's end), kWrongPosition (inside a step, or a recurrent state after the end not
+  // written), kPoolExhausted (no sequence slot, or
   // no room for a copy of the sequence's rings: MakeRoom first). Costs a fork: the rings (and
   // a hybrid model's recurrent states, whose rollback slots let a match end before the
   // checkpoint as far as the engine wrote every position's state).
@@ -122,6 +123,16 @@ class PrefixCache {
                              "Insert: %llu tokens, but the sequence holds %llu positions; give "
                              "the tokens of every position it holds (at least one)",
                              count, *end);
+    }
+    for (const LayerInfo& info : pool_->Plan().Layers()) {
+      // A hybrid model's checkpoint resumes from its recurrent states after `count`.
+      if (info.HasState() && !pool_->State(sequence, info.index).ok()) {
+        return Result::Refused(Status::kWrongPosition,
+                               "Insert: layers[%llu] holds no recurrent state after the "
+                               "sequence's %llu positions (StateAfter): a checkpoint could not "
+                               "resume",
+                               uint64_t{info.index}, count);
+      }
     }
     const uint32_t held = index_.Find(salt, tokens, count);
     if (held != detail::PrefixIndex::kNone) {
