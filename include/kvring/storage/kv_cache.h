@@ -212,8 +212,10 @@ class KVCache {
       KVRING_DASSERT(result.ok());
       (void)result;
     }
-    states_.ForgetAfter(end - num_tokens);
-    if (num_tokens != 0) step_.Reset(end - num_tokens);
+    if (num_tokens != 0) {  // Rollback(0) changes nothing
+      states_.ForgetAfter(end - num_tokens);
+      step_.Reset(end - num_tokens);
+    }
     if (num_tokens != 0) EndViews(ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end - num_tokens);
   }

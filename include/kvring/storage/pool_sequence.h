@@ -163,8 +163,10 @@ struct PoolSequence {
     }
     for (uint64_t& paged : paged_end) paged -= num_tokens;
     store->ReleaseFrom(&blocks, blocks.EntriesFor(end));
-    states.ForgetAfter(end);
-    if (num_tokens != 0) step.Reset(end);
+    if (num_tokens != 0) {  // Rollback(0) changes nothing
+      states.ForgetAfter(end);
+      step.Reset(end);
+    }
   }
   // Moves every owner ahead of the lowest end back to it, abandoning an unfinished step, and
   // releases the blocks the table no longer reaches; returns the new end. O(layers).
