@@ -1,5 +1,5 @@
 // kvring/io/state_recurrent.h: the state sections of kvring's state format (io/state_format.h):
-// a KVCache's recurrent states (LayerSpec::state), the one after the state's end position of
+// a KVCache's or a pool sequence's recurrent states (LayerSpec::state), the one after the end of
 // every layer that keeps one, written after the layers' rows, checked with them and read back
 // into the slot of that position. Internal; io/state_io.h is the API.
 #ifndef KVRING_IO_STATE_RECURRENT_H_
@@ -57,8 +57,8 @@ inline Result CheckStatesHeld(const RecurrentStates& states, uint64_t end) {
   if (layer == RecurrentStates::kAllHeld) return Status::kOk;
   return Result::Refused(Status::kWrongPosition,
                          "state: layers[%llu] holds no recurrent state after %llu positions, the "
-                         "end of its K/V (write it with StateAfter before the append that "
-                         "completes the step)",
+                         "end of its K/V (write it with StateAfter before the next step "
+                         "begins)",
                          uint64_t{layer}, end);
 }
 
