@@ -300,6 +300,29 @@ uint64_t Admitted(uint64_t budget, double expected_bytes) {
   return static_cast<uint64_t>(std::floor(static_cast<double>(budget) / expected_bytes));
 }
 
+TEST(PlanCli, PoolReportCountsAHybridModelsRecurrentStates) {
+  // Qwen3.5's layer_types (tests/configs): a pool's sequence, a KVCache full or sized, each
+  // keeps the model's recurrent states besides its K/V.
+  std::string config = __FILE__;  // tests/plan_cli_test.cc
+  config = config.substr(0, config.find_last_of('/')) + "/configs/qwen3_5_layer_types.json";
+  const CliRun run =
+      RunCli({"--config", config, "--json", "--memory", "20GiB", "--pool", "--mean-length", "8k"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json json = nlohmann::json::parse(run.out);
+  const nlohmann::json& pool = json["pool"];
+  const uint64_t states = json["state_bytes"];
+  ASSERT_GT(states, 0u);
+  EXPECT_EQ(pool["state_bytes"], states);
+  const nlohmann::json& entry = pool["lengths"][0];
+  const uint64_t blocks = entry["blocks"], block = pool["block_bytes"];
+  const uint64_t decode_rings = pool["decode_ring_bytes"], total = json["total_bytes"];
+  EXPECT_EQ(entry["pool_decode_bytes"], decode_rings + blocks * block + states);
+  EXPECT_EQ(entry["kvcache_bytes"], total + states);
+  EXPECT_NE(RunCli({"--config", config, "--memory", "20GiB", "--pool", "--mean-length", "8k"})
+                .out.find("recurrent states: "),
+            std::string::npos);
+}
+
 TEST(PlanCli, PoolReportCountsGemma3_27BSequences) {
   const CliRun run =
       RunCli({"--json", "--memory", "20GiB", "--pool", "--lengths", "512:0.5,4096:0.3,32768:0.2"});

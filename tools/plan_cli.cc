@@ -510,6 +510,7 @@ struct PoolFigures {
   uint64_t block_bytes = 0;                  // one block of every paged layer: BlockBytesFor(1)
   uint64_t decode_ring_bytes = 0;            // a sequence's rings for batch 1: RingBytesFor(1)
   uint64_t prefill_ring_bytes = 0;           // for the plan's batch: RingBytesFor(batch)
+  uint64_t state_bytes = 0;                  // a hybrid model's recurrent states: StateBytes()
   std::vector<uint64_t> length_block_bytes;  // per length: BlockBytesFor(length)
   std::vector<size_t> ring_layers;           // owners with a ring per sequence
   std::vector<size_t> paged_layers;          // owners paged in blocks
@@ -542,6 +543,7 @@ Expected<PoolFigures> PoolFiguresOf(const LayerPlan& plan, uint64_t block_slots,
   figures.block_bytes = pool->BlockBytesFor(1);
   figures.decode_ring_bytes = pool->RingBytesFor(1);
   figures.prefill_ring_bytes = pool->RingBytesFor(plan.Runtime().batch);
+  figures.state_bytes = plan.StateBytes();
   for (const LengthShare& share : lengths) {
     figures.length_block_bytes.push_back(pool->BlockBytesFor(share.length));
   }
@@ -639,18 +641,22 @@ std::string MakePoolReport(const LayerPlan& plan, const Options& options, uint64
   Holding sized{"kvcache_at_length", "KVCache, sized", {}};
   for (size_t i = 0; i < options.lengths.size(); ++i) {
     const uint64_t length = options.lengths[i].length;
+    // Every holding of a hybrid model's sequence keeps its recurrent states too.
     decode.bytes.push_back(
-        detail::SaturatingAdd(pool.decode_ring_bytes, pool.length_block_bytes[i]));
+        detail::SaturatingAdd(pool.decode_ring_bytes,
+                              detail::SaturatingAdd(pool.length_block_bytes[i], pool.state_bytes)));
     prefill.bytes.push_back(
-        detail::SaturatingAdd(pool.prefill_ring_bytes, pool.length_block_bytes[i]));
-    kvcache.bytes.push_back(plan.TotalBytes());
+        detail::SaturatingAdd(pool.prefill_ring_bytes,
+                              detail::SaturatingAdd(pool.length_block_bytes[i], pool.state_bytes)));
+    kvcache.bytes.push_back(detail::SaturatingAdd(plan.TotalBytes(), plan.StateBytes()));
     RuntimeSpec at = runtime;
     at.context = length;
     at.batch = std::min(runtime.batch, length);
     at.rollback = std::min(runtime.rollback, length);
     Expected<LayerPlan> sized_plan = plan.WithRuntime(at);
     if (!sized_plan.ok()) return sized_plan.error().message;
-    sized.bytes.push_back(sized_plan->TotalBytes());
+    sized.bytes.push_back(
+        detail::SaturatingAdd(sized_plan->TotalBytes(), sized_plan->StateBytes()));
     report->mean_length += options.lengths[i].fraction * static_cast<double>(length);
   }
   report->holdings = {decode, prefill, kvcache, sized};
@@ -732,6 +738,10 @@ std::string PoolText(const LayerPlan& plan, const PoolReport& report, const Opti
         "  %zu ring layers: %s a sequence decoding (batch 1), %s prefilling (batch %" PRIu64 ")\n",
         pool.ring_layers.size(), FormatBytes(pool.decode_ring_bytes).c_str(),
         FormatBytes(pool.prefill_ring_bytes).c_str(), runtime.batch);
+  }
+  if (pool.state_bytes != 0) {
+    out += Format("  recurrent states: %s a sequence (every holding below includes them)\n",
+                  FormatBytes(pool.state_bytes).c_str());
   }
   if (pool.paged_layers.empty()) {
     out += "  no paged layers: no blocks\n";
@@ -827,6 +837,7 @@ nlohmann::ordered_json PoolJson(const PoolReport& report, const Options& options
   json["num_paged_layers"] = pool.paged_layers.size();
   json["decode_ring_bytes"] = pool.decode_ring_bytes;
   json["prefill_ring_bytes"] = pool.prefill_ring_bytes;
+  json["state_bytes"] = pool.state_bytes;
   json["mean_length"] = report.mean_length;
   nlohmann::ordered_json lengths = nlohmann::ordered_json::array();
   for (size_t i = 0; i < options.lengths.size(); ++i) {
