@@ -129,6 +129,9 @@ TEST(PoolStates, EachSequenceKeepsItsOwnStatesCountedInTheBudget) {
   EXPECT_FALSE(pool.StateAfter(a, 0, 15).ok());  // before the last step (15 to 19)
   ASSERT_TRUE(pool.Free(b).ok());
   EXPECT_EQ(pool.State(b, 0).error().field, "id");
+  EXPECT_EQ(pool.StateAfter(b, 0, 1).error().message,
+            "id: sequence " + std::to_string(b.index) + " (generation " +
+                std::to_string(b.generation) + ") is not live in this pool");
   EXPECT_EQ(pool.Usage().state_bytes, states);
   // Clear zeroes the states with the positions.
   ASSERT_TRUE(pool.Clear(a).ok());

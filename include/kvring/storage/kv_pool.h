@@ -366,7 +366,7 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   // KVCache::State does; kUnknownSequence for an id not live.
   Expected<StateSlot> State(SequenceId id, size_t layer) {
     const Result known = sequences_.Check(id);
-    if (!known.ok()) return Error{"id", known.Message()};
+    if (!known.ok()) return NotLive(known);
     Sequence& sequence = sequences_.Get(id);
     return sequence.states.Current(layer, sequence.EndPos(table_));
   }
@@ -374,7 +374,7 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   // held.
   Expected<StateSlot> State(SequenceId id, size_t layer, uint64_t num_positions) {
     const Result known = sequences_.Check(id);
-    if (!known.ok()) return Error{"id", known.Message()};
+    if (!known.ok()) return NotLive(known);
     return sequences_.Get(id).states.Current(layer, num_positions);
   }
   // Returns the slot where the engine writes the state of `layer` in `id` after
@@ -383,7 +383,7 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   // id not live.
   Expected<StateSlot> StateAfter(SequenceId id, size_t layer, uint64_t num_positions) {
     const Result known = sequences_.Check(id);
-    if (!known.ok()) return Error{"id", known.Message()};
+    if (!known.ok()) return NotLive(known);
     Sequence& sequence = sequences_.Get(id);
     return sequence.states.After(layer, num_positions, sequence.step.StepStart(),
                                  plan_.Runtime().context);
@@ -409,6 +409,13 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   friend struct detail::StateAccess;               // io/state_access.h: saves and loads it
   friend struct detail::PrefixAccess;              // sharing/prefix_cache.h: a checkpoint's blocks
   using Sequence = detail::PoolSequence<Layout>;
+
+  // The Error of a state call for an id not live (`known`, the refusal), naming the field.
+  static Error NotLive(const Result& known) {
+    const std::string message = known.Message();  // "UnknownSequence: sequence ..."
+    const size_t colon = message.find(": ");
+    return Error{"id", "id: " + (colon == std::string::npos ? message : message.substr(colon + 2))};
+  }
 
   template <typename T>
   Result Append(SequenceId id, size_t layer, uint64_t pos, const T* k, const T* v,
