@@ -71,11 +71,20 @@ struct StateAccess {
     const uint64_t end = cache.step_.HighEnd();
     const Result states = CheckStatesHeld(cache.states_, end);
     if (!states.ok()) return states;
-    const Result written = WriteStateOn<Layout>(runner, cache.Plan(), model_id, end, HeldBy(cache),
-                                                LocatorsOf(cache), sink);
-    if (!written.ok() || cache.states_.Empty()) return written;
-    return WriteRecurrentSections(
-        cache.Plan(), end, [&](size_t layer) { return cache.states_.Held(layer, end); }, sink);
+    return WriteWithStates<Layout>(runner, cache.Plan(), model_id, end, HeldBy(cache),
+                                   LocatorsOf(cache), cache.states_, sink);
+  }
+
+  // Writes a state (WriteStateOn: the header, the layers' rows) and then the state sections
+  // of `states` after `end` (none without recurrent states): a cache's or a pool sequence's.
+  template <typename Layout, typename Held, typename LocateOf>
+  static Result WriteWithStates(const TaskRunner& runner, const LayerPlan& plan,
+                                const std::string& model_id, uint64_t end, const Held& held,
+                                const LocateOf& locate_of, const RecurrentStates& states,
+                                ByteSink* sink) {
+    const Result written = WriteStateOn<Layout>(runner, plan, model_id, end, held, locate_of, sink);
+    if (!written.ok() || states.Empty()) return written;
+    return WriteRecurrentSections(plan, end, states, sink);
   }
 
   template <typename Layout>
@@ -212,9 +221,7 @@ struct StateAccess {
   template <typename Layout>
   static void SaveStates(const KVPool<Layout>& pool, SequenceId id, StateWriter* out) {
     const auto& sequence = pool.sequences_.Get(id);
-    const uint64_t end = sequence.step.HighEnd();
-    PutRecurrentSections(
-        pool.Plan(), end, [&](size_t layer) { return sequence.states.Held(layer, end); }, out);
+    PutRecurrentSections(pool.Plan(), sequence.step.HighEnd(), sequence.states, out);
   }
 
   template <typename Layout>
@@ -223,13 +230,9 @@ struct StateAccess {
     const Result savable = CheckSavable(pool, id);
     if (!savable.ok()) return savable;
     const auto& sequence = pool.sequences_.Get(id);
-    const uint64_t end = sequence.step.HighEnd();
-    const Result written =
-        WriteStateOn<Layout>(runner, pool.Plan(), model_id, end, HeldBy(pool, sequence),
-                             LocatorsOf(pool, sequence), sink);
-    if (!written.ok() || sequence.states.Empty()) return written;
-    return WriteRecurrentSections(
-        pool.Plan(), end, [&](size_t layer) { return sequence.states.Held(layer, end); }, sink);
+    return WriteWithStates<Layout>(runner, pool.Plan(), model_id, sequence.step.HighEnd(),
+                                   HeldBy(pool, sequence), LocatorsOf(pool, sequence),
+                                   sequence.states, sink);
   }
 
   // Checks the state `reader` reads against sequence `id` of `pool` (every refusal changes

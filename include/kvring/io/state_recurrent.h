@@ -19,14 +19,13 @@
 namespace kvring {
 namespace detail {
 
-// Puts the state section of every layer of `plan` with a recurrent state into `out`: the
-// state after `end` positions, slot_of(layer) (a StateSlot to read).
-template <typename SlotOf>
-void PutRecurrentSections(const LayerPlan& plan, uint64_t end, const SlotOf& slot_of,
-                          StateWriter* out) {
+// Puts the state section of every layer of `plan` with a recurrent state into `out`: its state
+// after `end` positions in `states`, which holds them (CheckStatesHeld).
+inline void PutRecurrentSections(const LayerPlan& plan, uint64_t end, const RecurrentStates& states,
+                                 StateWriter* out) {
   for (const LayerInfo& info : plan.Layers()) {
     if (!info.HasState()) continue;
-    const StateSlot slot = slot_of(info.index);
+    const StateSlot slot = states.Held(info.index, end);
     out->BeginSection(kRecurrentTag, kRecurrentFixedBytes + slot.conv_bytes + slot.recurrent_bytes);
     out->PutU32(static_cast<uint32_t>(info.index));
     out->PutU32(static_cast<uint32_t>(slot.conv_format));
@@ -42,11 +41,10 @@ void PutRecurrentSections(const LayerPlan& plan, uint64_t end, const SlotOf& slo
 }
 
 // As PutRecurrentSections, to `sink`; returns the sink's failure, if any.
-template <typename SlotOf>
-Result WriteRecurrentSections(const LayerPlan& plan, uint64_t end, const SlotOf& slot_of,
-                              ByteSink* sink) {
+inline Result WriteRecurrentSections(const LayerPlan& plan, uint64_t end,
+                                     const RecurrentStates& states, ByteSink* sink) {
   StateWriter out(sink);
-  PutRecurrentSections(plan, end, slot_of, &out);
+  PutRecurrentSections(plan, end, states, &out);
   return out.Finish();
 }
 

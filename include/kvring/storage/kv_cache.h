@@ -215,8 +215,8 @@ class KVCache {
     if (num_tokens != 0) {  // Rollback(0) changes nothing
       states_.ForgetAfter(end - num_tokens);
       step_.Reset(end - num_tokens);
+      EndViews(ViewEnd::kRollback);
     }
-    if (num_tokens != 0) EndViews(ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end - num_tokens);
   }
 

@@ -180,7 +180,7 @@ class RecurrentStates {
   void ForgetAfter(uint64_t end) {
     for (Layer& entry : layers_) {
       for (uint64_t& stamp : entry.stamps) {
-        if (stamp != kUnwritten && stamp > end) stamp = kUnwritten;
+        if (stamp > end) stamp = kUnwritten;  // (kUnwritten itself is past every end)
       }
     }
   }
