@@ -459,6 +459,11 @@ struct Model {
   std::optional<HfModel> config;
 };
 
+bool HasStates(const std::vector<LayerSpec>& layers) {
+  return std::any_of(layers.begin(), layers.end(),
+                     [](const LayerSpec& spec) { return spec.HasState(); });
+}
+
 // The lines under the report's first line that say where the layers came from.
 std::string SourceLines(const Model& model, const Options& options) {
   std::string out;
@@ -475,8 +480,11 @@ std::string SourceLines(const Model& model, const Options& options) {
   }
   if (options.tensor_parallel > 1) {
     out += Format("tensor parallel: one rank of %" PRIu64
-                  "; KV heads split across the ranks, MLA latents replicated\n",
-                  options.tensor_parallel);
+                  "; KV heads split across the ranks, MLA latents replicated%s\n",
+                  options.tensor_parallel,
+                  model.config && HasStates(model.layers)
+                      ? ", recurrent states split by heads as vLLM splits them"
+                      : "");
   }
   return out;
 }
@@ -1183,7 +1191,7 @@ std::string FormatBytes(uint64_t bytes) {
 
 Expected<std::vector<LayerSpec>> SplitAcrossRanks(const std::vector<LayerSpec>& layers,
                                                   uint32_t num_attention_heads,
-                                                  uint64_t tensor_parallel) {
+                                                  uint64_t tensor_parallel, bool states_per_rank) {
   using std::to_string;
   const std::string ranks = to_string(tensor_parallel);
   if (tensor_parallel == 0) {
@@ -1197,12 +1205,14 @@ Expected<std::vector<LayerSpec>> SplitAcrossRanks(const std::vector<LayerSpec>& 
   std::vector<LayerSpec> rank_layers = layers;
   for (size_t i = 0; i < rank_layers.size(); ++i) {
     LayerSpec& spec = rank_layers[i];
-    if (tensor_parallel > 1 && (spec.HasState() || !spec.attends)) {
-      return Error{"tensor_parallel", "tensor_parallel: layer " + to_string(i) +
-                                          " has a recurrent state, whose split across ranks "
-                                          "kvring-plan does not plan yet"};
+    if (tensor_parallel > 1 && spec.HasState() && !states_per_rank) {
+      return Error{"tensor_parallel",
+                   "tensor_parallel: layer " + to_string(i) +
+                       " has a recurrent state, whose split across ranks follows its family's "
+                       "rule: plan the model from its config.json (--config)"};
     }
-    if (spec.IsLatent() || tensor_parallel == 1) continue;  // MLA: every rank keeps the latent
+    // MLA: every rank keeps the latent; a layer without attention holds no K/V.
+    if (spec.IsLatent() || !spec.attends || tensor_parallel == 1) continue;
     const std::string field = "layers[" + to_string(i) + "].num_kv_heads";
     const uint64_t kv_heads = spec.num_kv_heads;
     if (kv_heads >= tensor_parallel) {
@@ -1245,7 +1255,9 @@ int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::stri
   }
   Model model;
   if (!options.config.empty()) {
-    Expected<HfModel> config = ReadHfConfig(options.config, options.read);
+    HfReadOptions read = options.read;
+    read.tensor_parallel = options.tensor_parallel;
+    Expected<HfModel> config = ReadHfConfig(options.config, read);
     if (!config.ok()) return fail(config.error().message);
     model.name = options.config;
     model.max_context = config->max_context;
@@ -1260,7 +1272,8 @@ int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::stri
     model.layers = preset->layers;
   }
   Expected<std::vector<LayerSpec>> rank_layers =
-      SplitAcrossRanks(model.layers, model.num_attention_heads, options.tensor_parallel);
+      SplitAcrossRanks(model.layers, model.num_attention_heads, options.tensor_parallel,
+                       model.config && model.config->tensor_parallel == options.tensor_parallel);
   if (!rank_layers.ok()) return fail(rank_layers.error().message);
   model.layers = rank_layers.value();
 

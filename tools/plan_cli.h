@@ -27,10 +27,14 @@ bool ParseSize(const std::string& text, uint64_t* value);
 // replica) when there are fewer KV heads than ranks; MLA latents are replicated whole.
 // Refused (an Error naming the field) when the heads do not divide, the ranks do not divide
 // into replicas, or `num_attention_heads` (0: unknown, as for presets) is not a multiple of
-// the ranks. Allocates the returned list; cost O(layers).
+// the ranks. Recurrent states split by the family's rule, which only a config.json read with
+// HfReadOptions::tensor_parallel knows: with `states_per_rank` the layers' states are already
+// one rank's share and stay; without it a layer with a state is refused under more than one
+// rank. Allocates the returned list; cost O(layers).
 Expected<std::vector<LayerSpec>> SplitAcrossRanks(const std::vector<LayerSpec>& layers,
                                                   uint32_t num_attention_heads,
-                                                  uint64_t tensor_parallel);
+                                                  uint64_t tensor_parallel,
+                                                  bool states_per_rank = false);
 
 // Returns `bytes` in binary units with two decimals ("10.41 GiB"), or "N B" below 1 KiB.
 std::string FormatBytes(uint64_t bytes);

@@ -24,6 +24,7 @@
 #include "kvring/hf_config/families.h"
 #include "kvring/hf_config/gemma4.h"
 #include "kvring/hf_config/hybrid.h"
+#include "kvring/hf_config/kimi_linear.h"
 #include "kvring/hf_config/layers.h"
 #include "kvring/hf_config/mamba.h"
 #include "kvring/hf_config/mla.h"
@@ -170,6 +171,10 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
 
 inline void ParseText(const std::string& text, const HfReadOptions& options,
                       std::vector<HfDefault>* defaults, HfModel* out, Failure* failure) {
+  if (options.tensor_parallel == 0) {
+    failure->Fail("tensor_parallel", "0 is invalid: one rank at least (HfReadOptions)");
+    return;
+  }
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     failure->Fail("", "is empty");
     return;
@@ -216,7 +221,11 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kZamba2:
       ReadZamba2(scope, out);
       break;
+    case Reader::kKimiLinear:
+      ReadKimiLinear(scope, out);
+      break;
   }
+  out->tensor_parallel = options.tensor_parallel;
 }
 
 }  // namespace hf
@@ -225,8 +234,8 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
 // Returns the model that the JSON text `json_text` describes, or an Error whose field is the
 // offending key (for example "text_config.layer_types[3]", or "config" for the whole file)
 // and whose message is one line: "<file_name>: <key>: <what is wrong>". `file_name` is used
-// in messages only. `options`: how MLA layers are planned. Allocates; cost O(size of the text +
-// layers).
+// in messages only. `options`: how MLA layers are planned, and the tensor-parallel ranks whose
+// share of each recurrent state the layers hold. Allocates; cost O(size of the text + layers).
 inline Expected<HfModel> ParseHfConfig(const std::string& json_text, const std::string& file_name,
                                        const HfReadOptions& options = HfReadOptions()) {
   HfModel model;

@@ -77,6 +77,7 @@ enum class Reader {
   kLightning,
   kOlmoHybrid,
   kZamba2,
+  kKimiLinear,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
@@ -193,6 +194,12 @@ inline constexpr Family kFamilies[] = {
      PatternRule::kAllFull, 0, 0, false, false, false, false,
      "layers_block_type of mamba and hybrid (attention beside Mamba2) blocks",
      "sliding_window_pattern", 15, Reader::kZamba2},
+    // Kimi Delta Attention beside latent attention (kvring/hf_config/kimi_linear.h); remote
+    // code, its context model_max_length.
+    {"kimi_linear", "KimiLinearConfig (remote code)", 0, KvHeadsRule::kUnused, 0,
+     HeadDimRule::kUnused, 0, PatternRule::kAllFull, 0, 0, false, false, false, true,
+     "kda_layers and full_attn_layers of linear_attn_config (1-indexed)", "sliding_window_pattern",
+     15, Reader::kKimiLinear},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},

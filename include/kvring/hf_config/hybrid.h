@@ -64,6 +64,19 @@ inline uint64_t StateProduct(const Scope& scope, const char* key,
   return product;
 }
 
+// Returns `count` (read at `key`; `shown` before it in the message, e.g. the product it is)
+// divided among the HfReadOptions::tensor_parallel ranks, or fails at `key` (0 returned) when
+// they do not divide it: vLLM gives each rank whole `units`.
+inline uint64_t PerRank(const Scope& scope, const std::string& key, const std::string& shown,
+                        uint64_t count, const char* units) {
+  const uint64_t ranks = scope.options().tensor_parallel;
+  if (ranks != 0 && count % ranks == 0) return count / ranks;
+  scope.Fail(key, shown + (shown.empty() ? "" : " ") + std::to_string(count) +
+                      " does not split across tensor_parallel " + std::to_string(ranks) +
+                      " ranks (vLLM gives each rank whole " + units + ")");
+  return 0;
+}
+
 // Returns the state of a Gated DeltaNet layer of `kernel` conv columns, k_heads key heads of
 // k_dim and v_heads value heads of v_dim: a conv state over the q, k and v channels and a
 // recurrent state per value head; a value head count that is not a multiple of the key heads
@@ -78,6 +91,11 @@ inline StateSpec GatedDeltaNetState(const Scope& scope, uint64_t kernel, uint64_
                    std::to_string(k_heads) + " (each key head serves a whole group)");
     return state;
   }
+  // One rank's share: whole key heads, each with its value heads.
+  const uint64_t ranks = scope.options().tensor_parallel;
+  k_heads = PerRank(scope, "linear_num_key_heads", "", k_heads, "key heads, each with its values");
+  if (scope.Failed()) return state;
+  v_heads /= ranks;
   const uint64_t qk = StateProduct(scope, "linear_key_head_dim", {2, k_heads, k_dim});
   const uint64_t v = StateProduct(scope, "linear_value_head_dim", {v_heads, v_dim});
   if (scope.Failed()) return state;
@@ -251,8 +269,11 @@ inline void ReadLightningHybrid(const Scope& scope, HfModel* model) {
   CheckAttnTypeList(scope, linear);
   LayerSpec full = ReadShape(scope, num_heads);
   if (scope.Failed()) return;
+  const uint64_t rank_heads =
+      PerRank(scope, "num_attention_heads", "", num_heads, "lightning attention heads");
+  if (scope.Failed()) return;
   StateSpec state;
-  state.recurrent_elements = num_heads * full.head_dim * full.head_dim;
+  state.recurrent_elements = rank_heads * full.head_dim * full.head_dim;
   state.recurrent_format = Format::kBF16;
   const std::optional<uint64_t> window = ReadWindow(scope);  // the class default: None
   if (scope.Failed()) return;
@@ -305,8 +326,10 @@ inline void ReadShortConvHybrid(const Scope& scope, HfModel* model) {
   const std::vector<bool> conv = ReadConvLayers(scope, num_layers);
   const LayerSpec full = ReadShape(scope, num_heads);
   if (scope.Failed()) return;
+  const uint64_t channels = PerRank(scope, "hidden_size", "", hidden, "conv channels");
+  if (scope.Failed()) return;
   StateSpec state;
-  state.conv_elements = (kernel - 1) * hidden;
+  state.conv_elements = (kernel - 1) * channels;
   state.conv_format = Format::kBF16;
   for (bool is_conv : conv) model->layers.push_back(is_conv ? LayerSpec::Recurrent(state) : full);
 }

@@ -61,19 +61,40 @@ inline uint64_t ReadMambaHeadDim(const Scope& scope, uint64_t width, uint64_t he
   return 0;
 }
 
-// Returns a Mamba2 state of `width` channels (heads x head dim) with `groups` groups of
-// `state_size` (B and C): a conv state of (kernel - 1) x (width + 2 x groups x state_size) BF16
-// elements and an SSM state of width x state_size in `recurrent_format`; a product that
-// overflows 64 bits fails (at `groups_key` or `state_key`). Both sums stay below 2^62.
-inline StateSpec Mamba2State(const Scope& scope, uint64_t width, uint64_t groups,
+// The keys a family names a Mamba2 mixer's heads, groups and state size by (for messages).
+struct Mamba2Keys {
+  const char* heads;
+  const char* groups;
+  const char* state;
+};
+
+// Returns one rank's Mamba2 state (HfReadOptions::tensor_parallel; vLLM's MambaMixer2: whole
+// heads, each with its channels, and the groups split with them, or a single group given to
+// every rank) of `width` channels (`heads` x head dim) with `groups` groups of `state_size` (B
+// and C): a conv state of (kernel - 1) x (width + 2 x groups x state_size) BF16 elements and
+// an SSM state of width x state_size in `recurrent_format`. Heads or groups that do not split
+// fail at their key; so does a product that overflows 64 bits. Both sums stay below 2^62.
+inline StateSpec Mamba2State(const Scope& scope, uint64_t width, uint64_t heads, uint64_t groups,
                              uint64_t state_size, uint64_t kernel, Format recurrent_format,
-                             const char* groups_key, const char* state_key) {
+                             const Mamba2Keys& keys) {
   StateSpec state;
-  const uint64_t bc = StateProduct(scope, groups_key, {2, groups, state_size});
+  const uint64_t ranks = scope.options().tensor_parallel;
+  PerRank(scope, keys.heads, "", heads, "Mamba heads, each with its channels");
   if (scope.Failed()) return state;
-  state.conv_elements = StateProduct(scope, groups_key, {kernel - 1, width + bc});
+  if (groups % ranks != 0 && groups != 1) {
+    scope.Fail(keys.groups, std::to_string(groups) + " does not split across tensor_parallel " +
+                                std::to_string(ranks) +
+                                " ranks, and is not 1 (vLLM splits the groups with the heads, "
+                                "or gives every rank the one group)");
+    return state;
+  }
+  width /= ranks;  // heads divides it
+  groups = groups % ranks == 0 ? groups / ranks : 1;
+  const uint64_t bc = StateProduct(scope, keys.groups, {2, groups, state_size});
+  if (scope.Failed()) return state;
+  state.conv_elements = StateProduct(scope, keys.groups, {kernel - 1, width + bc});
   state.conv_format = Format::kBF16;
-  state.recurrent_elements = StateProduct(scope, state_key, {width, state_size});
+  state.recurrent_elements = StateProduct(scope, keys.state, {width, state_size});
   state.recurrent_format = recurrent_format;
   return state;
 }
@@ -100,8 +121,9 @@ inline StateSpec ReadMamba2State(const Scope& scope) {
                                std::to_string(heads));
     return state;
   }
-  return Mamba2State(scope, heads * head_dim, groups, state_size, kernel,
-                     ReadStateFormat(scope, Format::kF32), "n_groups", "ssm_state_size");
+  return Mamba2State(scope, heads * head_dim, heads, groups, state_size, kernel,
+                     ReadStateFormat(scope, Format::kF32),
+                     {"mamba_num_heads", "n_groups", "ssm_state_size"});
 }
 
 // Returns Nemotron-H's block types: layers_block_type (or layer_types, its other name), else
@@ -172,8 +194,8 @@ inline StateSpec ReadGraniteMambaState(const Scope& scope) {
   if (scope.Failed()) return state;
   ReadMambaHeadDim(scope, intermediate, heads, "mamba_expand x hidden_size");  // heads x it
   if (scope.Failed()) return state;
-  return Mamba2State(scope, intermediate, groups, state_size, kernel, ReadStateFormat(scope),
-                     "mamba_n_groups", "mamba_d_state");
+  return Mamba2State(scope, intermediate, heads, groups, state_size, kernel, ReadStateFormat(scope),
+                     {"mamba_n_heads", "mamba_n_groups", "mamba_d_state"});
 }
 
 // Returns Granite 4.0-H's layer kinds: layer_types of "mamba" and "attention", every layer
@@ -249,8 +271,8 @@ inline StateSpec ReadFalconH1State(const Scope& scope) {
   if (scope.Failed()) return state;
   ReadMambaHeadDim(scope, intermediate, heads, "the Mamba width");
   if (scope.Failed()) return state;
-  return Mamba2State(scope, intermediate, groups, state_size, kernel, Format::kBF16,
-                     "mamba_n_groups", "mamba_d_state");
+  return Mamba2State(scope, intermediate, heads, groups, state_size, kernel, Format::kBF16,
+                     {"mamba_n_heads", "mamba_n_groups", "mamba_d_state"});
 }
 
 // Reads a Falcon-H1 model of `scope` into *model: every layer full attention beside a Mamba2
@@ -273,7 +295,12 @@ inline StateSpec ReadMamba1State(const Scope& scope) {
   const uint64_t kernel = scope.OrDefault("mamba_d_conv", 4, 1, kMaxDim);
   StateSpec state;
   if (scope.Failed()) return state;
-  const uint64_t intermediate = StateProduct(scope, "mamba_expand", {expand, hidden});
+  uint64_t intermediate = StateProduct(scope, "mamba_expand", {expand, hidden});
+  if (scope.Failed()) return state;
+  // One rank's share (vLLM's MambaMixer: whole channels).
+  intermediate =
+      PerRank(scope, "mamba_expand", "mamba_expand x hidden_size", intermediate, "channels");
+  if (scope.Failed()) return state;
   state.conv_elements = StateProduct(scope, "mamba_d_conv", {kernel - 1, intermediate});
   state.conv_format = Format::kBF16;
   state.recurrent_elements = StateProduct(scope, "mamba_d_state", {intermediate, state_size});
@@ -336,8 +363,8 @@ inline StateSpec ReadZamba2State(const Scope& scope, uint64_t hidden) {
                                     " (the Mamba head dim would be cut)");
   }
   if (scope.Failed()) return state;
-  return Mamba2State(scope, intermediate, groups, state_size, kernel, Format::kBF16,
-                     "mamba_ngroups", "mamba_d_state");
+  return Mamba2State(scope, intermediate, heads, groups, state_size, kernel, Format::kBF16,
+                     {"n_mamba_heads", "mamba_ngroups", "mamba_d_state"});
 }
 
 // Returns Zamba2's block types ("mamba" or "hybrid"): layers_block_type (layer_types is its

@@ -1,8 +1,8 @@
 // kvring/hf_config/mla.h: the reader of the latent-attention (MLA) families (DeepSeek V3 and
-// Kimi K2, Mistral 4, GLM-4.7-Flash's glm4_moe_lite), as their transformers classes read them:
-// every layer full, its K/V either the latent an engine stores (HfReadOptions::mla kLatent) or
-// the per-head K and V transformers' own cache holds (kExpanded). Part of kvring/hf_config.h;
-// needs nlohmann-json. Throws nothing (scope.h).
+// Kimi K2, Mistral 4, GLM-4.7-Flash's glm4_moe_lite; Kimi Linear's full layers), as their
+// transformers classes read them: every layer full, its K/V either the latent an engine stores
+// (HfReadOptions::mla kLatent) or the per-head K and V transformers' own cache holds (kExpanded).
+// Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_MLA_H_
 #define KVRING_HF_CONFIG_MLA_H_
 
@@ -19,6 +19,9 @@ namespace kvring {
 namespace detail {
 namespace hf {
 
+// A size whose class default is None: the file must give it.
+inline constexpr uint64_t kNoMlaDefault = UINT64_MAX;
+
 // The class defaults of an MLA family's latent and head sizes.
 struct MlaDefaults {
   const char* model_type;
@@ -33,6 +36,7 @@ inline constexpr MlaDefaults kMlaDefaults[] = {
     {"kimi_k2", 512, 64, 128, 128},
     {"mistral4", 256, 64, 64, 128},
     {"glm4_moe_lite", 512, 64, 192, 256},
+    {"kimi_linear", kNoMlaDefault, kNoMlaDefault, kNoMlaDefault, kNoMlaDefault},
 };
 
 inline const MlaDefaults& FindMlaDefaults(const Family& family) {
@@ -42,10 +46,15 @@ inline const MlaDefaults& FindMlaDefaults(const Family& family) {
   return kMlaDefaults[0];
 }
 
-// Returns the integer at `key`, or `fallback` when absent; null refused (the classes type
-// these keys int, or crash on None).
+// Returns the integer at `key`, or `fallback` when absent (refused when it is kNoMlaDefault);
+// null refused (the classes type these keys int, or crash on None).
 inline uint64_t MlaSize(const Scope& scope, const char* key, uint64_t fallback, uint64_t min) {
   const Json* value = scope.Find(key);
+  if (value == nullptr && fallback == kNoMlaDefault) {
+    scope.Fail(key, "is missing; " + scope.ClassName() +
+                        "'s default None gives its latent attention no size");
+    return 1;
+  }
   if (value != nullptr && value->is_null()) {
     scope.Fail(key, "is null; " + scope.ClassName() + "'s latent attention needs a number here");
     return 1;

@@ -25,6 +25,9 @@ struct HfModel {
   std::string class_name;            // transformers' configuration class, e.g. "Gemma3TextConfig"
   uint64_t max_context = 0;          // max_position_embeddings (or the class default)
   uint32_t num_attention_heads = 0;  // query heads
+  // The ranks whose share of each recurrent state `layers` hold (HfReadOptions::
+  // tensor_parallel); their attention layers are whole.
+  uint64_t tensor_parallel = 1;
   std::vector<LayerSpec> layers;
   std::vector<HfDefault> defaults;  // class defaults applied, in the order they were read
 

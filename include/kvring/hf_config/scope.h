@@ -33,6 +33,12 @@ enum class MlaCache { kLatent, kExpanded };
 // How ParseHfConfig / ReadHfConfig read a file.
 struct HfReadOptions {
   MlaCache mla = MlaCache::kLatent;
+  // The ranks a tensor-parallel engine splits the model across: each recurrent layer's state
+  // is one rank's share, split as vLLM splits the layer (heads and conv channels; a Mamba2
+  // layer's single group replicated on every rank), and a file whose heads or channels do not
+  // split refused naming the key. Attention layers are read whole (kvring-plan splits their
+  // KV heads: --tensor-parallel).
+  uint64_t tensor_parallel = 1;
 };
 
 namespace detail {
@@ -102,6 +108,13 @@ class Scope {
         options_(options),
         defaults_(defaults),
         failure_(failure) {}
+
+  // Returns the scope of `object`, the value at `key` of this one (a nested object such as
+  // Kimi Linear's linear_attn_config), read by the same family into the same defaults and
+  // failure.
+  Scope Nested(const Json& object, const std::string& key) const {
+    return Scope(object, Key(key) + ".", family_, options_, defaults_, failure_);
+  }
 
   const Family& family() const { return family_; }
   const HfReadOptions& options() const { return options_; }

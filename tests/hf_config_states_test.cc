@@ -1,0 +1,228 @@
+// Tests of kvring/hf_config.h on recurrent states: Kimi Linear (Kimi Delta Attention beside
+// latent attention, its 1-indexed layer lists) and every hybrid family's state split across
+// tensor-parallel ranks as vLLM splits it (HfReadOptions::tensor_parallel, kvring-plan
+// --tensor-parallel). Every expected figure is worked out here by hand from the file and the
+// family's rule (docs/configs.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/plan_cli_run.h"
+#include "hf_config_files.h"
+#include "kvring/hf_config.h"
+#include "kvring/layer_plan.h"
+#include "plan_cli.h"
+
+namespace kvring {
+namespace tools {
+namespace {
+
+Expected<HfModel> ReadRanks(const std::string& name, uint64_t ranks,
+                            MlaCache mla = MlaCache::kLatent) {
+  HfReadOptions options;
+  options.mla = mla;
+  options.tensor_parallel = ranks;
+  return ReadHfConfig(ConfigPath(name), options);
+}
+
+TEST(HfConfigStates, KimiLinearKeepsKdaStatesBesideLatentLayers) {
+  // Kimi-Linear-48B-A3B's published file: full_attn_layers 4, 8, ..., 24, 27 (1-indexed) are
+  // latent attention of kv_lora_rank 512 + qk_rope_head_dim 64 = 576 elements; the 20 others
+  // KDA layers of 32 heads x 128: a conv state of (4 - 1) x 3 x 32 x 128 = 36864 BF16
+  // elements and a recurrent state of 32 x 128 x 128 = 524288 F32 elements.
+  const Expected<HfModel> model = ReadRanks("kimi_linear_48b_a3b.json", 1);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ(model->model_type, "kimi_linear");
+  EXPECT_EQ(model->max_context, 1048576u);  // model_max_length
+  EXPECT_EQ(model->num_attention_heads, 32u);
+  ASSERT_EQ(model->layers.size(), 27u);
+  const std::vector<size_t> full = {3, 7, 11, 15, 19, 23, 26};
+  for (size_t i = 0; i < 27; ++i) {
+    const LayerSpec& spec = model->layers[i];
+    const bool is_full = std::find(full.begin(), full.end(), i) != full.end();
+    EXPECT_EQ(spec.attends, is_full) << i;
+    if (is_full) {
+      EXPECT_EQ(spec.latent_dim, 576u) << i;
+      EXPECT_FALSE(spec.HasState()) << i;
+      continue;
+    }
+    EXPECT_EQ(spec.state.conv_elements, 36864u) << i;
+    EXPECT_EQ(spec.state.conv_format, Format::kBF16);
+    EXPECT_EQ(spec.state.recurrent_elements, 524288u) << i;
+    EXPECT_EQ(spec.state.recurrent_format, Format::kF32);
+  }
+  // As transformers-style caches hold it: 32 heads of K 128 + 64 and V 128.
+  const Expected<HfModel> expanded = ReadRanks("kimi_linear_48b_a3b.json", 1, MlaCache::kExpanded);
+  ASSERT_TRUE(expanded.ok()) << expanded.error().message;
+  EXPECT_EQ(expanded->layers[3].num_kv_heads, 32u);
+  EXPECT_EQ(expanded->layers[3].head_dim, 192u);
+  EXPECT_EQ(expanded->layers[3].VHeadDim(), 128u);
+  // kvring-plan: 20 KDA layers of 72 KiB + 2 MiB a sequence, one copy without rollback.
+  const CliRun run =
+      RunCli({"--config", ConfigPath("kimi_linear_48b_a3b.json"), "--context", "131072"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("read as model_type kimi_linear (transformers' KimiLinearConfig"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("recurrent state, per sequence: 41.41 MiB in 20 layers (1 copy"),
+            std::string::npos)
+      << run.out;
+  // Without linear_attn_config every layer is latent attention (64 + 16 elements).
+  const Expected<HfModel> latent_only = ReadRanks("kimi_linear_without_kda.json", 1);
+  ASSERT_TRUE(latent_only.ok()) << latent_only.error().message;
+  ASSERT_EQ(latent_only->layers.size(), 3u);
+  for (const LayerSpec& spec : latent_only->layers) EXPECT_EQ(spec.latent_dim, 80u);
+  EXPECT_TRUE(HasDefault(*latent_only, "linear_attn_config", "None (no KDA layer)"));
+}
+
+TEST(HfConfigStates, KimiLinearFilesWhoseListsDisagreeAreRefused) {
+  const struct {
+    const char* file;
+    const char* message;
+  } kCases[] = {
+      {"bad/kimi_linear_layer_number_zero.json",
+       "linear_attn_config.kda_layers[0]: 0 is no layer number: the lists count layers from 1"},
+      {"bad/kimi_linear_layer_past_last.json",
+       "linear_attn_config.full_attn_layers[6]: 28 is too large (at most 27)"},
+      {"bad/kimi_linear_layer_in_both.json",
+       "linear_attn_config.full_attn_layers[0]: 3 is in kda_layers and full_attn_layers (layer "
+       "2)"},
+      {"bad/kimi_linear_layer_in_neither.json",
+       "linear_attn_config.full_attn_layers: names neither layer number 27 (layer 26) nor does "
+       "kda_layers"},
+      {"bad/kimi_linear_no_full_list.json",
+       "linear_attn_config.full_attn_layers: is missing; KimiLinearConfig (remote code) asserts "
+       "both layer lists"},
+      {"bad/kimi_linear_no_context.json",
+       "model_max_length: is missing; KimiLinearConfig (remote code)'s default None gives the "
+       "model no context length"},
+      {"bad/kimi_linear_no_latent_rank.json",
+       "kv_lora_rank: is missing; KimiLinearConfig (remote code)'s default None gives its latent "
+       "attention no size"},
+      {"bad/kimi_linear_no_kda_heads.json", "linear_attn_config.num_heads: is missing"},
+  };
+  for (const auto& c : kCases) ExpectToolRefuses(c.file, c.message);
+}
+
+// One layer's state per rank: conv and recurrent elements.
+struct RankState {
+  size_t layer;
+  uint64_t conv;
+  uint64_t recurrent;
+};
+
+void ExpectStates(const std::string& file, uint64_t ranks, const std::vector<RankState>& rows) {
+  SCOPED_TRACE(file + " over " + std::to_string(ranks) + " ranks");
+  const Expected<HfModel> model = ReadRanks(file, ranks);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ(model->tensor_parallel, ranks);
+  for (const RankState& row : rows) {
+    ASSERT_LT(row.layer, model->layers.size());
+    EXPECT_EQ(model->layers[row.layer].state.conv_elements, row.conv) << row.layer;
+    EXPECT_EQ(model->layers[row.layer].state.recurrent_elements, row.recurrent) << row.layer;
+  }
+}
+
+TEST(HfConfigStates, TensorParallelSplitsEachFamilysStateAsVllmDoes) {
+  // Gated DeltaNet (Qwen3-Next tiny: 2 key heads of 32, 4 value heads of 16, kernel 4): a rank
+  // of 2 keeps 1 key head and its 2 value heads, conv 3 x (2 x 1 x 32 + 2 x 16) = 288,
+  // recurrent 2 x 32 x 16 = 1024.
+  ExpectStates("qwen3_next_tiny.json", 1, {{0, 576, 2048}});
+  ExpectStates("qwen3_next_tiny.json", 2, {{0, 288, 1024}});
+  // Mamba2 (Nemotron-H: 8 heads of 16, 2 groups of state 16, kernel 4): 2 ranks take 4 heads
+  // and one group each, conv 3 x (64 + 2 x 1 x 16) = 288, SSM 64 x 16 = 1024.
+  ExpectStates("nemotron_h_pattern.json", 2, {{0, 288, 1024}});
+  // Granite 4.0-H (width 2 x 128 = 256 in 8 heads, 1 group of 16): the one group on every
+  // rank, conv 3 x (128 + 2 x 16) = 480, SSM 128 x 16 = 2048.
+  ExpectStates("granitemoehybrid_tiny.json", 1, {{0, 864, 4096}});
+  ExpectStates("granitemoehybrid_tiny.json", 2, {{0, 480, 2048}});
+  // Falcon-H1 (every layer: width 128 in 8 heads, 2 groups of 16): conv 3 x (64 + 32) = 288.
+  ExpectStates("falcon_h1_tiny.json", 2, {{0, 288, 1024}, {2, 288, 1024}});
+  // Zamba2 (width 128 in 4 heads, 2 groups of 16): the same split, hybrid blocks too.
+  ExpectStates("zamba2_tiny.json", 2, {{0, 288, 1024}, {2, 288, 1024}});
+  // Mamba1 (Jamba: 2 x 64 = 128 channels, state 8, kernel 4): conv 3 x 64, SSM 64 x 8.
+  ExpectStates("jamba_tiny.json", 1, {{0, 384, 1024}});
+  ExpectStates("jamba_tiny.json", 2, {{0, 192, 512}});
+  // Lightning attention (MiniMax: 4 heads of 16): 2 heads x 16 x 16 a rank.
+  ExpectStates("minimax_tiny.json", 2, {{1, 0, 512}});
+  // Short convolution (LFM2: 128 channels, L_cache 3): 2 x 64 a rank.
+  ExpectStates("lfm2_full_attn_idxs.json", 2, {{0, 128, 0}});
+  // KDA (Kimi Linear: 32 heads of 128): 8 ranks keep 4 heads, conv 3 x 3 x 4 x 128 = 4608,
+  // recurrent 4 x 128 x 128 = 65536.
+  ExpectStates("kimi_linear_48b_a3b.json", 8, {{0, 4608, 65536}});
+}
+
+TEST(HfConfigStates, TensorParallelRefusesStatesThatDoNotSplit) {
+  const struct {
+    const char* file;
+    const char* ranks;
+    const char* message;  // what follows "kvring-plan: <path>: "
+  } kCases[] = {
+      {"qwen3_next_tiny.json", "4",
+       "linear_num_key_heads: 2 does not split across tensor_parallel 4 ranks (vLLM gives each "
+       "rank whole key heads, each with its values)"},
+      {"nemotron_h_pattern.json", "4",
+       "n_groups: 2 does not split across tensor_parallel 4 ranks, and is not 1 (vLLM splits the "
+       "groups with the heads, or gives every rank the one group)"},
+      {"falcon_h1_tiny.json", "16",
+       "mamba_n_heads: 8 does not split across tensor_parallel 16 ranks (vLLM gives each rank "
+       "whole Mamba heads, each with its channels)"},
+      {"jamba_tiny.json", "3",
+       "mamba_expand: mamba_expand x hidden_size 128 does not split across tensor_parallel 3 "
+       "ranks (vLLM gives each rank whole channels)"},
+      {"kimi_linear_48b_a3b.json", "3",
+       "linear_attn_config.num_heads: 32 does not split across tensor_parallel 3 ranks"},
+  };
+  for (const auto& c : kCases) {
+    const std::string path = ConfigPath(c.file);
+    const CliRun run = RunCli({"--config", path, "--tensor-parallel", c.ranks});
+    EXPECT_EQ(run.status, 2) << c.file;
+    EXPECT_EQ(run.out, "") << c.file;
+    EXPECT_EQ(run.err.rfind("kvring-plan: " + path + ": " + c.message, 0), 0u) << run.err;
+  }
+  // The library refuses 0 ranks by name; SplitAcrossRanks refuses a state it was not told is
+  // already one rank's (a preset's or an engine's own layers: the split is the family's).
+  HfReadOptions none;
+  none.tensor_parallel = 0;
+  const Expected<HfModel> zero = ReadHfConfig(ConfigPath("qwen3_next_tiny.json"), none);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error().field, "tensor_parallel");
+  const Expected<HfModel> whole = ReadRanks("qwen3_next_tiny.json", 1);
+  ASSERT_TRUE(whole.ok());
+  const Expected<std::vector<LayerSpec>> refused = SplitAcrossRanks(whole->layers, 16, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().field, "tensor_parallel");
+  EXPECT_NE(refused.error().message.find("layer 0 has a recurrent state"), std::string::npos);
+}
+
+TEST(HfConfigStates, TensorParallelPlansOneRanksStatesAndKv) {
+  // Qwen3-Next tiny over 2 ranks: 1 of the 2 KV heads on each full layer, each linear layer's
+  // state halved: (288 x 2 + 1024 x 2) bytes x 6 layers = 15.38 KiB a sequence.
+  const CliRun run = RunCli({"--config", ConfigPath("qwen3_next_tiny.json"), "--json",
+                             "--tensor-parallel", "2", "--context", "4096"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["tensor_parallel"], 2);
+  EXPECT_EQ(json["layers"][3]["num_kv_heads"], 1);
+  EXPECT_EQ(json["layers"][0]["conv_state_bytes"], 288 * 2);
+  EXPECT_EQ(json["layers"][0]["recurrent_state_bytes"], 1024 * 2);
+  EXPECT_EQ(json["state_bytes"], 6 * (288 * 2 + 1024 * 2));
+  const CliRun text =
+      RunCli({"--config", ConfigPath("qwen3_next_tiny.json"), "--tensor-parallel", "2"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("recurrent states split by heads as vLLM splits them"), std::string::npos)
+      << text.out;
+  // Nemotron-H's blocks without a mixer hold nothing and split as they are.
+  const CliRun nemotron = RunCli(
+      {"--config", ConfigPath("nemotron_h_pattern.json"), "--json", "--tensor-parallel", "2"});
+  ASSERT_EQ(nemotron.status, 0) << nemotron.err;
+  EXPECT_EQ(nlohmann::json::parse(nemotron.out)["layers"][1]["kind"], "none");
+}
+
+}  // namespace
+}  // namespace tools
+}  // namespace kvring
