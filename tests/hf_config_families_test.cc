@@ -1,12 +1,14 @@
 // Tests of kvring/hf_config.h on the families added for transformers 5.12: Gemma 4 (global
 // layers of their own shape), OLMo 3, EXAONE 4, AFMoE, SmolLM3, Ministral, Ministral 3 and
-// Qwen2-VL's flat files; and their bad files. Every expected layer is worked out here by hand
+// Qwen2-VL's flat files, and MiMo-V2-Flash (remote code: sliding layers of their own shape); and
+// their bad files. Every expected layer is worked out here by hand
 // from the file and the family's rules (docs/configs.md); tools/transformers/check_configs.py
 // checks the same files against transformers itself.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -451,6 +453,55 @@ TEST(HfConfigFamilies, Lfm2ConvLayersKeepTheirShortConvolution) {
 
 // --- Bad files of the new families: one line naming the file and the key, exit status 2 ----
 
+TEST(HfConfigFamilies, MimoV2FlashGivesItsSlidingLayersTheirOwnShape) {
+  // The published file: hybrid_layer_pattern makes layers 0, 5, 11, ..., 47 full (4 KV heads of
+  // K 192 and V 128), the 39 others slide over 128 keys with 8 KV heads of the same dims.
+  const HfModel model = Read("mimo_v2_flash.json");
+  EXPECT_EQ(model.model_type, "mimo_v2_flash");
+  EXPECT_EQ(model.max_context, 262144u);
+  ASSERT_EQ(model.layers.size(), 48u);
+  size_t num_full = 0;
+  for (size_t i = 0; i < 48; ++i) {
+    const LayerSpec& spec = model.layers[i];
+    const bool full = i == 0 || (i + 1) % 6 == 0;
+    num_full += full ? 1 : 0;
+    EXPECT_EQ(spec.kind, full ? AttentionKind::kGlobal : AttentionKind::kSliding) << i;
+    EXPECT_EQ(spec.window, full ? 0u : 128u) << i;
+    EXPECT_EQ(spec.num_kv_heads, full ? 4u : 8u) << i;
+    EXPECT_EQ(spec.head_dim, 192u) << i;
+    EXPECT_EQ(spec.VHeadDim(), 128u) << i;
+  }
+  EXPECT_EQ(num_full, 9u);
+  // Without a pattern, hybrid_block_size 3 makes every third layer full; the window comes from
+  // sliding_window_size; each kind keeps its own heads and dims.
+  const HfModel blocks = Read("mimo_v2_flash_block_size.json");
+  ASSERT_EQ(blocks.layers.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const LayerSpec& spec = blocks.layers[i];
+    const bool full = (i + 1) % 3 == 0;
+    EXPECT_EQ(spec.window, full ? 0u : 64u) << i;
+    EXPECT_EQ(spec.num_kv_heads, full ? 2u : 4u) << i;
+    EXPECT_EQ(spec.head_dim, full ? 48u : 64u) << i;
+    EXPECT_EQ(spec.VHeadDim(), full ? 32u : 16u) << i;
+  }
+  EXPECT_TRUE(
+      HasDefault(blocks, "hybrid_layer_pattern", "full iff (i + 1) % hybrid_block_size (3) == 0"));
+  // kvring-plan: a sliding layer holds its window - 1 + the batch (512) positions, 639, in 21
+  // tiles of 32 slots (an odd count), each slot 8 x (192 + 128) x 2 bytes; a full layer 4 heads.
+  const CliRun run = RunCli({"--config", ConfigPath("mimo_v2_flash.json"), "--json"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["layers"][1]["kind"], "sliding");
+  EXPECT_EQ(json["layers"][1]["num_kv_heads"], 8);
+  EXPECT_EQ(json["layers"][1]["v_head_dim"], 128);
+  EXPECT_EQ(json["layers"][1]["capacity"], 639);
+  EXPECT_EQ(json["layers"][1]["num_slots"], 672);
+  EXPECT_EQ(json["layers"][1]["slot_bytes"], 8 * (192 + 128) * 2);
+  EXPECT_EQ(json["layers"][5]["slot_bytes"], 4 * (192 + 128) * 2);
+  EXPECT_EQ(json["layers"][5]["kind"], "global");
+  EXPECT_EQ(json["layers"][5]["num_kv_heads"], 4);
+}
+
 TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
   const struct {
     const char* file;
@@ -546,6 +597,20 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/zamba2_mamba_heads.json",
        "n_mamba_heads: 3 does not divide mamba_expand x hidden_size 128"},
       {"bad/zamba2_null_head_dim.json", "head_dim: is null"},
+      {"bad/mimo_v2_flash_pattern_value.json",
+       "hybrid_layer_pattern[7]: 2 is not 0 (full attention) or 1 (sliding window)"},
+      {"bad/mimo_v2_flash_no_pattern.json",
+       "hybrid_layer_pattern: is missing, and so is hybrid_block_size; MiMoV2FlashConfig (remote "
+       "code)'s model indexes the pattern"},
+      {"bad/mimo_v2_flash_windows_differ.json",
+       "sliding_window_size: 256 is not sliding_window 128 (transformers' mask reads one, vLLM "
+       "the other)"},
+      {"bad/mimo_v2_flash_no_swa_head_dim.json", "swa_head_dim: is missing"},
+      {"bad/mimo_v2_flash_swa_kv_heads.json",
+       "swa_num_key_value_heads: 7 does not divide swa_num_attention_heads 64"},
+      {"bad/mimo_v2_flash_no_window.json",
+       "sliding_window: is missing (and so is sliding_window_size), but MiMoV2FlashConfig "
+       "(remote code)'s hybrid_layer_pattern has sliding layers"},
       {"bad/qwen3_5_ssm_dtype.json",
        "mamba_ssm_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
   };

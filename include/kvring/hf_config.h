@@ -27,6 +27,7 @@
 #include "kvring/hf_config/kimi_linear.h"
 #include "kvring/hf_config/layers.h"
 #include "kvring/hf_config/mamba.h"
+#include "kvring/hf_config/mimo_v2.h"
 #include "kvring/hf_config/mla.h"
 #include "kvring/hf_config/reader.h"
 #include "kvring/hf_config/scope.h"
@@ -223,6 +224,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
       break;
     case Reader::kKimiLinear:
       ReadKimiLinear(scope, out);
+      break;
+    case Reader::kMimoV2:
+      ReadMimoV2(scope, out);
       break;
   }
   out->tensor_parallel = options.tensor_parallel;

@@ -78,6 +78,7 @@ enum class Reader {
   kOlmoHybrid,
   kZamba2,
   kKimiLinear,
+  kMimoV2,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
@@ -200,6 +201,11 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kUnused, 0, PatternRule::kAllFull, 0, 0, false, false, false, true,
      "kda_layers and full_attn_layers of linear_attn_config (1-indexed)", "sliding_window_pattern",
      15, Reader::kKimiLinear},
+    // Full and sliding layers of their own shapes (kvring/hf_config/mimo_v2.h); remote code.
+    {"mimo_v2_flash", "MiMoV2FlashConfig (remote code)", 32768, KvHeadsRule::kNumberNullIsMha, 32,
+     HeadDimRule::kRequired, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "hybrid_layer_pattern: 0 full, 1 sliding (or hybrid_block_size)", "sliding_window_pattern", 15,
+     Reader::kMimoV2},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},
