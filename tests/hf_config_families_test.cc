@@ -204,6 +204,63 @@ TEST(HfConfigFamilies, MlaFamiliesPlanTheLatentOrTheExpandedHeads) {
   EXPECT_EQ(bad.err, "kvring-plan: option --mla: 'wide' is not latent or expanded\n");
 }
 
+TEST(HfConfigFamilies, DsaLayersCountTheirIndexerKeyInTheirSlot) {
+  // DeepSeek-V3.2-Exp: 61 latent layers of 512 + 64, each with an indexer key of 128: in BF16
+  // 1152 + 256 bytes a position, in int8 (the FP8 key and scale engines keep) 580 + 132.
+  const HfModel v32 = Read("deepseek_v32_exp.json");
+  EXPECT_EQ(v32.max_context, 163840u);
+  ASSERT_EQ(v32.layers.size(), 61u);
+  for (const LayerSpec& spec : v32.layers) {
+    EXPECT_EQ(spec.latent_dim, 576u);
+    EXPECT_EQ(spec.indexer_dim, 128u);
+  }
+  const LayerPlan bf16 = Plan(v32.layers, 4096, 16);
+  EXPECT_EQ(bf16.Layer(0).indexer_slot_bytes, 256u);
+  EXPECT_EQ(bf16.Layer(0).slot_bytes, 576u * 2 + 256);
+  EXPECT_EQ(bf16.ContextTokenBytes(), 61u * (576 * 2 + 256));
+  LayerPlan::Builder builder = v32.PlanBuilder();
+  const Expected<LayerPlan> int8 =
+      builder.SetContext(4096).SetBatch(16).SetElementType(ElementType::kInt8).Build();
+  ASSERT_TRUE(int8.ok()) << int8.error().message;
+  EXPECT_EQ(int8->Layer(0).indexer_slot_bytes, 128u + 4);
+  EXPECT_EQ(int8->Layer(0).slot_bytes, 576u + 4 + 128 + 4);
+  // Expanded (transformers' cache): 128 heads of K 192 and V 128, and the indexer key.
+  HfReadOptions expanded;
+  expanded.mla = MlaCache::kExpanded;
+  const Expected<HfModel> wide = ReadHfConfig(ConfigPath("deepseek_v32_exp.json"), expanded);
+  ASSERT_TRUE(wide.ok()) << wide.error().message;
+  EXPECT_EQ(wide->layers[0].num_kv_heads, 128u);
+  EXPECT_EQ(wide->layers[0].indexer_dim, 128u);
+  // GLM-5's indexer_types: "full" layers run an indexer (and keep its keys), "shared" ones
+  // reuse the previous full layer's top-k. From index_topk_freq 2 and index_skip_topk_offset 2:
+  // full iff max(i - 1, 0) % 2 == 0, layers 0, 1, 3, 5; from the list, 0, 3, 5.
+  const struct {
+    const char* file;
+    std::vector<bool> full;
+  } kGlm[] = {{"glm_moe_dsa_freq.json", {true, true, false, true, false, true}},
+              {"glm_moe_dsa_indexer_types.json", {true, false, false, true, false, true}}};
+  for (const auto& c : kGlm) {
+    SCOPED_TRACE(c.file);
+    const HfModel glm = Read(c.file);
+    ASSERT_EQ(glm.layers.size(), c.full.size());
+    for (size_t i = 0; i < c.full.size(); ++i) {
+      EXPECT_EQ(glm.layers[i].latent_dim, 64u + 16) << i;
+      EXPECT_EQ(glm.layers[i].indexer_dim, c.full[i] ? 64u : 0u) << i;
+    }
+  }
+  // kvring-plan reports them, and the pools and caches refuse the plan by the field.
+  const CliRun run = RunCli({"--config", ConfigPath("deepseek_v32_exp.json"), "--json"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json json = nlohmann::json::parse(run.out);
+  EXPECT_EQ(json["layers"][0]["indexer_dim"], 128);
+  EXPECT_EQ(json["layers"][0]["indexer_slot_bytes"], 256);
+  EXPECT_EQ(json["layers"][0]["slot_bytes"], 576 * 2 + 256);
+  const CliRun text = RunCli({"--config", ConfigPath("deepseek_v32_exp.json")});
+  EXPECT_NE(text.out.find("DSA indexer keys: 61 layers, 256 bytes a position each"),
+            std::string::npos)
+      << text.out;
+}
+
 TEST(HfConfigFamilies, GatedDeltaNetHybridsPlanStatesBesideTheFullLayers) {
   // Qwen3-Next: full iff (i + 1) % 4 == 0; each linear_attention layer keeps a conv state of
   // (kernel 4 - 1) x (2 x 2 x 32 + 4 x 16) = 576 BF16 elements and a recurrent state of
@@ -456,7 +513,7 @@ TEST(HfConfigFamilies, Lfm2ConvLayersKeepTheirShortConvolution) {
 TEST(HfConfigFamilies, MimoV2FlashGivesItsSlidingLayersTheirOwnShape) {
   // The published file: hybrid_layer_pattern makes layers 0, 5, 11, ..., 47 full (4 KV heads of
   // K 192 and V 128), the 39 others slide over 128 keys with 8 KV heads of the same dims.
-  const HfModel model = Read("mimo_v2_flash.json");
+  const HfModel model = Read("presets/mimo-v2-flash.json");
   EXPECT_EQ(model.model_type, "mimo_v2_flash");
   EXPECT_EQ(model.max_context, 262144u);
   ASSERT_EQ(model.layers.size(), 48u);
@@ -488,7 +545,7 @@ TEST(HfConfigFamilies, MimoV2FlashGivesItsSlidingLayersTheirOwnShape) {
       HasDefault(blocks, "hybrid_layer_pattern", "full iff (i + 1) % hybrid_block_size (3) == 0"));
   // kvring-plan: a sliding layer holds its window - 1 + the batch (512) positions, 639, in 21
   // tiles of 32 slots (an odd count), each slot 8 x (192 + 128) x 2 bytes; a full layer 4 heads.
-  const CliRun run = RunCli({"--config", ConfigPath("mimo_v2_flash.json"), "--json"});
+  const CliRun run = RunCli({"--config", ConfigPath("presets/mimo-v2-flash.json"), "--json"});
   ASSERT_EQ(run.status, 0) << run.err;
   const nlohmann::json json = nlohmann::json::parse(run.out);
   EXPECT_EQ(json["layers"][1]["kind"], "sliding");
@@ -537,11 +594,10 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/afmoe_zero_interval.json", "global_attn_every_n_layers: 0 is invalid"},
       {"bad/qwen2_vl_flat_head_dim.json",
        "head_dim: 32 contradicts hidden_size / num_attention_heads = 64"},
-      {"bad/deepseek_v32_unplanned.json",
-       "model_type: 'deepseek_v32' (transformers' DeepseekV32Config): its sparse attention keeps "
-       "an indexer key stream"},
-      {"bad/glm_moe_dsa_unplanned.json",
-       "model_type: 'glm_moe_dsa' (transformers' GlmMoeDsaConfig): its sparse attention"},
+      {"bad/glm_moe_dsa_shared_first.json",
+       "indexer_types: makes layer 0 shared, but no earlier layer runs an indexer"},
+      {"bad/glm_moe_dsa_pattern_letter.json",
+       "index_topk_pattern: \"FSXFSF\" has 'X' at 2, not F (full) or S (shared)"},
       {"bad/deepseek_v4_unplanned.json",
        "model_type: 'deepseek_v4' (transformers' DeepseekV4Config): its compressed attention"},
       {"bad/mistral4_null_rope.json",

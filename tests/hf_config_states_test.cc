@@ -34,7 +34,7 @@ TEST(HfConfigStates, KimiLinearKeepsKdaStatesBesideLatentLayers) {
   // latent attention of kv_lora_rank 512 + qk_rope_head_dim 64 = 576 elements; the 20 others
   // KDA layers of 32 heads x 128: a conv state of (4 - 1) x 3 x 32 x 128 = 36864 BF16
   // elements and a recurrent state of 32 x 128 x 128 = 524288 F32 elements.
-  const Expected<HfModel> model = ReadRanks("kimi_linear_48b_a3b.json", 1);
+  const Expected<HfModel> model = ReadRanks("presets/kimi-linear-48b-a3b.json", 1);
   ASSERT_TRUE(model.ok()) << model.error().message;
   EXPECT_EQ(model->model_type, "kimi_linear");
   EXPECT_EQ(model->max_context, 1048576u);  // model_max_length
@@ -56,14 +56,15 @@ TEST(HfConfigStates, KimiLinearKeepsKdaStatesBesideLatentLayers) {
     EXPECT_EQ(spec.state.recurrent_format, Format::kF32);
   }
   // As transformers-style caches hold it: 32 heads of K 128 + 64 and V 128.
-  const Expected<HfModel> expanded = ReadRanks("kimi_linear_48b_a3b.json", 1, MlaCache::kExpanded);
+  const Expected<HfModel> expanded =
+      ReadRanks("presets/kimi-linear-48b-a3b.json", 1, MlaCache::kExpanded);
   ASSERT_TRUE(expanded.ok()) << expanded.error().message;
   EXPECT_EQ(expanded->layers[3].num_kv_heads, 32u);
   EXPECT_EQ(expanded->layers[3].head_dim, 192u);
   EXPECT_EQ(expanded->layers[3].VHeadDim(), 128u);
   // kvring-plan: 20 KDA layers of 72 KiB + 2 MiB a sequence, one copy without rollback.
   const CliRun run =
-      RunCli({"--config", ConfigPath("kimi_linear_48b_a3b.json"), "--context", "131072"});
+      RunCli({"--config", ConfigPath("presets/kimi-linear-48b-a3b.json"), "--context", "131072"});
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_NE(run.out.find("read as model_type kimi_linear (transformers' KimiLinearConfig"),
             std::string::npos)
@@ -153,7 +154,7 @@ TEST(HfConfigStates, TensorParallelSplitsEachFamilysStateAsVllmDoes) {
   ExpectStates("lfm2_full_attn_idxs.json", 2, {{0, 128, 0}});
   // KDA (Kimi Linear: 32 heads of 128): 8 ranks keep 4 heads, conv 3 x 3 x 4 x 128 = 4608,
   // recurrent 4 x 128 x 128 = 65536.
-  ExpectStates("kimi_linear_48b_a3b.json", 8, {{0, 4608, 65536}});
+  ExpectStates("presets/kimi-linear-48b-a3b.json", 8, {{0, 4608, 65536}});
 }
 
 TEST(HfConfigStates, TensorParallelRefusesStatesThatDoNotSplit) {
@@ -174,7 +175,7 @@ TEST(HfConfigStates, TensorParallelRefusesStatesThatDoNotSplit) {
       {"jamba_tiny.json", "3",
        "mamba_expand: mamba_expand x hidden_size 128 does not split across tensor_parallel 3 "
        "ranks (vLLM gives each rank whole channels)"},
-      {"kimi_linear_48b_a3b.json", "3",
+      {"presets/kimi-linear-48b-a3b.json", "3",
        "linear_attn_config.num_heads: 32 does not split across tensor_parallel 3 ranks"},
   };
   for (const auto& c : kCases) {

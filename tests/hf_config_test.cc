@@ -197,14 +197,21 @@ TEST(HfConfig, EveryPresetsConfigFilePlansLikeThePreset) {
       EXPECT_EQ(a.spec.num_kv_heads, b.spec.num_kv_heads) << "layer " << i;
       EXPECT_EQ(a.spec.head_dim, b.spec.head_dim) << "layer " << i;
       EXPECT_EQ(a.spec.latent_dim, b.spec.latent_dim) << "layer " << i;
+      EXPECT_EQ(a.spec.VHeadDim(), b.spec.VHeadDim()) << "layer " << i;
+      EXPECT_EQ(a.spec.attends, b.spec.attends) << "layer " << i;
+      EXPECT_EQ(a.spec.state.conv_elements, b.spec.state.conv_elements) << "layer " << i;
+      EXPECT_EQ(a.spec.state.conv_format, b.spec.state.conv_format) << "layer " << i;
+      EXPECT_EQ(a.spec.state.recurrent_elements, b.spec.state.recurrent_elements) << "layer " << i;
+      EXPECT_EQ(a.spec.state.recurrent_format, b.spec.state.recurrent_format) << "layer " << i;
       EXPECT_EQ(a.capacity, b.capacity) << "layer " << i;
       EXPECT_EQ(a.bytes, b.bytes) << "layer " << i;
     }
     EXPECT_EQ(from_file.TotalBytes(), from_preset.TotalBytes());
     EXPECT_EQ(from_file.FlatBytes(), from_preset.FlatBytes());
+    EXPECT_EQ(from_file.StateBytes(), from_preset.StateBytes());
     ++compared;
   }
-  EXPECT_EQ(compared, 23u);
+  EXPECT_EQ(compared, 26u);
 }
 
 TEST(HfConfig, PublishedGemma3_27BConfigGivesTheDesignsWorkedCheck) {

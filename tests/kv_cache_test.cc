@@ -77,7 +77,9 @@ TYPED_TEST(KVCacheTest, AllocatesExactlyThePlanForEveryPreset) {
                                     static_cast<uint32_t>(TypeParam::kSlotAlignment));
       Expected<KVCache<TypeParam>> cache = KVCache<TypeParam>::Create(plan);
       ASSERT_TRUE(cache.ok()) << preset.name << ": " << cache.error().message;
-      EXPECT_EQ(cache->AllocatedBytes(), plan.TotalBytes()) << preset.name << " " << context;
+      // K/V and the hybrid presets' recurrent states.
+      EXPECT_EQ(cache->AllocatedBytes(), plan.TotalBytes() + plan.StateBytes())
+          << preset.name << " " << context;
       for (size_t layer = 0; layer < plan.NumLayers(); ++layer) {
         EXPECT_EQ(cache->Owner(layer), plan.Layer(layer).owner);
         if (plan.Layer(layer).OwnsKV()) {
@@ -686,7 +688,7 @@ TYPED_TEST(KVCacheTest, AllocatesExactlyTheInt8BytesForEveryPreset) {
                                   static_cast<uint32_t>(TypeParam::kSlotAlignment));
     Expected<KVCache<TypeParam>> cache = KVCache<TypeParam>::Create(plan);
     ASSERT_TRUE(cache.ok()) << preset.name << ": " << cache.error().message;
-    EXPECT_EQ(cache->AllocatedBytes(), BytesInFormats(plan)) << preset.name;
+    EXPECT_EQ(cache->AllocatedBytes(), BytesInFormats(plan) + plan.StateBytes()) << preset.name;
   }
 }
 
@@ -721,6 +723,21 @@ TEST(KVCache, CreateRejectsAPlanForAnotherLayout) {
   EXPECT_EQ(refused.field, "layers[1].format");
   EXPECT_NE(refused.message.find("layers[1].format: f16 is for accounting only"), std::string::npos)
       << refused.message;
+  // A DSA indexer key stream is planned, not stored yet: caches and pools refuse it by name.
+  Expected<LayerPlan> dsa = LayerPlan::Builder()
+                                .AddLayer(LayerSpec::Latent(64))
+                                .AddLayer(LayerSpec::Latent(64).WithIndexer(32))
+                                .SetContext(100)
+                                .Build();
+  ASSERT_TRUE(dsa.ok()) << dsa.error().message;
+  const Error no_indexer = KVCache<FlashLayout>::Create(*dsa).error();
+  EXPECT_EQ(no_indexer.field, "layers[1].indexer_dim");
+  EXPECT_NE(no_indexer.message.find("layers[1].indexer_dim: 32 is a DSA indexer key stream, "
+                                    "which a kvring cache does not hold yet"),
+            std::string::npos)
+      << no_indexer.message;
+  EXPECT_EQ(KVPool<FlashLayout>::Create(*dsa, PoolSpec{1 << 20, 4, 0}).error().field,
+            "layers[1].indexer_dim");
 }
 
 TEST(KVCache, Int8PlansAllocateExactlyThePlansBytesScalesIncluded) {

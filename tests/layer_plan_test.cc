@@ -160,6 +160,26 @@ TEST(LayerPlan, DifferentVHeadDimCountsBothStreams) {
   EXPECT_EQ(plan.Layer(0).slot_bytes, 4u * (192 + 128) * 2);
 }
 
+TEST(LayerPlan, ADsaIndexerKeyIsCountedInItsLayersSlot) {
+  // DeepSeek V3.2: the latent's 576 elements and the indexer's key of 128, per position: BF16
+  // 1152 + 256 bytes; int8 (the size of the FP8 key and scale engines keep) 580 + 132; f16
+  // accounting 1152 + 256. The key grows with the context, as the latent does.
+  const LayerSpec dsa = LayerSpec::Latent(576).WithIndexer(128);
+  const LayerPlan bf16 = MustBuild(LayerPlan::Builder().AddLayers(61, dsa).SetContext(32768));
+  EXPECT_EQ(bf16.Layer(0).indexer_slot_bytes, 256u);
+  EXPECT_EQ(bf16.Layer(0).slot_bytes, 576u * 2 + 256);
+  EXPECT_EQ(bf16.TotalBytes(), 61ull * FlashSlots(32768) * (576 * 2 + 256));
+  EXPECT_EQ(bf16.ContextTokenBytes(), 61u * (576 * 2 + 256));
+  const LayerPlan int8 = MustBuild(
+      LayerPlan::Builder().AddLayers(61, dsa).SetContext(32768).SetElementType(ElementType::kInt8));
+  EXPECT_EQ(int8.Layer(0).indexer_slot_bytes, 128u + 4);
+  EXPECT_EQ(int8.Layer(0).slot_bytes, 576u + 4 + 128 + 4);
+  // On a layer of heads (transformers' expanded MLA), beside K and V.
+  const LayerPlan heads = MustBuild(
+      LayerPlan::Builder().AddLayer(LayerSpec::Global(2, 64).WithIndexer(32)).SetContext(64));
+  EXPECT_EQ(heads.Layer(0).slot_bytes, 2u * 64 * 2 * 2 + 32 * 2);
+}
+
 TEST(LayerPlan, LatentLayerStoresOneStream) {
   const LayerPlan plan = MustBuild(LayerPlan::Builder()
                                        .AddLayers(61, LayerSpec::Latent(576))
@@ -621,6 +641,14 @@ std::vector<BadCase> BadCases() {
     spec.kind = static_cast<AttentionKind>(9);
     add("kind out of range", Base().AddLayer(spec), "layers[2].kind", "layers[2].kind: 9");
   }
+  add("indexer on a consumer",
+      Base().AddLayer(LayerSpec::Global(2, 256).SharedFrom(1).WithIndexer(128)),
+      "layers[2].indexer_dim", "layers[2].indexer_dim: 128 is set on a layer that reads layer 1");
+  add("indexer on a recurrent layer",
+      Base().AddLayer(LayerSpec::Recurrent({16, Format::kBF16, 0, Format::kBF16}).WithIndexer(64)),
+      "layers[2].indexer_dim", "is set on a layer without attention");
+  add("indexer past the kernels' dims", Base().AddLayer(LayerSpec::Latent(576).WithIndexer(70000)),
+      "layers[2].indexer_dim", "layers[2].indexer_dim: 70000");
   add("source is not earlier", Base().AddLayer(LayerSpec::Global(2, 256).SharedFrom(2)),
       "layers[2].kv_source", "layers[2].kv_source: 2");
   add("source is later", Base().AddLayer(LayerSpec::Global(2, 256).SharedFrom(7)),

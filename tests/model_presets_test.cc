@@ -31,6 +31,7 @@ struct Pattern {
   uint32_t num_kv_heads, head_dim, latent_dim;
   uint64_t max_context;
   uint32_t global_kv_heads = 0, global_head_dim = 0;  // global layers of another shape (Gemma 4)
+  size_t num_state = 0;  // recurrent layers (no attention; their state is checked elsewhere)
 };
 
 // From the models' published configs, counted by hand: e.g. Gemma 3 27B has 62 layers, globals at
@@ -60,6 +61,11 @@ constexpr Pattern kPatterns[] = {
     {"command-r7b", 32, 24, 0, 8, 0, 4096, 8, 128, 0, 8192},
     {"qwen3-8b", 36, 0, 0, 36, 0, 0, 8, 128, 0, 40960},
     {"deepseek-v3", 61, 0, 0, 61, 0, 0, 0, 0, 576, 163840},
+    // Qwen3-Next: full iff (i + 1) % 4 == 0; MiMo-V2-Flash: full at 0 and (i + 1) % 6 == 0;
+    // Kimi Linear: latent at layer numbers 4, 8, ..., 24, 27.
+    {"qwen3-next-80b-a3b", 48, 0, 0, 12, 0, 0, 2, 256, 0, 262144, 0, 0, 36},
+    {"mimo-v2-flash", 48, 39, 0, 9, 0, 128, 8, 192, 0, 262144, 4, 192},
+    {"kimi-linear-48b-a3b", 27, 0, 0, 7, 0, 0, 0, 0, 576, 1048576, 0, 0, 20},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
@@ -69,8 +75,12 @@ TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
     ASSERT_TRUE(preset.ok()) << p.name;
     EXPECT_EQ(preset->max_context, p.max_context) << p.name;
     ASSERT_EQ(preset->layers.size(), p.num_layers) << p.name;
-    size_t sliding = 0, chunked = 0, global = 0, consumers = 0;
+    size_t sliding = 0, chunked = 0, global = 0, consumers = 0, state = 0;
     for (const LayerSpec& spec : preset->layers) {
+      if (!spec.attends) {
+        state += spec.HasState();
+        continue;
+      }
       sliding += spec.kind == AttentionKind::kSliding;
       chunked += spec.kind == AttentionKind::kChunked;
       global += spec.kind == AttentionKind::kGlobal;
@@ -85,6 +95,7 @@ TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
     EXPECT_EQ(chunked, p.num_chunked) << p.name;
     EXPECT_EQ(global, p.num_global) << p.name;
     EXPECT_EQ(consumers, p.num_consumers) << p.name;
+    EXPECT_EQ(state, p.num_state) << p.name;
   }
 }
 

@@ -229,7 +229,8 @@ TEST(PlanCli, ListPresetsNamesEveryModel) {
   const CliRun run = RunCli({"--list-presets"});
   ASSERT_EQ(run.status, 0);
   for (const char* name : {"gemma-2-2b", "gemma-3n-e4b", "mistral-7b-v0.1", "llama-4-scout",
-                           "gpt-oss-120b", "command-r7b", "qwen3-8b", "deepseek-v3"}) {
+                           "gpt-oss-120b", "command-r7b", "qwen3-8b", "deepseek-v3",
+                           "qwen3-next-80b-a3b", "mimo-v2-flash", "kimi-linear-48b-a3b"}) {
     EXPECT_NE(run.out.find(name), std::string::npos) << name;
   }
 }

@@ -459,6 +459,23 @@ struct Model {
   std::optional<HfModel> config;
 };
 
+// The report's line on DSA indexer keys (DeepSeek V3.2, GLM-5), empty without any.
+std::string IndexerLine(const LayerPlan& plan) {
+  size_t layers = 0;
+  uint64_t bytes = 0, slot = 0;
+  for (const LayerInfo& layer : plan.Layers()) {
+    if (layer.indexer_slot_bytes == 0) continue;
+    ++layers;
+    slot = layer.indexer_slot_bytes;
+    bytes += layer.num_slots * layer.indexer_slot_bytes;  // below the layer's bytes
+  }
+  if (layers == 0) return "";
+  return Format("DSA indexer keys: %zu layers, %" PRIu64
+                " bytes a position each, counted in their slots (%s per sequence; no kvring "
+                "storage holds them yet)\n",
+                layers, slot, FormatBytes(bytes).c_str());
+}
+
 bool HasStates(const std::vector<LayerSpec>& layers) {
   return std::any_of(layers.begin(), layers.end(),
                      [](const LayerSpec& spec) { return spec.HasState(); });
@@ -952,6 +969,7 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
   }
   out += Format("one more token of context adds %s per sequence\n",
                 FormatBytes(plan.ContextTokenBytes()).c_str());
+  out += IndexerLine(plan);
   if (plan.HasStateLayers()) {
     size_t state_layers = 0;
     for (const LayerInfo& layer : plan.Layers()) state_layers += layer.HasState();
@@ -1037,6 +1055,8 @@ std::string JsonReport(const Model& model, const LayerPlan& plan, const Options&
     entry["recurrent_state_bytes"] = layer.recurrent_state_bytes;
     entry["state_copies"] = layer.state_copies;
     entry["state_bytes"] = layer.state_bytes;
+    entry["indexer_dim"] = layer.spec.indexer_dim;
+    entry["indexer_slot_bytes"] = layer.indexer_slot_bytes;  // part of slot_bytes
     layers.push_back(entry);
   }
   json["layers"] = layers;

@@ -108,6 +108,43 @@ inline ModelPreset GptOss(const char* name, size_t num_layers) {
           "learned attention sinks: one logit per query head, no KV"};
 }
 
+// Qwen3-Next-80B-A3B: Gated DeltaNet layers with every 4th layer full (2 KV heads of 256);
+// each linear layer keeps a conv state of 3 x (2 x 16 x 128 + 32 x 128) elements and a
+// recurrent state of 32 x 128 x 128, BF16 (the file names no mamba_ssm_dtype).
+inline ModelPreset Qwen3Next80B() {
+  const StateSpec gdn{3 * (2 * 16 * 128 + 32 * 128), Format::kBF16, 32 * 128 * 128, Format::kBF16};
+  return {"qwen3-next-80b-a3b", 262144,
+          EveryNthGlobal(48, 4, LayerSpec::Recurrent(gdn), LayerSpec::Global(2, 256)),
+          "linear layers: Gated DeltaNet states (conv 24576 and recurrent 524288 BF16 elements), "
+          "no K/V"};
+}
+
+// MiMo-V2-Flash: layer 0 and every 6th layer full (4 KV heads), the others sliding over 128
+// keys (8 KV heads), K 192 and V 128 everywhere.
+inline ModelPreset MimoV2Flash() {
+  LayerSpec sliding = LayerSpec::Sliding(128, 8, 192);
+  sliding.v_head_dim = 128;
+  LayerSpec full = LayerSpec::Global(4, 192);
+  full.v_head_dim = 128;
+  ModelPreset preset{"mimo-v2-flash", 262144, EveryNthGlobal(48, 6, sliding, full),
+                     "K head dim 192, V 128; attention sinks on sliding layers"};
+  preset.layers.front() = full;
+  return preset;
+}
+
+// Kimi-Linear-48B-A3B: Kimi Delta Attention layers with layer numbers 4, 8, ..., 24 and 27
+// (1-indexed) latent attention of 512 + 64; each KDA layer keeps a conv state of 3 x 3 x 32 x
+// 128 BF16 elements and a recurrent state of 32 x 128 x 128 F32 elements.
+inline ModelPreset KimiLinear48B() {
+  const StateSpec kda{3 * 3 * 32 * 128, Format::kBF16, 32 * 128 * 128, Format::kF32};
+  ModelPreset preset{"kimi-linear-48b-a3b", 1048576,
+                     EveryNthGlobal(27, 4, LayerSpec::Recurrent(kda), LayerSpec::Latent(576)),
+                     "KDA layers: conv 36864 BF16 and recurrent 524288 F32 elements; MLA without "
+                     "rotary (the rope slice stays in the latent)"};
+  preset.layers.back() = LayerSpec::Latent(576);
+  return preset;
+}
+
 }  // namespace detail
 
 // Returns every preset, in a stable order. Allocates; cost O(total layers).
@@ -145,6 +182,9 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(AllGlobal("qwen3-8b", 36, 8, 128, 40960));
   presets.push_back({"deepseek-v3", 163840, std::vector<LayerSpec>(61, LayerSpec::Latent(576)),
                      "MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per position"});
+  presets.push_back(detail::Qwen3Next80B());
+  presets.push_back(detail::MimoV2Flash());
+  presets.push_back(detail::KimiLinear48B());
   return presets;
 }
 

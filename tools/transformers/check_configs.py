@@ -123,9 +123,10 @@ class Unplanned(Exception):
 
 
 KINDS = {"full_attention": "global", "sliding_attention": "sliding",
-         "chunked_attention": "chunked", "attention": "global"}
+         "chunked_attention": "chunked", "attention": "global",
+         "deepseek_sparse_attention": "global"}  # DSA: MLA with an indexer (below)
 
-NO_STATE = {"conv_state_bytes": 0, "recurrent_state_bytes": 0}
+NO_STATE = {"conv_state_bytes": 0, "recurrent_state_bytes": 0, "indexer_dim": 0}
 
 
 NO_MIXER = {"kind": "none", "window": 0, "chunk": 0, "owner": None, "num_kv_heads": 0,
@@ -164,7 +165,7 @@ def state_facts(text, module):
         channels, kernel = sum(shape[0] for shape in shapes), shapes[0][2]
     state_bytes = 4 if getattr(text, "mamba_ssm_dtype", None) == "float32" else 2
     return {"kind": "state", "window": 0, "chunk": 0, "owner": None, "num_kv_heads": 0,
-            "head_dim": 0, "v_head_dim": 0, "latent_dim": 0,
+            "head_dim": 0, "v_head_dim": 0, "latent_dim": 0, "indexer_dim": 0,
             "conv_state_bytes": (kernel - 1) * channels * 2,
             "recurrent_state_bytes": module.num_v_heads * module.head_k_dim * module.head_v_dim
             * state_bytes}
@@ -181,6 +182,9 @@ def layer_facts(text, layer_types, i, attention, earlier):
             "chunk": text.attention_chunk_size if kind == "chunked_attention" else 0,
             "owner": i, **NO_STATE}
     if getattr(text, "kv_lora_rank", None):
+        # DSA: a layer whose indexer runs caches its key (wk's width) beside the latent.
+        indexer = getattr(attention, "indexer", None)
+        fact["indexer_dim"] = indexer.wk.out_features if indexer is not None else 0
         if MLA == "latent":  # engines cache the latent and the RoPE key
             fact.update(latent_dim=text.kv_lora_rank + text.qk_rope_head_dim, num_kv_heads=0,
                         head_dim=0, v_head_dim=0)
@@ -211,6 +215,10 @@ MLA = "latent"  # --mla
 # configuration_deepseek.DeepseekV3Config.
 REMOTE_CODE = {"kimi_k2": "deepseek_v3"}
 
+# Families of remote code only, which transformers 5.12 cannot read: kvring-plan reads them by
+# the checkpoints' own configuration and modeling code; their tests work each figure out by hand.
+REMOTE_ONLY = {"kimi_linear", "mimo_v2_flash"}
+
 
 def kvring_layers(binary, path):
     run = subprocess.run([binary, "--config", path, "--json", "--mla", MLA], capture_output=True,
@@ -219,13 +227,21 @@ def kvring_layers(binary, path):
         return run.returncode, run.stderr.strip(), None
     plan = json.loads(run.stdout)
     keys = ("kind", "window", "chunk", "owner", "num_kv_heads", "head_dim", "v_head_dim",
-            "latent_dim", "conv_state_bytes", "recurrent_state_bytes")
+            "latent_dim", "conv_state_bytes", "recurrent_state_bytes", "indexer_dim")
     return 0, plan["context"], [{key: layer[key] for key in keys} for layer in plan["layers"]]
 
 
 def check(binary, path):
     """Returns (the differences for one file as lines, what both did)."""
     status, context_or_error, kvring = kvring_layers(binary, path)
+    with open(path, encoding="utf-8") as file:
+        try:
+            model_type = json.load(file).get("model_type")
+        except (ValueError, AttributeError):
+            model_type = None
+    if model_type in REMOTE_ONLY:
+        verdict = "read" if status == 0 else f"refused ({context_or_error})"
+        return [], f"{verdict} by kvring-plan; remote code transformers 5.12 does not carry"
     dropped = []
     try:
         context, reference = transformers_layers(path, dropped)

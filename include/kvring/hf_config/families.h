@@ -150,6 +150,15 @@ inline constexpr Family kFamilies[] = {
     {"glm4_moe_lite", "Glm4MoeLiteConfig", 202752, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)",
      "sliding_window_pattern", 15, Reader::kMla},
+    // DeepSeek sparse attention (DSA): MLA with an indexer key per position (mla.h).
+    {"deepseek_v32", "DeepseekV32Config", 163840, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, true,
+     "every layer full_attention (MLA with a DSA indexer)", "sliding_window_pattern", 15,
+     Reader::kMla},
+    {"glm_moe_dsa", "GlmMoeDsaConfig", 202752, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, true,
+     "every layer full_attention (MLA with a DSA indexer on its indexer_types full layers)",
+     "sliding_window_pattern", 15, Reader::kMla},
     // Hybrids of Gated DeltaNet and full attention (kvring/hf_config/hybrid.h).
     {"qwen3_next", "Qwen3NextConfig", 32768, KvHeadsRule::kNumberNoNullRule, 2,
      HeadDimRule::kDefaultNoNull, 256, PatternRule::kAllFull, 0, 0, true, false, false, false,
@@ -244,12 +253,6 @@ struct Unplanned {
   const char* reason;
 };
 inline constexpr Unplanned kUnplanned[] = {
-    {"deepseek_v32", "DeepseekV32Config",
-     "its sparse attention keeps an indexer key stream (index_head_dim per position and layer) "
-     "beside the latent, which kvring does not plan yet"},
-    {"glm_moe_dsa", "GlmMoeDsaConfig",
-     "its sparse attention keeps an indexer key stream (index_head_dim per position and layer) "
-     "beside the latent, which kvring does not plan yet"},
     {"deepseek_v4", "DeepseekV4Config",
      "its compressed attention is not a layer kind kvring plans yet"},
 };

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kvring/hf_config/layers.h"
 #include "kvring/hf_config/reader.h"
@@ -22,13 +23,21 @@ namespace hf {
 // A size whose class default is None: the file must give it.
 inline constexpr uint64_t kNoMlaDefault = UINT64_MAX;
 
-// The class defaults of an MLA family's latent and head sizes.
+// How a DSA family places its indexers (DeepSeek sparse attention).
+enum class Indexers {
+  kNone,           // no indexer (plain MLA)
+  kEveryLayer,     // DeepSeek V3.2: every layer runs one
+  kPerLayerTypes,  // GLM-5: indexer_types, "full" layers run one, "shared" reuse the last's
+};
+
+// The class defaults of an MLA family's latent and head sizes, and its indexers.
 struct MlaDefaults {
   const char* model_type;
   uint64_t kv_lora_rank;
   uint64_t qk_rope_head_dim;
   uint64_t qk_nope_head_dim;
   uint64_t v_head_dim;
+  Indexers indexers = Indexers::kNone;
 };
 
 inline constexpr MlaDefaults kMlaDefaults[] = {
@@ -37,6 +46,8 @@ inline constexpr MlaDefaults kMlaDefaults[] = {
     {"mistral4", 256, 64, 64, 128},
     {"glm4_moe_lite", 512, 64, 192, 256},
     {"kimi_linear", kNoMlaDefault, kNoMlaDefault, kNoMlaDefault, kNoMlaDefault},
+    {"deepseek_v32", 512, 64, 128, 128, Indexers::kEveryLayer},
+    {"glm_moe_dsa", 512, 64, 192, 256, Indexers::kPerLayerTypes},
 };
 
 inline const MlaDefaults& FindMlaDefaults(const Family& family) {
@@ -85,6 +96,77 @@ inline LayerSpec ReadMlaShape(const Scope& scope, uint64_t num_heads) {
   return spec;
 }
 
+// Returns which layers run a DSA indexer in GLM-5 (GlmMoeDsaConfig): indexer_types ("full"
+// runs one, "shared" reuses the previous full layer's top-k), else index_topk_pattern (a
+// string of F and S, or a list), else full iff max(i - index_skip_topk_offset + 1, 0) %
+// index_topk_freq == 0 (defaults 2 and 1: every layer). A first layer that is "shared" has no
+// full layer to reuse: refused.
+inline std::vector<bool> ReadIndexerLayers(const Scope& scope, uint64_t num_layers) {
+  std::vector<bool> full(num_layers, true);
+  const char* key = "indexer_types";
+  const Json* list = scope.LayerList(key, num_layers);
+  if (list == nullptr && !scope.Failed()) {
+    key = "index_topk_pattern";
+    const Json* pattern = scope.Find(key);
+    if (pattern != nullptr && pattern->is_string()) {
+      const std::string letters = pattern->get<std::string>();
+      if (letters.size() != num_layers) {
+        scope.Fail(key, "has " + std::to_string(letters.size()) +
+                            " letters, but num_hidden_layers is " + std::to_string(num_layers));
+        return full;
+      }
+      for (size_t i = 0; i < num_layers; ++i) {
+        if (letters[i] != 'F' && letters[i] != 'S') {
+          scope.Fail(key, Show(*pattern) + " has '" + Printable(std::string(1, letters[i])) +
+                              "' at " + std::to_string(i) + ", not F (full) or S (shared)");
+          return full;
+        }
+        full[i] = letters[i] == 'F';
+      }
+    } else {
+      list = scope.LayerList(key, num_layers);
+    }
+  }
+  if (scope.Failed()) return full;
+  if (list != nullptr) {
+    for (size_t i = 0; i < num_layers; ++i) {
+      const Json& entry = (*list)[i];
+      if (entry != Json("full") && entry != Json("shared")) {
+        scope.Fail(std::string(key) + "[" + std::to_string(i) + "]",
+                   Show(entry) + " is not full or shared");
+        return full;
+      }
+      full[i] = entry == Json("full");
+    }
+  } else if (scope.Find("index_topk_pattern") == nullptr) {
+    const uint64_t freq = scope.OrDefault("index_topk_freq", 1, 1, kMaxLayers);
+    const uint64_t offset = scope.OrDefault("index_skip_topk_offset", 2, 0, kMaxLayers);
+    for (size_t i = 0; i < num_layers; ++i) {
+      full[i] = (i + 1 > offset ? i + 1 - offset : 0) % freq == 0;
+    }
+  }
+  if (!scope.Failed() && !full[0]) {
+    scope.Fail(key,
+               "makes layer 0 shared, but no earlier layer runs an indexer whose top-k it "
+               "could reuse");
+  }
+  return full;
+}
+
+// Sets the DSA indexer key of each layer of *model that runs an indexer: index_head_dim
+// elements per position (one key, whatever index_n_heads; transformers' cache keeps them in
+// the model's type, engines in FP8 with a scale: plan int8 for that size).
+inline void ReadIndexers(const Scope& scope, Indexers indexers, HfModel* model) {
+  if (indexers == Indexers::kNone) return;
+  const uint64_t dim = scope.OrDefault("index_head_dim", 128, 1, kMaxDim);
+  std::vector<bool> full(model->layers.size(), true);
+  if (indexers == Indexers::kPerLayerTypes) full = ReadIndexerLayers(scope, model->layers.size());
+  if (scope.Failed()) return;
+  for (size_t i = 0; i < model->layers.size(); ++i) {
+    if (full[i]) model->layers[i].indexer_dim = static_cast<uint32_t>(dim);
+  }
+}
+
 // Reads an MLA model of `scope` into *model; the first failure is in the scope's Failure.
 inline void ReadMla(const Scope& scope, HfModel* model) {
   Header header;
@@ -92,6 +174,8 @@ inline void ReadMla(const Scope& scope, HfModel* model) {
   const LayerSpec shape = ReadMlaShape(scope, header.num_heads);
   if (scope.Failed()) return;
   BuildLayers(header.kinds, Spans(), shape, shape, model);
+  ReadIndexers(scope, FindMlaDefaults(scope.family()).indexers, model);
+  if (scope.Failed()) return;
   CheckForeignKeys(scope, header.kinds);
 }
 

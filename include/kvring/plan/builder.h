@@ -215,9 +215,11 @@ inline Expected<LayerPlan> LayerPlan::Builder::Build() const {
     layer.index = i;
     layer.spec = specs[i];
     layer.owner = specs[i].ReadsSharedKV() ? static_cast<size_t>(specs[i].kv_source) : i;
+    layer.indexer_slot_bytes = detail::IndexerSlotBytes(specs[i], runtime_.element_type);
     if (!detail::SlotBytes(specs[i], runtime_.element_type, &layer.k_slot_bytes,
                            &layer.v_slot_bytes) ||
-        !detail::CheckedAdd(layer.k_slot_bytes, layer.v_slot_bytes, &layer.slot_bytes)) {
+        !detail::CheckedAdd(layer.k_slot_bytes, layer.v_slot_bytes, &layer.slot_bytes) ||
+        !detail::CheckedAdd(layer.slot_bytes, layer.indexer_slot_bytes, &layer.slot_bytes)) {
       return detail::FieldError(detail::LayerField(i, "head_dim"), to_string(specs[i].head_dim),
                                 "makes the bytes of one position overflow 64 bits");
     }

@@ -53,6 +53,13 @@ inline bool SlotBytes(const LayerSpec& spec, Format element_type, uint64_t* k_by
          CheckedMul(spec.num_kv_heads, RowBytes(format, spec.VHeadDim()), v_bytes);
 }
 
+// Returns the bytes of `spec`'s DSA indexer key per position (0 without one), in the layer's
+// format or the accounting-only element type (one row: int8 adds its scale).
+inline uint64_t IndexerSlotBytes(const LayerSpec& spec, Format element_type) {
+  const Format format = IsAccountingOnly(element_type) ? element_type : spec.format;
+  return spec.indexer_dim == 0 ? 0 : RowBytes(format, spec.indexer_dim);
+}
+
 // Sets `layer`'s state bytes (one copy of each state, rollback + 1 copies) from its spec and
 // adds them to *total; false when a count overflows 64 bits.
 template <typename Info>

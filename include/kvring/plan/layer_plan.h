@@ -33,8 +33,9 @@ struct LayerInfo {
   // format instead.
   uint64_t k_slot_bytes = 0;
   uint64_t v_slot_bytes = 0;
-  uint64_t slot_bytes = 0;     // k_slot_bytes + v_slot_bytes
-  uint64_t bytes = 0;          // num_slots * slot_bytes; 0 for consumers
+  uint64_t indexer_slot_bytes = 0;  // a DSA layer's indexer key (LayerSpec::indexer_dim)
+  uint64_t slot_bytes = 0;          // k_slot_bytes + v_slot_bytes + indexer_slot_bytes
+  uint64_t bytes = 0;               // num_slots * slot_bytes; 0 for consumers
   uint64_t padding_bytes = 0;  // bytes of the padding slots: (num_slots - capacity) * slot_bytes
 
   // Recurrent state (spec.state), one copy: conv and recurrent state bytes in their formats.

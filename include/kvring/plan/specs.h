@@ -49,6 +49,13 @@ struct LayerSpec {
   bool attends = true;
   // The layer's recurrent state, if any (a recurrent layer, or a hybrid one that attends too).
   StateSpec state;
+  // DeepSeek sparse attention (DSA: DeepSeek V3.2, GLM-5): elements of the indexer's key per
+  // position (index_head_dim: one key per position, whatever the indexer's head count), kept
+  // beside the layer's K/V in the layer's format (int8: with a scale per position, the size of
+  // the FP8 keys and scale engines keep). Planned in the layer's slot
+  // (LayerInfo::indexer_slot_bytes); no kvring storage holds them yet, so KVCache and KVPool
+  // refuse such plans. 0: no indexer.
+  uint32_t indexer_dim = 0;
 
   // Returns a full-attention layer.
   static LayerSpec Global(uint32_t num_kv_heads, uint32_t head_dim) {
@@ -89,6 +96,12 @@ struct LayerSpec {
   LayerSpec WithState(const StateSpec& memory) const {
     LayerSpec spec = *this;
     spec.state = memory;
+    return spec;
+  }
+  // Returns this layer keeping `dim` elements of DSA indexer key per position too.
+  LayerSpec WithIndexer(uint32_t dim) const {
+    LayerSpec spec = *this;
+    spec.indexer_dim = dim;
     return spec;
   }
   // Returns this layer reading the K/V of layer `source` instead of owning its own.

@@ -142,7 +142,8 @@ inline Error ValidateState(const LayerSpec& spec, size_t index) {
                                                      {"num_kv_heads", spec.num_kv_heads},
                                                      {"head_dim", spec.head_dim},
                                                      {"v_head_dim", spec.v_head_dim},
-                                                     {"latent_dim", spec.latent_dim}};
+                                                     {"latent_dim", spec.latent_dim},
+                                                     {"indexer_dim", spec.indexer_dim}};
   for (const auto& [name, value] : fields) {
     if (value == 0) continue;
     return FieldError(LayerField(index, name), to_string(value),
@@ -219,11 +220,17 @@ inline Error ValidateLayer(const std::vector<LayerSpec>& specs, size_t index) {
   // A dim of 0 is absent here: MLA has no heads, v_head_dim 0 means head_dim.
   const std::pair<const char*, uint32_t> dims[] = {{"head_dim", spec.head_dim},
                                                    {"v_head_dim", spec.v_head_dim},
-                                                   {"latent_dim", spec.latent_dim}};
+                                                   {"latent_dim", spec.latent_dim},
+                                                   {"indexer_dim", spec.indexer_dim}};
   for (const auto& [name, dim] : dims) {
     if (dim == 0) continue;
     Error error = ValidateAttentionDim(LayerField(index, name), dim);
     if (!error.field.empty()) return error;
+  }
+  if (spec.kv_source != kOwnsKV && spec.indexer_dim != 0) {
+    return FieldError(LayerField(index, "indexer_dim"), to_string(spec.indexer_dim),
+                      "is set on a layer that reads layer " + to_string(spec.kv_source) +
+                          "'s K/V: an indexer key is kept by the layer that owns its K/V");
   }
   if (spec.kv_source != kOwnsKV) return ValidateKVSource(specs, index);
   return Error{};

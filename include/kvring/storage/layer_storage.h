@@ -124,7 +124,13 @@ Error ValidatePlanFor(const LayerPlan& plan, const char* what, bool holds_states
     }
   }
   for (size_t i = 0; i < plan.NumLayers(); ++i) {
-    const Format format = plan.Layer(i).spec.format;
+    const LayerSpec& spec = plan.Layer(i).spec;
+    if (spec.indexer_dim != 0) {
+      return FieldError(LayerField(i, "indexer_dim"), std::to_string(spec.indexer_dim),
+                        std::string("is a DSA indexer key stream, which a kvring ") + what +
+                            " does not hold yet (the plan counts it; docs/planning.md)");
+    }
+    const Format format = spec.format;
     if (IsAccountingOnly(format)) {
       return FieldError(
           LayerField(i, "format"), ToString(format),
