@@ -60,6 +60,15 @@ FAMILIES = {
     "olmo3": dict(num_hidden_layers=4, sliding_window=11),
     "smollm3": dict(num_hidden_layers=4, use_sliding_window=True, sliding_window=12,
                     no_rope_layers=[1, 0, 1, 0]),
+    # MLA, with YaRN's attention scale (mscale_all_dim) as DeepSeek V3 publishes it; dense MLPs.
+    "deepseek_v3": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
+                        q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16,
+                        v_head_dim=16, first_k_dense_replace=2, n_routed_experts=2,
+                        num_experts_per_tok=1, n_group=1, topk_group=1,
+                        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                         "factor": 4.0, "original_max_position_embeddings": 16,
+                                         "mscale": 1.0, "mscale_all_dim": 1.0,
+                                         "beta_fast": 32.0, "beta_slow": 1.0}),
 }
 
 
@@ -82,8 +91,15 @@ class Capture:
                     **kwargs):
             # kvring stores K/V in BF16 (rounded to nearest even): attend exactly those values,
             # so that the outputs differ from kvring's by f32 arithmetic only.
-            key = key.to(torch.bfloat16).to(key.dtype)
-            value = value.to(torch.bfloat16).to(value.dtype)
+            if hasattr(module, "kv_b_proj"):
+                # MLA: an engine stores the latent (rounded by the hook in run()) and the RoPE
+                # key; K's other dims and V are exact functions of the stored latent.
+                nope = module.qk_nope_head_dim
+                rope = key[..., nope:].to(torch.bfloat16).to(key.dtype)
+                key = torch.cat((key[..., :nope], rope), dim=-1)
+            else:
+                key = key.to(torch.bfloat16).to(key.dtype)
+                value = value.to(torch.bfloat16).to(value.dtype)
             output, weights = eager(module, query, key, value, attention_mask, scaling=scaling,
                                     dropout=dropout, **kwargs)
             if scaling is None:
@@ -134,6 +150,19 @@ def run(model_type):
     randomize(model, generator, model_type)
     modeling = importlib.import_module(type(model).__module__)
     capture = Capture()
+    latents = {}
+    hooks = []
+    for index, layer in enumerate(getattr(model, "layers", [])):
+        norm = getattr(layer.self_attn, "kv_a_layernorm", None)
+        if norm is None:
+            continue
+
+        def round_latent(module, inputs, output, index=index):
+            # The compressed KV as an engine stores it: in BF16.
+            rounded = output.to(torch.bfloat16).to(output.dtype)
+            latents[index] = rounded[0]  # [T][kv_lora_rank]
+            return rounded
+        hooks.append(norm.register_forward_hook(round_latent))
     eager = modeling.eager_attention_forward
     modeling.eager_attention_forward = capture.wrap(eager)
     try:
@@ -142,14 +171,20 @@ def run(model_type):
             model(input_ids=ids, use_cache=False)
     finally:
         modeling.eager_attention_forward = eager
+        for hook in hooks:
+            hook.remove()
     layers = []
     for index in range(config.num_hidden_layers):
         call = capture.calls[index]
-        layers.append({"layer": index, "scale": call["scale"], "soft_cap": call["soft_cap"],
-                       "sinks": call["sinks"],
-                       **{name: encode(call[name]) for name in ("q", "k", "v", "out")},
-                       "shapes": {name: list(call[name].shape)
-                                  for name in ("q", "k", "v", "out")}})
+        entry = {"layer": index, "scale": call["scale"], "soft_cap": call["soft_cap"],
+                 "sinks": call["sinks"],
+                 **{name: encode(call[name]) for name in ("q", "k", "v", "out")},
+                 "shapes": {name: list(call[name].shape) for name in ("q", "k", "v", "out")}}
+        if index in latents:  # MLA: the stored latent and the up-projection to absorb
+            kv_b = model.layers[index].self_attn.kv_b_proj.weight  # [H x (nope + v)][rank]
+            entry.update(latent=encode(latents[index]), kv_b=encode(kv_b))
+            entry["shapes"].update(latent=list(latents[index].shape), kv_b=list(kv_b.shape))
+        layers.append(entry)
     import transformers
     return {"model_type": model_type, "transformers": transformers.__version__,
             "torch": torch.__version__, "seed": SEED, "positions": PROMPT,
