@@ -598,6 +598,9 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "indexer_types: makes layer 0 shared, but no earlier layer runs an indexer"},
       {"bad/glm_moe_dsa_pattern_letter.json",
        "index_topk_pattern: \"FSXFSF\" has 'X' at 2, not F (full) or S (shared)"},
+      {"bad/minimax_m3_sparse_unplanned.json",
+       "model_type: 'minimax_m3_vl_text' (transformers' MiniMaxM3VLTextConfig): its "
+       "minimax_m3_sparse layers"},
       {"bad/deepseek_v4_unplanned.json",
        "model_type: 'deepseek_v4' (transformers' DeepseekV4Config): its compressed attention"},
       {"bad/mistral4_null_rope.json",

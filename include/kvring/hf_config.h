@@ -40,7 +40,10 @@ inline std::vector<std::string> KnownModelTypes() {
   std::vector<std::string> names;
   for (const detail::hf::Family& family : detail::hf::kFamilies) names.push_back(family.model_type);
   for (const detail::hf::Wrapper& wrapper : detail::hf::kWrappers) {
-    names.push_back(wrapper.model_type);
+    // A wrapper of a family refused by name (kUnplanned) is not one kvring reads.
+    if (detail::hf::FindFamily(wrapper.text_model_type) != nullptr) {
+      names.push_back(wrapper.model_type);
+    }
   }
   return names;
 }

@@ -253,6 +253,9 @@ struct Unplanned {
   const char* reason;
 };
 inline constexpr Unplanned kUnplanned[] = {
+    {"minimax_m3_vl_text", "MiniMaxM3VLTextConfig",
+     "its minimax_m3_sparse layers (block-sparse attention chosen by a lightning indexer) are not "
+     "a layer kind kvring plans yet"},
     {"deepseek_v4", "DeepseekV4Config",
      "its compressed attention is not a layer kind kvring plans yet"},
 };
@@ -264,10 +267,10 @@ struct Wrapper {
   bool flat = false;  // without text_config, the text keys sit at the top level (older files)
 };
 inline constexpr Wrapper kWrappers[] = {
-    {"gemma3", "gemma3_text"},          {"gemma3n", "gemma3n_text"},
-    {"llama4", "llama4_text"},          {"gemma4", "gemma4_text"},
-    {"qwen3_5", "qwen3_5_text"},        {"qwen3_5_moe", "qwen3_5_moe_text"},
-    {"qwen2_vl", "qwen2_vl_text", true}};
+    {"gemma3", "gemma3_text"},           {"gemma3n", "gemma3n_text"},
+    {"llama4", "llama4_text"},           {"gemma4", "gemma4_text"},
+    {"qwen3_5", "qwen3_5_text"},         {"qwen3_5_moe", "qwen3_5_moe_text"},
+    {"qwen2_vl", "qwen2_vl_text", true}, {"minimax_m3_vl", "minimax_m3_vl_text"}};
 
 inline const Family* FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {
