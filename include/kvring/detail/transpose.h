@@ -88,6 +88,31 @@ inline void StreamCopy(void* dst, const void* src, uint64_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
+// Copies `count` rows of `row_bytes` bytes, row r from src + r * src_stride, to the contiguous
+// dst + r * row_bytes: a tile's K dims gathered from a state's chunk (one row per dim). Where
+// rows are whole 16-byte blocks of an aligned dst (a tiled layout's 16 or 32-byte tile rows),
+// with non-temporal stores in one loop (StreamCopy per row spent more on each 32-byte row than
+// on its bytes); elsewhere StreamCopy per row. Call StoreFence() after the last copy.
+inline void StreamGather(void* dst, const void* src, uint64_t src_stride, uint64_t row_bytes,
+                         uint64_t count) {
+  uint8_t* to = static_cast<uint8_t*>(dst);
+  const uint8_t* from = static_cast<const uint8_t*>(src);
+#if defined(__SSE2__)
+  if (StreamCopyAllowed() && row_bytes % 16 == 0 && (reinterpret_cast<uintptr_t>(to) & 15) == 0) {
+    for (uint64_t r = 0; r < count; ++r, from += src_stride) {
+      for (uint64_t i = 0; i < row_bytes; i += 16, to += 16) {
+        _mm_stream_si128(reinterpret_cast<__m128i*>(to),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
+      }
+    }
+    return;
+  }
+#endif
+  for (uint64_t r = 0; r < count; ++r) {
+    StreamCopy(to + r * row_bytes, from + r * src_stride, row_bytes);
+  }
+}
+
 // Whether the SSE2 blocks (Transpose8x8, Transpose16x16Bytes) run where the compiler offers
 // SSE2: tests turn it off to run their plain C++ blocks, the path of every other
 // architecture, on an x86 machine. Not thread-safe to change.

@@ -181,6 +181,11 @@ class StateReader {
   bool CopyPiece(uint64_t base, const RowPiece& piece) {
     const uint64_t span = (piece.count - 1) * piece.offset_stride + piece.bytes;
     const uint8_t* view = span <= ByteSource::kMaxView ? Bytes(base + piece.offset, span) : nullptr;
+    if (view != nullptr && piece.count > 1 && piece.memory_stride == piece.bytes) {
+      // A tile's rows of every dim: contiguous in memory, gathered in one loop.
+      StreamGather(piece.memory, view, piece.offset_stride, piece.bytes, piece.count);
+      return true;
+    }
     for (uint64_t r = 0; r < piece.count; ++r) {
       uint8_t* to = piece.memory + r * piece.memory_stride;
       const uint64_t offset = r * piece.offset_stride;
