@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -106,6 +107,22 @@ std::vector<CapturedLayer> Captured(const Json& fixture) {
   return layers;
 }
 
+// Builds `builder`'s plan into *plan for `positions` positions appended kStep at a time in
+// `Layout`, and returns a cache of it; nothing (the failure recorded) when either is refused.
+template <typename Layout>
+std::optional<KVCache<Layout>> PlanAndCache(LayerPlan::Builder builder, uint64_t positions,
+                                            LayerPlan* plan) {
+  Expected<LayerPlan> built =
+      builder.SetContext(positions).SetBatch(kStep).SetLayout<Layout>().Build();
+  EXPECT_TRUE(built.ok()) << built.error().message;
+  if (!built.ok()) return std::nullopt;
+  *plan = built.value();
+  Expected<KVCache<Layout>> created = KVCache<Layout>::Create(*plan);
+  EXPECT_TRUE(created.ok()) << created.error().message;
+  if (!created.ok()) return std::nullopt;
+  return std::move(created).value();
+}
+
 // Plans `fixture`'s config as kvring-plan reads it, with `edit` applied to the layers (the
 // negative test's wrong windows), runs the prompt through a KVCache of `Layout` kStep
 // positions at a time, and returns each layer's normwise relative error against
@@ -123,14 +140,11 @@ std::vector<double> LayerErrors(const Json& fixture, const Edit& edit) {
     edit(i, &spec);
     builder.AddLayer(spec);
   }
-  const Expected<LayerPlan> plan =
-      builder.SetContext(positions).SetBatch(kStep).SetLayout<Layout>().Build();
-  EXPECT_TRUE(plan.ok()) << plan.error().message;
-  if (!plan.ok()) return {};
-  Expected<KVCache<Layout>> created = KVCache<Layout>::Create(*plan);
-  EXPECT_TRUE(created.ok());
-  if (!created.ok()) return {};
-  KVCache<Layout> cache = std::move(created).value();
+  LayerPlan built;
+  std::optional<KVCache<Layout>> made = PlanAndCache<Layout>(builder, positions, &built);
+  if (!made) return {};
+  const LayerPlan* plan = &built;
+  KVCache<Layout>& cache = *made;
   std::vector<CapturedLayer> layers = Captured(fixture);
   EXPECT_EQ(layers.size(), plan->NumLayers());
   if (layers.size() != plan->NumLayers()) return {};
@@ -259,15 +273,12 @@ std::vector<double> LatentLayerErrors(const Json& fixture, float scale_factor) {
   const uint32_t v_dim = config["v_head_dim"].get<uint32_t>();
   const uint32_t latent_dim = rank + rope;
   const uint64_t positions = fixture["positions"].get<uint64_t>();
-  LayerPlan::Builder builder = model->PlanBuilder();
-  const Expected<LayerPlan> plan =
-      builder.SetContext(positions).SetBatch(kStep).SetLayout<Layout>().Build();
-  EXPECT_TRUE(plan.ok()) << plan.error().message;
-  if (!plan.ok()) return {};
-  Expected<KVCache<Layout>> created = KVCache<Layout>::Create(*plan);
-  EXPECT_TRUE(created.ok());
-  if (!created.ok()) return {};
-  KVCache<Layout> cache = std::move(created).value();
+  LayerPlan built;
+  std::optional<KVCache<Layout>> made =
+      PlanAndCache<Layout>(model->PlanBuilder(), positions, &built);
+  if (!made) return {};
+  const LayerPlan* plan = &built;
+  KVCache<Layout>& cache = *made;
   const std::vector<CapturedLayer> captured = Captured(fixture);
   const size_t num_layers = captured.size();
   // Per layer: the latents to append, the absorbed queries, kv_b_proj, the latent outputs.
