@@ -596,6 +596,8 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "head_dim: 32 contradicts hidden_size / num_attention_heads = 64"},
       {"bad/glm_moe_dsa_shared_first.json",
        "indexer_types: makes layer 0 shared, but no earlier layer runs an indexer"},
+      {"bad/glm_moe_dsa_offset_shares_first.json",
+       "index_skip_topk_offset: makes layer 0 shared, but no earlier layer runs an indexer"},
       {"bad/glm_moe_dsa_pattern_letter.json",
        "index_topk_pattern: \"FSXFSF\" has 'X' at 2, not F (full) or S (shared)"},
       {"bad/minimax_m3_sparse_unplanned.json",

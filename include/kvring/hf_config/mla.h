@@ -139,6 +139,7 @@ inline std::vector<bool> ReadIndexerLayers(const Scope& scope, uint64_t num_laye
       full[i] = entry == Json("full");
     }
   } else if (scope.Find("index_topk_pattern") == nullptr) {
+    key = "index_skip_topk_offset";  // what a shared first layer would come from
     const uint64_t freq = scope.OrDefault("index_topk_freq", 1, 1, kMaxLayers);
     const uint64_t offset = scope.OrDefault("index_skip_topk_offset", 2, 0, kMaxLayers);
     for (size_t i = 0; i < num_layers; ++i) {
