@@ -100,6 +100,15 @@ TEST(RecurrentState, SlotsAreZeroedAlignedAndCountedAsPlanned) {
   }
 }
 
+// A rollback of one position after a pass that wrote only its last state: refused, naming
+// layer 0, the state it lacks.
+void ExpectRollbackOfOneRefusedByLayer0(KVCache<FlashLayout>* cache) {
+  const RollbackResult refused = cache->Rollback(1);
+  EXPECT_EQ(refused, Status::kRollbackTooFar);
+  EXPECT_NE(refused.Message().find("layers[0] holds no state after them"), std::string::npos)
+      << refused.Message();
+}
+
 TEST(RecurrentState, RollbackMakesAnEarlierStateCurrentWithTheKV) {
   Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(HybridPlan());
   ASSERT_TRUE(created.ok());
@@ -123,10 +132,7 @@ TEST(RecurrentState, RollbackMakesAnEarlierStateCurrentWithTheKV) {
 
   // A pass that wrote only its last state cannot roll back: refused, nothing changed.
   Step(&cache, 16, 3, /*every=*/false);
-  const RollbackResult refused = cache.Rollback(1);
-  EXPECT_EQ(refused, Status::kRollbackTooFar);
-  EXPECT_NE(refused.Message().find("layers[0] holds no state after them"), std::string::npos)
-      << refused.Message();
+  ExpectRollbackOfOneRefusedByLayer0(&cache);
   EXPECT_EQ(cache.EndPos(), 19u);
   Expected<StateSlot> kept = cache.State(0);
   ASSERT_TRUE(kept.ok());
@@ -144,10 +150,7 @@ TEST(RecurrentState, ARolledBackDraftsStatesAreNeverHeldAgain) {
   // A pass that writes only its last state: the states after 6 and 7 of the rejected drafts
   // would sit in the slots a rollback of 1 or 2 reads; they went with the rollback.
   Step(&cache, 5, 3, /*every=*/false);
-  const RollbackResult refused = cache.Rollback(1);
-  EXPECT_EQ(refused, Status::kRollbackTooFar);
-  EXPECT_NE(refused.Message().find("layers[0] holds no state after them"), std::string::npos)
-      << refused.Message();
+  ExpectRollbackOfOneRefusedByLayer0(&cache);
   EXPECT_EQ(cache.EndPos(), 8u);
 }
 

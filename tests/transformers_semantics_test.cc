@@ -140,16 +140,15 @@ std::vector<double> LayerErrors(const Json& fixture, const Edit& edit) {
     edit(i, &spec);
     builder.AddLayer(spec);
   }
-  LayerPlan built;
-  std::optional<KVCache<Layout>> made = PlanAndCache<Layout>(builder, positions, &built);
+  LayerPlan plan;
+  std::optional<KVCache<Layout>> made = PlanAndCache<Layout>(builder, positions, &plan);
   if (!made) return {};
-  const LayerPlan* plan = &built;
   KVCache<Layout>& cache = *made;
   std::vector<CapturedLayer> layers = Captured(fixture);
-  EXPECT_EQ(layers.size(), plan->NumLayers());
-  if (layers.size() != plan->NumLayers()) return {};
+  EXPECT_EQ(layers.size(), plan.NumLayers());
+  if (layers.size() != plan.NumLayers()) return {};
   for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerInfo& info = plan->Layer(i);
+    const LayerInfo& info = plan.Layer(i);
     EXPECT_EQ(info.spec.num_kv_heads, layers[i].num_kv_heads) << "layer " << i;
     EXPECT_EQ(info.spec.head_dim, layers[i].head_dim) << "layer " << i;
     EXPECT_EQ(info.spec.VHeadDim(), layers[i].v_head_dim) << "layer " << i;
@@ -273,11 +272,10 @@ std::vector<double> LatentLayerErrors(const Json& fixture, float scale_factor) {
   const uint32_t v_dim = config["v_head_dim"].get<uint32_t>();
   const uint32_t latent_dim = rank + rope;
   const uint64_t positions = fixture["positions"].get<uint64_t>();
-  LayerPlan built;
+  LayerPlan plan;
   std::optional<KVCache<Layout>> made =
-      PlanAndCache<Layout>(model->PlanBuilder(), positions, &built);
+      PlanAndCache<Layout>(model->PlanBuilder(), positions, &plan);
   if (!made) return {};
-  const LayerPlan* plan = &built;
   KVCache<Layout>& cache = *made;
   const std::vector<CapturedLayer> captured = Captured(fixture);
   const size_t num_layers = captured.size();
@@ -292,7 +290,7 @@ std::vector<double> LatentLayerErrors(const Json& fixture, float scale_factor) {
   for (size_t i = 0; i < num_layers; ++i) {
     const CapturedLayer& layer = captured[i];
     const Json& entry = fixture["layers"][i];
-    EXPECT_EQ(plan->Layer(i).spec.latent_dim, latent_dim) << "layer " << i;
+    EXPECT_EQ(plan.Layer(i).spec.latent_dim, latent_dim) << "layer " << i;
     const std::vector<float> compressed = DecodeFloats(entry["latent"].get<std::string>());
     kv_b[i] = DecodeFloats(entry["kv_b"].get<std::string>());
     latents[i].resize(positions * latent_dim);

@@ -129,18 +129,8 @@ inline std::vector<bool> ReadLinearLayers(const Scope& scope, uint64_t num_layer
     for (size_t i = 0; i < num_layers; ++i) linear[i] = fallback(i);
     return linear;
   }
-  for (size_t i = 0; i < num_layers; ++i) {
-    const Json& entry = (*list)[i];
-    if (entry == Json("linear_attention")) {
-      linear[i] = true;
-    } else if (entry != Json("full_attention")) {
-      scope.Fail(
-          "layer_types[" + std::to_string(i) + "]",
-          Show(entry) + " is not linear_attention or full_attention (" + scope.ClassName() + ")");
-      return linear;
-    }
-  }
-  return linear;
+  return scope.LayerChoices("layer_types", *list, Json("linear_attention"), Json("full_attention"),
+                            "linear_attention or full_attention (" + scope.ClassName() + ")");
 }
 
 // Gated DeltaNet's layers: without layer_types, full iff (i + 1) % full_attention_interval == 0
@@ -289,16 +279,8 @@ inline void ReadLightningHybrid(const Scope& scope, HfModel* model) {
 inline std::vector<bool> ReadConvLayers(const Scope& scope, uint64_t num_layers) {
   std::vector<bool> conv(num_layers, false);
   if (const Json* list = scope.LayerList("layer_types", num_layers)) {
-    for (size_t i = 0; i < num_layers; ++i) {
-      const Json& entry = (*list)[i];
-      conv[i] = entry == Json("conv");
-      if (!conv[i] && entry != Json("full_attention")) {
-        scope.Fail("layer_types[" + std::to_string(i) + "]",
-                   Show(entry) + " is not conv or full_attention (" + scope.ClassName() + ")");
-        return conv;
-      }
-    }
-    return conv;
+    return scope.LayerChoices("layer_types", *list, Json("conv"), Json("full_attention"),
+                              "conv or full_attention (" + scope.ClassName() + ")");
   }
   const Json* indices = scope.Find("full_attn_idxs");
   if (scope.Failed() || indices == nullptr || indices->is_null()) return conv;

@@ -98,11 +98,8 @@ inline StateSpec ReadKdaState(const Scope& config) {
 // Reads a Kimi Linear model of `scope` into *model. Without linear_attn_config every layer is
 // latent attention (the class's is_kda_layer is then false for all).
 inline void ReadKimiLinear(const Scope& scope, HfModel* model) {
-  model->model_type = scope.family().model_type;
-  model->class_name = scope.family().class_name;
   const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
-  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
-  model->num_attention_heads = static_cast<uint32_t>(num_heads);
+  const uint64_t num_heads = ReadHeads(scope, model);
   if (scope.Failed()) return;
   // The context: model_max_length (the class has no max_position_embeddings).
   const char* context_key = "model_max_length";

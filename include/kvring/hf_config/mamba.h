@@ -376,16 +376,8 @@ inline std::vector<bool> ReadZamba2Hybrid(const Scope& scope, uint64_t num_layer
     const Json* list = scope.LayerList(key, num_layers);
     if (scope.Failed()) return hybrid;
     if (list == nullptr) continue;
-    for (size_t i = 0; i < num_layers; ++i) {
-      const Json& entry = (*list)[i];
-      hybrid[i] = entry == Json("hybrid");
-      if (!hybrid[i] && entry != Json("mamba")) {
-        scope.Fail(std::string(key) + "[" + std::to_string(i) + "]",
-                   Show(entry) + " is not mamba or hybrid (" + scope.ClassName() + ")");
-        return hybrid;
-      }
-    }
-    return hybrid;
+    return scope.LayerChoices(key, *list, Json("hybrid"), Json("mamba"),
+                              "mamba or hybrid (" + scope.ClassName() + ")");
   }
   if (num_layers != 54) {
     scope.Fail("layers_block_type", "is missing; " + scope.ClassName() +

@@ -30,16 +30,8 @@ namespace hf {
 inline std::vector<bool> ReadMimoSlidingLayers(const Scope& scope, uint64_t num_layers) {
   std::vector<bool> sliding(num_layers, false);
   if (const Json* list = scope.LayerList("hybrid_layer_pattern", num_layers)) {
-    for (size_t i = 0; i < num_layers; ++i) {
-      const Json& entry = (*list)[i];
-      if (entry != Json(0) && entry != Json(1)) {
-        scope.Fail("hybrid_layer_pattern[" + std::to_string(i) + "]",
-                   Show(entry) + " is not 0 (full attention) or 1 (sliding window)");
-        return sliding;
-      }
-      sliding[i] = entry == Json(1);
-    }
-    return sliding;
+    return scope.LayerChoices("hybrid_layer_pattern", *list, Json(1), Json(0),
+                              "0 (full attention) or 1 (sliding window)");
   }
   if (scope.Failed()) return sliding;
   if (!scope.IsSet("hybrid_block_size")) {

@@ -129,15 +129,7 @@ inline std::vector<bool> ReadIndexerLayers(const Scope& scope, uint64_t num_laye
   }
   if (scope.Failed()) return full;
   if (list != nullptr) {
-    for (size_t i = 0; i < num_layers; ++i) {
-      const Json& entry = (*list)[i];
-      if (entry != Json("full") && entry != Json("shared")) {
-        scope.Fail(std::string(key) + "[" + std::to_string(i) + "]",
-                   Show(entry) + " is not full or shared");
-        return full;
-      }
-      full[i] = entry == Json("full");
-    }
+    full = scope.LayerChoices(key, *list, Json("full"), Json("shared"), "full or shared");
   } else if (scope.Find("index_topk_pattern") == nullptr) {
     key = "index_skip_topk_offset";  // what a shared first layer would come from
     const uint64_t freq = scope.OrDefault("index_topk_freq", 1, 1, kMaxLayers);

@@ -64,16 +64,24 @@ inline void CheckCausal(const Scope& scope) {
   }
 }
 
-// Names the family in *model and reads num_attention_heads and max_position_embeddings into
-// it, checking between the two that the model is causal (`check_causal`, the family's rule;
-// nullptr: none). Returns the head count (1 after a failure). Every reader starts here.
+// Names the family in *model and reads num_attention_heads into it. Returns the head count (1
+// after a failure).
+inline uint64_t ReadHeads(const Scope& scope, HfModel* model) {
+  model->model_type = scope.family().model_type;
+  model->class_name = scope.family().class_name;
+  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
+  model->num_attention_heads = static_cast<uint32_t>(num_heads);
+  return num_heads;
+}
+
+// ReadHeads, then max_position_embeddings into *model, checking between the two that the model
+// is causal (`check_causal`, the family's rule; nullptr: none). Returns the head count (1 after
+// a failure). Every reader starts here (Kimi Linear, whose context has another key, with
+// ReadHeads).
 inline uint64_t ReadHeadsAndContext(const Scope& scope, void (*check_causal)(const Scope&),
                                     HfModel* model) {
   const Family& family = scope.family();
-  model->model_type = family.model_type;
-  model->class_name = family.class_name;
-  const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
-  model->num_attention_heads = static_cast<uint32_t>(num_heads);
+  const uint64_t num_heads = ReadHeads(scope, model);
   if (check_causal != nullptr) check_causal(scope);
   model->max_context =
       scope.OrDefault("max_position_embeddings", family.max_position_embeddings, 1, UINT64_MAX);

@@ -218,6 +218,23 @@ class Scope {
     return value;
   }
 
+  // Returns, for each entry of `list` (the per-layer list found at `key`), whether it is `yes`;
+  // an entry that is neither `yes` nor `no` fails at key[i], "<entry> is not <choices>" (the
+  // entries after it stay false).
+  std::vector<bool> LayerChoices(const std::string& key, const Json& list, const Json& yes,
+                                 const Json& no, const std::string& choices) const {
+    std::vector<bool> chosen(list.size(), false);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Json& entry = list[i];
+      chosen[i] = entry == yes;
+      if (!chosen[i] && entry != no) {
+        Fail(key + "[" + std::to_string(i) + "]", Show(entry) + " is not " + choices);
+        return chosen;
+      }
+    }
+    return chosen;
+  }
+
   // Returns the boolean at `key`, or `fallback` when it is absent.
   bool Bool(const char* key, bool fallback) const {
     const Json* value = Find(key);
