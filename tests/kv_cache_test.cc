@@ -40,7 +40,7 @@ TYPED_TEST(KVCacheTest, RandomOperationsAgreeWithTheReferenceModel) {
   // 40 random models x 300 steps = 12,000 steps per layout; under the sanitizers
   // (KVRING_RANDOM_TEST_DIVISOR) the first 1/n of the models, at least 10 (3,000 steps).
   const uint64_t num_models = testing::RandomTestSteps(40, 10);
-  size_t appends = 0, wraps = 0, int8_appends = 0;
+  size_t appends = 0, wraps = 0, int8_appends = 0, indexer_appends = 0;
   for (uint64_t seed = 1; seed <= num_models; ++seed) {
     RandomChoices choices(seed * 7919 + TypeParam::kSlotAlignment);
     testing::StorageDriver<TypeParam> driver(&choices);
@@ -49,12 +49,15 @@ TYPED_TEST(KVCacheTest, RandomOperationsAgreeWithTheReferenceModel) {
     appends += driver.num_appends();
     wraps += driver.num_wraps();
     int8_appends += driver.num_int8_appends();
+    indexer_appends += driver.num_indexer_appends();
   }
   // The sequences do wrap the rings, many times.
   EXPECT_GT(appends, 125 * num_models);
   EXPECT_GT(wraps, 50 * num_models);
   // Some owners of the random plans are int8.
   EXPECT_GT(int8_appends, appends / 4);
+  // Some latents keep DSA indexer keys.
+  EXPECT_GT(indexer_appends, appends / 20);
 }
 
 LayerPlan PlanOf(LayerPlan::Builder builder, uint64_t context, uint64_t batch, uint64_t rollback,
@@ -723,17 +726,19 @@ TEST(KVCache, CreateRejectsAPlanForAnotherLayout) {
   EXPECT_EQ(refused.field, "layers[1].format");
   EXPECT_NE(refused.message.find("layers[1].format: f16 is for accounting only"), std::string::npos)
       << refused.message;
-  // A DSA indexer key stream is planned, not stored yet: caches and pools refuse it by name.
+  // A DSA indexer key is stored beside an MLA latent (in its V stream); beside per-head K/V
+  // (MLA expanded) caches and pools refuse it by name.
   Expected<LayerPlan> dsa = LayerPlan::Builder()
                                 .AddLayer(LayerSpec::Latent(64))
-                                .AddLayer(LayerSpec::Latent(64).WithIndexer(32))
+                                .AddLayer(LayerSpec::Global(2, 32).WithIndexer(32))
                                 .SetContext(100)
                                 .Build();
   ASSERT_TRUE(dsa.ok()) << dsa.error().message;
   const Error no_indexer = KVCache<FlashLayout>::Create(*dsa).error();
   EXPECT_EQ(no_indexer.field, "layers[1].indexer_dim");
-  EXPECT_NE(no_indexer.message.find("layers[1].indexer_dim: 32 is a DSA indexer key stream, "
-                                    "which a kvring cache does not hold yet"),
+  EXPECT_NE(no_indexer.message.find("layers[1].indexer_dim: 32 is a DSA indexer key beside "
+                                    "per-head K/V: a kvring cache keeps it beside an MLA latent "
+                                    "only"),
             std::string::npos)
       << no_indexer.message;
   EXPECT_EQ(KVPool<FlashLayout>::Create(*dsa, PoolSpec{1 << 20, 4, 0}).error().field,

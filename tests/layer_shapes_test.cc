@@ -195,5 +195,78 @@ TEST(LayerShapes, GlobalAndSlidingLayersOfOtherShapesAttendAsTheReferenceTiled) 
   CheckCacheAndPool<TiledLayout<16>>(Format::kInt8);
 }
 
+// Attends `q` (8 heads, one query at the view's end) over a latent view, its values the
+// latent's first 96 dims; returns the output.
+template <typename Layout>
+std::vector<float> AttendLatent(const KVView<Layout>& view, const std::vector<float>& q) {
+  std::vector<float> out(8 * 96, -7.0f);
+  AttentionBatch batch;
+  batch.queries_f32 = q.data();
+  batch.out_f32 = out.data();
+  batch.first_q_pos = view.end_pos - 1;
+  batch.num_queries = 1;
+  batch.num_q_heads = 8;
+  batch.head_dim = 128;
+  AttentionOptions options;
+  options.latent_v_dims = 96;
+  options.split_positions = 32;
+  AttentionWorkspace workspace;
+  const Result result = Attention(view, batch, options, workspace);
+  EXPECT_TRUE(result.ok()) << result.Message();
+  return out;
+}
+
+// DeepSeek V3.2's and GLM-5's DSA layers keep an indexer key beside each latent (in the V
+// stream): attention over them is the plain latent's, bit for bit, in a cache (flat and ring)
+// and in a pool sequence (paged and ring).
+template <typename Layout>
+void CheckDsaAttendsAsItsLatent(Format format) {
+  const auto plan_of = [&](uint32_t indexer_dim) {
+    LayerSpec sliding = LayerSpec::Latent(128).WithIndexer(indexer_dim);
+    sliding.kind = AttentionKind::kSliding;
+    sliding.window = 40;
+    return LayerPlan::Builder()
+        .AddLayer(LayerSpec::Latent(128).WithIndexer(indexer_dim))
+        .AddLayer(sliding)
+        .SetContext(256)
+        .SetBatch(24)
+        .SetFormat(format)
+        .SetLayout<Layout>()
+        .Build();
+  };
+  const Expected<LayerPlan> dsa_plan = plan_of(64), plain_plan = plan_of(0);
+  ASSERT_TRUE(dsa_plan.ok() && plain_plan.ok());
+  Expected<KVCache<Layout>> dsa = KVCache<Layout>::Create(*dsa_plan);
+  Expected<KVCache<Layout>> plain = KVCache<Layout>::Create(*plain_plan);
+  Expected<KVPool<Layout>> pool = KVPool<Layout>::Create(*dsa_plan, PoolSpec{16u << 20, 1, 0});
+  ASSERT_TRUE(dsa.ok() && plain.ok() && pool.ok());
+  SequenceId id;
+  ASSERT_TRUE(pool->AddSequence(&id).ok());
+  std::mt19937 rng(23);
+  for (uint64_t pos = 0; pos < 110; pos += 22) {
+    ASSERT_TRUE(pool->Reserve(id, 22).ok());
+    for (size_t layer = 0; layer < 2; ++layer) {
+      const std::vector<float> latent = Random(22 * 128, rng), keys = Random(22 * 64, rng);
+      ASSERT_TRUE(dsa->AppendF32(layer, pos, latent.data(), keys.data(), 22).ok());
+      ASSERT_TRUE(plain->AppendF32(layer, pos, latent.data(), nullptr, 22).ok());
+      ASSERT_TRUE(pool->AppendF32(id, layer, pos, latent.data(), keys.data(), 22).ok());
+    }
+  }
+  for (size_t layer = 0; layer < 2; ++layer) {
+    const std::vector<float> q = Random(8 * 128, rng);
+    const std::vector<float> want = AttendLatent(plain->View(layer), q);
+    EXPECT_EQ(AttendLatent(dsa->View(layer), q), want) << ToString(format) << " layer " << layer;
+    EXPECT_EQ(AttendLatent(pool->View(id, layer).value(), q), want)
+        << ToString(format) << " pool layer " << layer;
+  }
+}
+
+TEST(LayerShapes, DsaLayersAttendAsTheirLatentWithoutTheirIndexerKeys) {
+  CheckDsaAttendsAsItsLatent<FlashLayout>(Format::kBF16);
+  CheckDsaAttendsAsItsLatent<FlashLayout>(Format::kInt8);
+  CheckDsaAttendsAsItsLatent<TiledLayout<16>>(Format::kBF16);
+  CheckDsaAttendsAsItsLatent<TiledLayout<16>>(Format::kInt8);
+}
+
 }  // namespace
 }  // namespace kvring

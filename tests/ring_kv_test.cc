@@ -216,7 +216,8 @@ TYPED_TEST(RingKVTest, RefusalsSayWhatWasWrongWithTheValues) {
   EXPECT_EQ(ring.AppendF32(41, rows.data(), rows.data(), 2).Message(),
             "WrongPosition: append at 41, but its next position is 40");
   EXPECT_EQ(ring.AppendF32(40, rows.data(), nullptr, 2).Message(),
-            "BadArgument: append at 40: v is null, but the layer stores V rows of 32 elements");
+            "BadArgument: append at 40: v is null, but the layer stores V rows (a DSA latent: its "
+            "indexer keys) of 32 elements");
   EXPECT_EQ(ring.AppendF32(40, rows.data(), rows.data(), 2, {31, 0}).Message(),
             "BadArgument: append at 40: k row stride 31 is below the 32 elements of a K row "
             "(kv_heads x head_dim)");

@@ -822,7 +822,7 @@ TEST(StateIO, BadStatesAreRefusedAndChangeNothing) {
          Poke<uint32_t>(b, descriptor(5, 36), 48);
          FixCrcs(b);
        },
-       "layers[5].v_head_dim is 48 in the state and 0"},
+       "layers[5].v_head_dim (V, or a DSA latent's indexer key) is 48 in the state and 0"},
       {"another plan's format (int8 globals)", [](auto*) {}, "layers[1].format is 0",
        Status::kBadState, kModel, Model().SetFormat(AttentionKind::kGlobal, Format::kInt8)},
       {"int8 where the state's K is rotated (int8h)", [](auto*) {},

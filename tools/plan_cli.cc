@@ -463,17 +463,20 @@ struct Model {
 std::string IndexerLine(const LayerPlan& plan) {
   size_t layers = 0;
   uint64_t bytes = 0, slot = 0;
+  bool expanded = false;  // beside per-head K/V, which kvring's storage refuses
   for (const LayerInfo& layer : plan.Layers()) {
     if (layer.indexer_slot_bytes == 0) continue;
     ++layers;
     slot = layer.indexer_slot_bytes;
     bytes += layer.num_slots * layer.indexer_slot_bytes;  // below the layer's bytes
+    expanded = expanded || !layer.spec.IsLatent();
   }
   if (layers == 0) return "";
   return Format("DSA indexer keys: %zu layers, %" PRIu64
-                " bytes a position each, counted in their slots (%s per sequence; no kvring "
-                "storage holds them yet)\n",
-                layers, slot, FormatBytes(bytes).c_str());
+                " bytes a position each, counted in their slots (%s per sequence; %s)\n",
+                layers, slot, FormatBytes(bytes).c_str(),
+                expanded ? "kvring's storage keeps them beside MLA latents only: --mla latent"
+                         : "stored beside each latent");
 }
 
 bool HasStates(const std::vector<LayerSpec>& layers) {

@@ -10,6 +10,7 @@
 #include "kvring/formats/format.h"
 #include "kvring/formats/int8.h"
 #include "kvring/index/ring_index.h"
+#include "kvring/indexer_view.h"
 #include "kvring/io/byte_io.h"
 #include "kvring/io/prefix_state.h"
 #include "kvring/io/state_io.h"

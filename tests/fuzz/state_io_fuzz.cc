@@ -40,7 +40,7 @@ LayerPlan Plan() {
                                          .AddLayer(LayerSpec::Sliding(5, 2, 16))
                                          .AddLayer(LayerSpec::Global(1, 16))
                                          .AddLayer(chunked)
-                                         .AddLayer(LayerSpec::Latent(16))
+                                         .AddLayer(LayerSpec::Latent(16).WithIndexer(16))
                                          .AddLayer(LayerSpec::Sliding(3, 2, 16).SharedFrom(0))
                                          .SetContext(64)
                                          .SetBatch(4)

@@ -116,9 +116,10 @@ class StorageDriver {
     builder.AddLayer(global);
     const bool chunked = source_->Below(2) == 1;
     const uint64_t chunk = chunked ? source_->Between(1, 70) : 0;
-    LayerSpec last = chunked
-                         ? LayerSpec::Chunked(chunk, 1, 16)
-                         : LayerSpec::Latent(16 * static_cast<uint32_t>(source_->Between(1, 3)));
+    // A latent keeps a DSA indexer key of 0 (none), 16 or 32 elements beside it.
+    LayerSpec last = chunked ? LayerSpec::Chunked(chunk, 1, 16)
+                             : LayerSpec::Latent(16 * static_cast<uint32_t>(source_->Between(1, 3)))
+                                   .WithIndexer(16 * static_cast<uint32_t>(source_->Below(3)));
     last.format = format();
     builder.AddLayer(last);
     RuntimeSpec runtime;
@@ -160,6 +161,7 @@ class StorageDriver {
   size_t num_appends() const { return num_appends_; }
   size_t num_wraps() const { return num_wraps_; }
   size_t num_int8_appends() const { return num_int8_appends_; }
+  size_t num_indexer_appends() const { return num_indexer_appends_; }
 
  private:
   // One random operation on the cache and the model; returns a disagreement or "".
@@ -248,7 +250,7 @@ class StorageDriver {
     const uint64_t context = cache_.Plan().Runtime().context;
     for (size_t layer = 0; layer < models_.size(); ++layer) {
       if (!cache_.OwnsKV(layer)) continue;
-      const KVShape shape = cache_.View(layer).layout.Shape();
+      const KVShape shape = StoredView(cache_, layer).layout.Shape();
       // Rows: BF16 or f32 (rounded on the way in), fresh values every append.
       const bool as_bf16 = source_->Below(2) == 0;
       std::vector<float> k(num_tokens * shape.KRowElements());
@@ -284,6 +286,7 @@ class StorageDriver {
       if (status != Status::kOk) return "append: " + std::string(ToString(status));
       ++num_appends_;
       if (model.format == Format::kInt8) ++num_int8_appends_;
+      if (cache_.Plan().Layer(layer).spec.indexer_dim != 0) ++num_indexer_appends_;
       batch_ = std::max(batch_, num_tokens);
       // Growth (for a batch larger than planned) happens on the first layer's append.
       std::string failure = ResizeModels();
@@ -442,7 +445,7 @@ class StorageDriver {
     uint64_t bytes = 0;
     for (size_t layer = 0; layer < models.size(); ++layer) {
       if (models[layer].slots.empty()) continue;
-      const KVShape shape = cache.View(layer).layout.Shape();
+      const KVShape shape = StoredView(cache, layer).layout.Shape();
       const Format format = models[layer].format;
       bytes += shape.num_slots * shape.num_kv_heads *
                (RowBytes(format, shape.head_dim) +
@@ -455,7 +458,8 @@ class StorageDriver {
   // ReadRowF32 (their decoded values); ReadRow is refused.
   static std::string CheckInt8Row(const KVCache<Layout>& cache, size_t layer, uint64_t pos,
                                   const RowModel& row) {
-    const KVView<Layout> view = cache.View(layer);
+    const KVView<Layout> view = StoredView(cache, layer);
+    const IndexerKeysView keys = cache.IndexerKeys(layer);
     const KVShape shape = view.layout.Shape();
     if (view.format != Format::kInt8 || view.k != nullptr || view.v != nullptr ||
         view.HasV() != (shape.v_head_dim != 0)) {
@@ -499,12 +503,29 @@ class StorageDriver {
       for (uint32_t d = 0; d < shape.v_head_dim; ++d) {
         const size_t e = size_t{h} * shape.v_head_dim + d;
         if (v[e] != row.v_int8[e] || view.v_int8[view.layout.V()(slot, h, d)] != row.v_int8[e] ||
-            Bits(v_f32[e]) != Bits(DecodeInt8(v_scale, row.v_int8[e]))) {
-          return "V of pos " + std::to_string(pos) + " differs";
+            Bits(v_f32[e]) != Bits(DecodeInt8(v_scale, row.v_int8[e])) ||
+            (keys.dim != 0 &&
+             (keys.RowInt8(pos)[d] != row.v_int8[e] || Bits(keys.Scale(pos)) != row.v_scales[h]))) {
+          return "V (or indexer key) of pos " + std::to_string(pos) + " differs";
         }
       }
     }
     return "";
+  }
+
+  // Returns the view of `layer` as its storage holds it: a DSA latent's indexer keys as its V
+  // stream (View leaves them out, IndexerKeys reads them; the checks compare both).
+  static KVView<Layout> StoredView(const KVCache<Layout>& cache, size_t layer) {
+    KVView<Layout> view = cache.View(layer);
+    const IndexerKeysView keys = cache.IndexerKeys(layer);
+    if (keys.dim == 0) return view;
+    KVShape shape = view.layout.Shape();
+    shape.v_head_dim = keys.dim;
+    view.layout = Layout(shape);
+    view.v = keys.keys;
+    view.v_int8 = keys.keys_int8;
+    view.v_scales = keys.scales;
+    return view;
   }
 
   float NextValue() {
@@ -527,8 +548,15 @@ class StorageDriver {
     for (size_t layer = 0; layer < models.size(); ++layer) {
       const size_t owner = cache.Owner(layer);
       const LayerModel& model = models[owner];
-      const KVView<Layout> view = cache.View(layer);
+      const KVView<Layout> view = StoredView(cache, layer);
+      const IndexerKeysView keys = cache.IndexerKeys(layer);
       const std::string where = when + ", layer " + std::to_string(layer) + ": ";
+      if (cache.View(layer).HasV() && keys.dim != 0) {
+        return where + "attention's view holds the indexer keys";
+      }
+      if (keys.dim != 0 && (keys.first_pos != view.first_pos || keys.end_pos != view.end_pos)) {
+        return where + "the indexer keys' range differs from the latent's";
+      }
       if (cache.EndPos(layer) != model.end) return where + "EndPos differs";
       const uint64_t first = model.end - model.NumHeld();
       if (cache.FirstPos(layer) != first || view.first_pos != first || view.end_pos != model.end) {
@@ -577,8 +605,9 @@ class StorageDriver {
           }
           for (uint32_t d = 0; d < shape.v_head_dim; ++d) {
             const size_t e = size_t{h} * shape.v_head_dim + d;
-            if (v[e].bits != row.v[e] || view.v[view.layout.V()(slot, h, d)].bits != row.v[e]) {
-              return where + "V of pos " + std::to_string(pos) + " differs";
+            if (v[e].bits != row.v[e] || view.v[view.layout.V()(slot, h, d)].bits != row.v[e] ||
+                (keys.dim != 0 && keys.Row(pos)[d].bits != row.v[e])) {
+              return where + "V (or indexer key) of pos " + std::to_string(pos) + " differs";
             }
           }
         }
@@ -611,6 +640,7 @@ class StorageDriver {
   size_t num_appends_ = 0;
   size_t num_wraps_ = 0;
   size_t num_int8_appends_ = 0;
+  size_t num_indexer_appends_ = 0;  // into DSA latents (indexer keys as v)
 };
 
 }  // namespace testing

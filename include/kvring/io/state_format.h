@@ -108,7 +108,8 @@ inline Result CompareStateLayer(uint64_t layer, const StateLayer& file, const St
       "state: layers[%llu].chunk is %llu in the state and %llu in this plan",
       "state: layers[%llu].num_kv_heads is %llu in the state and %llu in this plan",
       "state: layers[%llu].head_dim is %llu in the state and %llu in this plan",
-      "state: layers[%llu].v_head_dim is %llu in the state and %llu in this plan"};
+      ("state: layers[%llu].v_head_dim (V, or a DSA latent's indexer key) is %llu in the state "
+       "and %llu in this plan")};
   for (int field = 0; field < StateLayer::kFields; ++field) {
     if (file.values[field] != plan.values[field]) {
       return Result::Refused(Status::kBadState, kMessages[field], layer, file.values[field],

@@ -17,16 +17,20 @@ struct KVShape {
   uint64_t num_slots = 0;     // a multiple of the layout's kSlotAlignment
   uint32_t num_kv_heads = 0;  // 1 for MLA
   uint32_t head_dim = 0;      // K elements per kv_head (the latent for MLA)
-  uint32_t v_head_dim = 0;    // V elements per kv_head; 0: no V stream (MLA)
+  // V elements per kv_head; 0: no V stream (MLA). A DSA latent's V stream holds its indexer
+  // key (indexer_dim elements per position), which attention never reads as values.
+  uint32_t v_head_dim = 0;
 
   // Returns the shape of a layer of `spec` stored in `num_slots` slots (for an owning layer of
-  // a plan: KVShape::Of(info.spec, info.num_slots)).
+  // a plan: KVShape::Of(info.spec, info.num_slots)). Storage only: an MLA latent with a DSA
+  // indexer keeps the indexer's key in the V stream (attention views drop it).
   static KVShape Of(const LayerSpec& spec, uint64_t num_slots) {
     KVShape shape;
     shape.num_slots = num_slots;
     if (spec.IsLatent()) {
       shape.num_kv_heads = 1;
       shape.head_dim = spec.latent_dim;
+      shape.v_head_dim = spec.indexer_dim;
     } else {
       shape.num_kv_heads = spec.num_kv_heads;
       shape.head_dim = spec.head_dim;

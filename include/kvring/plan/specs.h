@@ -53,8 +53,9 @@ struct LayerSpec {
   // position (index_head_dim: one key per position, whatever the indexer's head count), kept
   // beside the layer's K/V in the layer's format (int8: with a scale per position, the size of
   // the FP8 keys and scale engines keep). Planned in the layer's slot
-  // (LayerInfo::indexer_slot_bytes); no kvring storage holds them yet, so KVCache and KVPool
-  // refuse such plans. 0: no indexer.
+  // (LayerInfo::indexer_slot_bytes). KVCache and KVPool keep them beside an MLA latent (its V
+  // stream: appended as the latent's v, read with IndexerKeys) and refuse them beside per-head
+  // K/V. 0: no indexer.
   uint32_t indexer_dim = 0;
 
   // Returns a full-attention layer.

@@ -15,6 +15,7 @@
 #include "kvring/base.h"
 #include "kvring/bf16.h"
 #include "kvring/formats/format.h"
+#include "kvring/indexer_view.h"
 #include "kvring/kv_view.h"
 #include "kvring/layer_plan.h"
 #include "kvring/status.h"
@@ -92,7 +93,8 @@ class KVCache {
   }
 
   // Appends rows k [num_tokens][kv_head][head_dim] and v [num_tokens][kv_head][v_head_dim]
-  // (v null for MLA) to owning layer `layer` at `pos`, in the layer's format: BF16 rounding to
+  // (v null for MLA; a DSA latent's v: its indexer keys [num_tokens][indexer_dim], read back
+  // with IndexerKeys) to owning layer `layer` at `pos`, in the layer's format: BF16 rounding to
   // nearest even, or int8 encoding each (pos, kv_head) row (EncodeInt8Row). Token t's
   // rows start at k + t * strides.k and v + t * strides.v (elements; 0: packed), so that the K
   // and V of a fused QKV buffer [token][q heads | k heads | v heads] append without a copy.
@@ -128,7 +130,8 @@ class KVCache {
   }
 
   // Copies the stored BF16 row of `pos` of `layer` (its owner's) into k_out
-  // [kv_head][head_dim] and, if not null, v_out [kv_head][v_head_dim], exactly as stored.
+  // [kv_head][head_dim] and, if not null, v_out [kv_head][v_head_dim] (a DSA latent: its
+  // indexer key), exactly as stored.
   // kNotLive (saying the live range) for a position not held; kBadArgument for a layer past
   // the model, a null k_out, or an int8 layer (use ReadRowInt8 or ReadRowF32). Does not
   // allocate. Cost: one row.
@@ -168,7 +171,19 @@ class KVCache {
     const Visibility visibility = table_.Entry(layer).visibility;
     KVView<Layout> view = Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
     if (epoch_ != nullptr) view.stamp = ViewStamp::Of(*epoch_, layer);
-    return view;
+    return table_.Entry(owner).indexer_dim != 0 ? detail::WithoutIndexer(view) : view;
+  }
+
+  // Returns the DSA indexer keys of `layer` (its owner's; LayerSpec::indexer_dim, appended as
+  // the latent's v), under its visibility, with View's lifetime and stamp; keys.dim is 0 for a
+  // layer without an indexer (nothing held). O(1); does not allocate.
+  IndexerKeysView IndexerKeys(size_t layer) const {
+    const size_t owner = Owner(layer);  // checks `layer`
+    if (!table_.Attends(layer) || table_.Entry(owner).indexer_dim == 0) return IndexerKeysView();
+    const Visibility visibility = table_.Entry(layer).visibility;
+    KVView<Layout> view = Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
+    if (epoch_ != nullptr) view.stamp = ViewStamp::Of(*epoch_, layer);
+    return detail::IndexerKeysOf(view);
   }
 
   // Discards the newest `num_tokens` positions of every owning layer, or of none, and returns

@@ -60,14 +60,14 @@ inline Result CheckAppendRows(const KVShape& shape, uint64_t pos, const void* k,
   }
   if (v == nullptr && shape.v_head_dim != 0) {
     return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
-                                 "append at %llu: v is null, but the layer stores V rows of "
-                                 "%llu elements",
+                                 "append at %llu: v is null, but the layer stores V rows (a "
+                                 "DSA latent: its indexer keys) of %llu elements",
                                  pos, shape.VRowElements());
   }
   if (v != nullptr && shape.v_head_dim == 0) {
     return KVRING_DETAIL_REFUSED(layer, Status::kBadArgument,
                                  "append at %llu: v is not null, but the layer stores no V "
-                                 "(an MLA latent)",
+                                 "(an MLA latent without a DSA indexer)",
                                  pos);
   }
   if (strides.k != 0 && strides.k < shape.KRowElements()) {

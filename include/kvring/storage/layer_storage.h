@@ -125,10 +125,11 @@ Error ValidatePlanFor(const LayerPlan& plan, const char* what, bool holds_states
   }
   for (size_t i = 0; i < plan.NumLayers(); ++i) {
     const LayerSpec& spec = plan.Layer(i).spec;
-    if (spec.indexer_dim != 0) {
+    if (spec.indexer_dim != 0 && !spec.IsLatent()) {
       return FieldError(LayerField(i, "indexer_dim"), std::to_string(spec.indexer_dim),
-                        std::string("is a DSA indexer key stream, which a kvring ") + what +
-                            " does not hold yet (the plan counts it; docs/planning.md)");
+                        std::string("is a DSA indexer key beside per-head K/V: a kvring ") + what +
+                            " keeps it beside an MLA latent only (plan the latent: "
+                            "LayerSpec::Latent, kvring-plan --mla latent)");
     }
     const Format format = spec.format;
     if (IsAccountingOnly(format)) {

@@ -35,6 +35,9 @@ struct LayerEntry {
   Residence residence = Residence::kRing;  // owners only
   size_t storage = 0;   // owners: index among the owners of the same residence, in layer order
   bool attends = true;  // false: a layer without attention (a recurrent one), no K/V at all
+  // Owners: a DSA latent's indexer key elements per position, which its storage keeps in the
+  // V stream (attention views drop that stream; IndexerKeys reads it); 0 without.
+  uint32_t indexer_dim = 0;
 };
 
 class LayerTable {
@@ -52,6 +55,7 @@ class LayerTable {
       entry.visibility = Visibility::Of(layer.spec);
       entry.attends = layer.spec.attends;
       if (!layer.OwnsKV()) continue;
+      entry.indexer_dim = layer.spec.indexer_dim;
       table.owners_.push_back(layer.index);
       entry.residence = layer.capacity >= plan.Runtime().context ? full : Residence::kRing;
       std::vector<size_t>& same = entry.residence == Residence::kRing ? table.rings_ : table.full_;

@@ -10,6 +10,7 @@
 
 #include "kvring/bf16.h"
 #include "kvring/formats/format.h"
+#include "kvring/indexer_view.h"
 #include "kvring/kv_view.h"
 #include "kvring/status.h"
 #include "kvring/storage/layer_rows.h"
@@ -73,7 +74,21 @@ class PoolReads {
     KVView<Layout> view = pool.sequences_.Get(id).View(
         pool.table_.OwnerEntry(layer), pool.table_.Entry(layer).visibility, pool.paged_);
     view.stamp = ViewStamp::Of(pool.sequences_.Epoch(id), layer, id.index, id.generation);
-    return view;
+    return pool.table_.OwnerEntry(layer).indexer_dim != 0 ? WithoutIndexer(view) : view;
+  }
+
+  // As KVCache::IndexerKeys, of `id` (a paged layer's keys through KVView's blocks); the
+  // refusals of View.
+  ValueResult<IndexerKeysView> IndexerKeys(SequenceId id, size_t layer) const {
+    const Result known = CheckQuery(id, layer);
+    if (!known.ok()) return known;
+    const Pool& pool = Self();
+    const LayerEntry& owner = pool.table_.OwnerEntry(layer);
+    if (!pool.table_.Attends(layer) || owner.indexer_dim == 0) return IndexerKeysView();
+    KVView<Layout> view =
+        pool.sequences_.Get(id).View(owner, pool.table_.Entry(layer).visibility, pool.paged_);
+    view.stamp = ViewStamp::Of(pool.sequences_.Epoch(id), layer, id.index, id.generation);
+    return IndexerKeysOf(view);
   }
 
   // Returns the blocks `id`'s table holds (shared ones included); kUnknownSequence for an id
