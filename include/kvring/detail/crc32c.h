@@ -1,9 +1,11 @@
 // kvring/detail/crc32c.h: CRC32C (Castagnoli, the checksum of iSCSI, ext4 and LevelDB) of a
-// byte range, for the sections of kvring's state format. On x86-64 with SSE4.2 three
-// independent crc32 instruction streams run over thirds of each 12 KiB block and are joined
-// by a precomputed shift (the instruction's latency is three cycles, its throughput one per
-// cycle); elsewhere a table-driven loop of 8 bytes a step. Crc32cHardwareAllowed() = false
-// forces the table-driven loop (tests run both). Internal; no allocation.
+// byte range, for the sections of kvring's state format. On x86-64 with SSE4.2, and on
+// AArch64 with the CRC32 extension (crc32cx; Linux reports it in HWCAP_CRC32, every Apple
+// core has it), three independent crc32 instruction streams run over thirds of each 12 KiB
+// block and are joined by a precomputed shift (the instruction's latency is about three
+// cycles, its throughput one per cycle); elsewhere a table-driven loop of 8 bytes a step.
+// Crc32cHardwareAllowed() = false forces the table-driven loop (tests run both). Internal; no
+// allocation.
 #ifndef KVRING_DETAIL_CRC32C_H_
 #define KVRING_DETAIL_CRC32C_H_
 
@@ -12,10 +14,18 @@
 #include <cstring>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define KVRING_CRC32C_X86 1
+#define KVRING_CRC32C_HARDWARE 1
+#define KVRING_CRC32C_TARGET __attribute__((target("sse4.2")))
 #include <immintrin.h>
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define KVRING_CRC32C_HARDWARE 1
+#define KVRING_CRC32C_TARGET __attribute__((target("+crc")))
+#include <arm_acle.h>
+#if defined(__linux__)
+#include <sys/auxv.h>  // getauxval, HWCAP_CRC32
+#endif
 #else
-#define KVRING_CRC32C_X86 0
+#define KVRING_CRC32C_HARDWARE 0
 #endif
 
 namespace kvring {
@@ -104,23 +114,36 @@ class Crc32cZeros {
   uint32_t matrix_[32];
 };
 
-#if KVRING_CRC32C_X86
+#if KVRING_CRC32C_HARDWARE
 
 // Bytes of each of the three streams of one block.
 inline constexpr size_t kCrc32cLane = 4096;
 
-__attribute__((target("sse4.2"))) inline uint32_t Crc32cLaneHardware(uint32_t state,
-                                                                     const uint8_t* data,
-                                                                     size_t size) {
-  uint64_t crc = state;
+// The instruction on 8 bytes and on one byte (raw CRC states: no inversion).
+KVRING_CRC32C_TARGET inline uint32_t Crc32cWordHardware(uint32_t state, uint64_t word) {
+#if defined(__x86_64__)
+  return static_cast<uint32_t>(_mm_crc32_u64(state, word));
+#else
+  return __crc32cd(state, word);
+#endif
+}
+KVRING_CRC32C_TARGET inline uint32_t Crc32cByteHardware(uint32_t state, uint8_t byte) {
+#if defined(__x86_64__)
+  return _mm_crc32_u8(state, byte);
+#else
+  return __crc32cb(state, byte);
+#endif
+}
+
+KVRING_CRC32C_TARGET inline uint32_t Crc32cLaneHardware(uint32_t state, const uint8_t* data,
+                                                        size_t size) {
   for (; size >= 8; size -= 8, data += 8) {
     uint64_t word;
     std::memcpy(&word, data, 8);
-    crc = _mm_crc32_u64(crc, word);
+    state = Crc32cWordHardware(state, word);
   }
-  uint32_t crc32 = static_cast<uint32_t>(crc);
-  for (; size > 0; --size) crc32 = _mm_crc32_u8(crc32, *data++);
-  return crc32;
+  for (; size > 0; --size) state = Crc32cByteHardware(state, *data++);
+  return state;
 }
 
 // The linear map "append kCrc32cLane zero bytes" on raw CRC states, as four byte tables:
@@ -147,37 +170,56 @@ struct Crc32cShift {
   }
 };
 
-__attribute__((target("sse4.2"))) inline uint32_t Crc32cHardware(uint32_t state,
-                                                                 const uint8_t* data, size_t size) {
+KVRING_CRC32C_TARGET inline uint32_t Crc32cHardware(uint32_t state, const uint8_t* data,
+                                                    size_t size) {
   static const Crc32cShift shift;
   // Raw CRCs are affine: crc(s, A B C) = Shift(Shift(crc(s, A)) ^ crc(0, B)) ^ crc(0, C)
   // for lanes A, B, C of kCrc32cLane bytes each.
   for (; size >= 3 * kCrc32cLane; size -= 3 * kCrc32cLane, data += 3 * kCrc32cLane) {
-    uint64_t a = state, b = 0, c = 0;
+    uint32_t a = state, b = 0, c = 0;
     const uint8_t* pa = data;
     const uint8_t* pb = data + kCrc32cLane;
     const uint8_t* pc = data + 2 * kCrc32cLane;
-    for (size_t i = 0; i < kCrc32cLane; i += 8) {
-      uint64_t wa, wb, wc;
-      std::memcpy(&wa, pa + i, 8);
-      std::memcpy(&wb, pb + i, 8);
-      std::memcpy(&wc, pc + i, 8);
-      a = _mm_crc32_u64(a, wa);
-      b = _mm_crc32_u64(b, wb);
-      c = _mm_crc32_u64(c, wc);
+    const uint8_t* next = data + 3 * kCrc32cLane;
+    for (size_t line = 0; line < kCrc32cLane; line += 64) {
+      // Each stream is one page, where hardware prefetchers stop: fetch the next block's
+      // three lines per line read here, so the next block is in cache when it starts. From
+      // memory (256 MiB, one core, Zen 5): 8-14 GB/s without, 30 GB/s with (the
+      // instruction's own rate in cache); no change in cache. Past the end: prefetches never
+      // fault.
+      __builtin_prefetch(next + 3 * line, 0, 3);
+      __builtin_prefetch(next + 3 * line + 64, 0, 3);
+      __builtin_prefetch(next + 3 * line + 128, 0, 3);
+      for (size_t i = line; i < line + 64; i += 8) {
+        uint64_t wa, wb, wc;
+        std::memcpy(&wa, pa + i, 8);
+        std::memcpy(&wb, pb + i, 8);
+        std::memcpy(&wc, pc + i, 8);
+        a = Crc32cWordHardware(a, wa);
+        b = Crc32cWordHardware(b, wb);
+        c = Crc32cWordHardware(c, wc);
+      }
     }
-    state = shift(shift(static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b)) ^
-            static_cast<uint32_t>(c);
+    state = shift(shift(a) ^ b) ^ c;
   }
   return Crc32cLaneHardware(state, data, size);
 }
 
-inline bool CpuHasSse42() {
-  static const bool has_sse42 = __builtin_cpu_supports("sse4.2");
-  return has_sse42;
+// Returns whether this CPU runs the instruction.
+inline bool CpuHasCrc32c() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("sse4.2");
+#elif defined(__linux__)
+  static const bool has = (getauxval(AT_HWCAP) & HWCAP_CRC32) != 0;
+#elif defined(__APPLE__) || defined(__ARM_FEATURE_CRC32)
+  static const bool has = true;
+#else
+  static const bool has = false;
+#endif
+  return has;
 }
 
-#endif  // KVRING_CRC32C_X86
+#endif  // KVRING_CRC32C_HARDWARE
 
 // Whether Crc32c may use the crc32 instruction where the CPU has it (true unless a test turns
 // it off, to check the table-driven loop on the same inputs). Not thread-safe to change.
@@ -191,8 +233,8 @@ inline bool& Crc32cHardwareAllowed() {
 // Crc32c(0, "123456789", 9) == 0xE3069283.
 inline uint32_t Crc32c(uint32_t crc, const void* data, size_t size) {
   const uint8_t* bytes = static_cast<const uint8_t*>(data);
-#if KVRING_CRC32C_X86
-  if (CpuHasSse42() && Crc32cHardwareAllowed()) return ~Crc32cHardware(~crc, bytes, size);
+#if KVRING_CRC32C_HARDWARE
+  if (CpuHasCrc32c() && Crc32cHardwareAllowed()) return ~Crc32cHardware(~crc, bytes, size);
 #endif
   return ~Crc32cSoftware(~crc, bytes, size);
 }
