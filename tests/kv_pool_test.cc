@@ -52,11 +52,11 @@ TYPED_TEST_SUITE(KVPoolTest, PoolLayouts);
 // 100,000 random operations per layout (KVRING_POOL_TEST_STEPS), fewer under sanitizers.
 template <typename Layout>
 void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed, bool moves = false,
-                      bool hybrid = false) {
+                      bool hybrid = false, bool dsa = false) {
   // At least 5,000 steps under the sanitizers (tests/reference/random_test_scale.h).
   const uint64_t steps = testing::RandomTestSteps(all_steps, 5000);
   RandomChoices choices(seed);
-  PoolDriver<Layout> driver(&choices, global_format, seed, moves, hybrid);
+  PoolDriver<Layout> driver(&choices, global_format, seed, moves, hybrid, dsa);
   ASSERT_EQ(driver.Run(steps), "");
   if (moves) {
     EXPECT_GT(driver.moves(), steps / 100);  // SaveState of one sequence, LoadState into another
@@ -88,6 +88,15 @@ TYPED_TEST(KVPoolTest, RandomOperationsWithStateMoves) {
 TYPED_TEST(KVPoolTest, RandomOperationsOfAHybridModel) {
   RandomOperations<TypeParam>(Format::kBF16, KVRING_POOL_TEST_STEPS / 5, 17, /*moves=*/true,
                               /*hybrid=*/true);
+}
+
+// DSA latents (a paged one and a ring), BF16 and int8: every check reads each position's
+// indexer key beside its latent; forks share and copy the keys' blocks, moves carry them.
+TYPED_TEST(KVPoolTest, RandomOperationsOfADsaModel) {
+  RandomOperations<TypeParam>(Format::kBF16, KVRING_POOL_TEST_STEPS / 10, 19, /*moves=*/true,
+                              /*hybrid=*/false, /*dsa=*/true);
+  RandomOperations<TypeParam>(Format::kInt8, KVRING_POOL_TEST_STEPS / 10, 23, /*moves=*/true,
+                              /*hybrid=*/false, /*dsa=*/true);
 }
 
 TYPED_TEST(KVPoolTest, ForkSharesBlocksAndCopiesOnWrite) {

@@ -28,9 +28,11 @@ namespace testing {
 
 // Five layers: a sliding and a chunked ring owner, a global paged owner (int8 when asked),
 // and shared-KV consumers of the sliding and the global one. `hybrid`: the chunked owner also
-// keeps a recurrent state, and a sixth layer is recurrent only.
+// keeps a recurrent state, and a sixth layer is recurrent only. `dsa`: two MLA latents that
+// keep DSA indexer keys follow, a global one (paged) and a sliding one (a ring).
 template <typename Layout>
-LayerPlan PoolTestPlan(Format global_format, uint64_t batch, bool hybrid = false) {
+LayerPlan PoolTestPlan(Format global_format, uint64_t batch, bool hybrid = false,
+                       bool dsa = false) {
   StateSpec state;
   state.conv_elements = 24;  // BF16
   state.recurrent_elements = 10;
@@ -43,6 +45,12 @@ LayerPlan PoolTestPlan(Format global_format, uint64_t batch, bool hybrid = false
       .AddLayer(hybrid ? chunked.WithState(state) : chunked)
       .AddLayer(LayerSpec::Global(1, 32).SharedFrom(1));
   if (hybrid) builder.AddLayer(LayerSpec::Recurrent(state));
+  if (dsa) {
+    LayerSpec sliding = LayerSpec::Latent(48).WithIndexer(16);
+    sliding.kind = AttentionKind::kSliding;
+    sliding.window = 12;
+    builder.AddLayer(LayerSpec::Latent(64).WithIndexer(32)).AddLayer(sliding);
+  }
   Expected<LayerPlan> plan = builder.SetContext(320)
                                  .SetBatch(batch)
                                  .SetRollback(4)
@@ -143,13 +151,16 @@ class PoolModel {
                           [&](size_t layer) { return pool_.IsPaged(layer); });
     for (size_t layer : order) {
       const LayerInfo& info = pool_.Plan().Layer(layer);
-      const uint32_t kv_heads = info.spec.num_kv_heads;
-      const size_t k_elems = size_t{kv_heads} * info.spec.head_dim;
-      const size_t v_elems = size_t{kv_heads} * info.spec.VHeadDim();
+      // The stored rows: an MLA latent's K, and a DSA latent's indexer keys as its V.
+      const KVShape shape = KVShape::Of(info.spec, info.num_slots);
+      const uint32_t kv_heads = shape.num_kv_heads;
+      const size_t k_elems = shape.KRowElements();
+      const size_t v_elems = shape.VRowElements();
       std::vector<float> k(num_tokens * k_elems), v(num_tokens * v_elems);
       for (float& x : k) x = Value();
       for (float& x : v) x = Value();
-      const Result result = pool_.AppendF32(id, layer, ref.end, k.data(), v.data(), num_tokens);
+      const Result result = pool_.AppendF32(id, layer, ref.end, k.data(),
+                                            v_elems == 0 ? nullptr : v.data(), num_tokens);
       if (!result.ok()) {
         // Only the first (paged) append of an unreserved step may be refused, for the budget.
         KVRING_MODEL_EXPECT(!(reserve)) << result.Message();
@@ -284,12 +295,17 @@ class PoolModel {
       const size_t owner = pool_.Owner(layer);
       const LayerInfo& info = pool_.Plan().Layer(owner);
       const KVView<Layout> view = *pool_.View(id, layer);
+      const IndexerKeysView keys = *pool_.IndexerKeys(id, layer);
       KVRING_MODEL_EXPECT((view.end_pos) == (ref.end));
+      // A DSA latent's keys: beside the latent, never in attention's view.
+      KVRING_MODEL_EXPECT((keys.dim) == (info.spec.indexer_dim)) << "layer " << layer;
+      KVRING_MODEL_EXPECT(!(keys.dim != 0 && view.HasV())) << "layer " << layer;
       if (ref.end == 0) continue;
       const uint64_t first = view.visibility.FirstVisible(ref.end);
       KVRING_MODEL_EXPECT((*pool_.FirstPos(id, layer)) <= (first)) << "layer " << layer;
-      const size_t k_elems = size_t{info.spec.num_kv_heads} * info.spec.head_dim;
-      const size_t v_elems = size_t{info.spec.num_kv_heads} * info.spec.VHeadDim();
+      const KVShape shape = KVShape::Of(info.spec, info.num_slots);
+      const size_t k_elems = shape.KRowElements();
+      const size_t v_elems = shape.VRowElements();
       std::vector<float> k(k_elems), v(v_elems);
       const auto found = ref.rows.find(owner);
       KVRING_MODEL_EXPECT((found) != (ref.rows.end())) << "no rows of layer " << owner;
@@ -302,6 +318,13 @@ class PoolModel {
             << "sequence " << id.index << " layer " << layer << " pos " << pos;
         KVRING_MODEL_EXPECT(std::equal(v.begin(), v.end(), want.begin() + k_elems))
             << "sequence " << id.index << " layer " << layer << " pos " << pos;
+        for (uint32_t d = 0; d < keys.dim && failure_.empty(); ++d) {
+          const float key = keys.format == Format::kBF16
+                                ? BF16ToF32(keys.Row(pos)[d])
+                                : DecodeInt8(keys.Scale(pos), keys.RowInt8(pos)[d]);
+          KVRING_MODEL_EXPECT((key) == (want[k_elems + d]))
+              << "sequence " << id.index << " layer " << layer << " indexer key of " << pos;
+        }
       }
     }
     CheckStates(which);
@@ -420,17 +443,19 @@ class PoolDriver {
  public:
   // `moves`: every 50th step also moves a sequence (SaveState into LoadState), besides the
   // step's operation; the other operations' mix and choices stay those of a run without.
-  // `hybrid`: PoolTestPlan's hybrid plan, whose states every step writes and every check reads.
+  // `hybrid`: PoolTestPlan's hybrid plan, whose states every step writes and every check reads;
+  // `dsa`: its DSA latents, whose indexer keys every check reads.
   PoolDriver(ChoiceSource* choices, Format global_format, uint64_t seed, bool moves = false,
-             bool hybrid = false)
+             bool hybrid = false, bool dsa = false)
       : choices_(choices),
         global_format_(global_format),
         seed_(seed),
         moves_enabled_(moves),
-        hybrid_(hybrid) {}
+        hybrid_(hybrid),
+        dsa_(dsa) {}
 
   std::string Run(uint64_t steps) {
-    const LayerPlan plan = PoolTestPlan<Layout>(global_format_, 8, hybrid_);
+    const LayerPlan plan = PoolTestPlan<Layout>(global_format_, 8, hybrid_, dsa_);
     PoolSpec spec;
     spec.max_sequences = 48;
     spec.block_slots = Layout::kTileSlots;  // small blocks: appends cross them often
@@ -513,6 +538,7 @@ class PoolDriver {
   uint64_t seed_;
   bool moves_enabled_;
   bool hybrid_;
+  bool dsa_;
   uint64_t steps_ = 0, refused_steps_ = 0, forks_ = 0, moves_ = 0;
 };
 
