@@ -143,7 +143,8 @@ class ToyModel {
         if (!pool_->OwnsKV(layer)) continue;
         std::vector<float> k, v;
         Rows(tokens, layer, pos, n, &k, &v);
-        const Result appended = pool_->AppendF32(id, layer, pos, k.data(), v.data(), n);
+        const Result appended =
+            pool_->AppendF32(id, layer, pos, k.data(), v.empty() ? nullptr : v.data(), n);
         if (!appended.ok()) return appended;
       }
       pos += n;
@@ -157,11 +158,11 @@ class ToyModel {
     const uint64_t end = *pool_->EndPos(a);
     ASSERT_EQ(*pool_->EndPos(b), end);
     for (size_t layer = 0; layer < pool_->NumLayers(); ++layer) {
-      const LayerInfo& info = pool_->Plan().Layer(pool_->Owner(layer));
+      const KVShape shape = StoredShape(pool_->Owner(layer));
       const uint64_t first = pool_->View(a, layer)->visibility.FirstVisible(end);
       ASSERT_LE(*pool_->FirstPos(a, layer), first) << "layer " << layer;
       ASSERT_LE(*pool_->FirstPos(b, layer), first) << "layer " << layer;
-      std::vector<float> ka(info.spec.KElementsPerSlot()), va(info.spec.VElementsPerSlot());
+      std::vector<float> ka(shape.KRowElements()), va(shape.VRowElements());
       std::vector<float> kb(ka.size()), vb(va.size());
       for (uint64_t pos = first; pos < end; ++pos) {
         ASSERT_TRUE(pool_->ReadRowF32(a, layer, pos, ka.data(), va.data()).ok());
@@ -183,16 +184,22 @@ class ToyModel {
   }
 
  private:
+  // The rows owning layer `layer` stores per position: K (an MLA latent), and V (a DSA
+  // latent's indexer key).
+  KVShape StoredShape(size_t layer) const {
+    const LayerInfo& info = pool_->Plan().Layer(layer);
+    return KVShape::Of(info.spec, info.num_slots);
+  }
   void Rows(const std::vector<TokenId>& tokens, size_t layer, uint64_t pos, uint64_t n,
             std::vector<float>* k, std::vector<float>* v) const {
-    const LayerSpec& spec = pool_->Plan().Layer(layer).spec;
+    const KVShape shape = StoredShape(layer);
     uint64_t h = 0;
     for (uint64_t p = 0; p < pos; ++p)
       h = detail::MixPrefixHash(h, static_cast<uint32_t>(tokens[p]));
     for (uint64_t i = 0; i < n; ++i) {
       h = detail::MixPrefixHash(h, static_cast<uint32_t>(tokens[pos + i]));
-      for (uint64_t e = 0; e < spec.KElementsPerSlot(); ++e) k->push_back(Value(h, layer, e));
-      for (uint64_t e = 0; e < spec.VElementsPerSlot(); ++e) v->push_back(Value(h, layer, ~e));
+      for (uint64_t e = 0; e < shape.KRowElements(); ++e) k->push_back(Value(h, layer, e));
+      for (uint64_t e = 0; e < shape.VRowElements(); ++e) v->push_back(Value(h, layer, ~e));
     }
   }
   static float Value(uint64_t h, size_t layer, uint64_t e) {
@@ -203,9 +210,11 @@ class ToyModel {
   KVPool<Layout>* pool_;
 };
 
+// `dsa`: PoolTestPlan's DSA latents too (a paged one and a ring, keeping indexer keys).
 template <typename Layout>
-KVPool<Layout> MakePool(uint32_t max_sequences = 16, uint64_t budget = 8ull << 20) {
-  const LayerPlan plan = testing::PoolTestPlan<Layout>(Format::kBF16, 8);
+KVPool<Layout> MakePool(uint32_t max_sequences = 16, uint64_t budget = 8ull << 20,
+                        bool dsa = false) {
+  const LayerPlan plan = testing::PoolTestPlan<Layout>(Format::kBF16, 8, false, dsa);
   return std::move(
              KVPool<Layout>::Create(plan, PoolSpec{budget, max_sequences, Layout::kTileSlots}))
       .value();
@@ -220,10 +229,11 @@ std::vector<TokenId> Tokens(uint64_t count, uint64_t seed) {
 
 // A conversation's second turn after its rings wrapped (window 24, chunk 32, 105 positions):
 // the checkpoint of the first turn resumes it, and only the new tokens are prefilled.
-TYPED_TEST(PrefixCacheTest, ResumesAConversationAfterItsRingsWrapped) {
-  KVPool<TypeParam> pool = MakePool<TypeParam>();
-  ToyModel<TypeParam> model(&pool);
-  PrefixCache<TypeParam> cache(&pool);
+template <typename Layout>
+void ResumeAfterTheRingsWrapped(bool dsa) {
+  KVPool<Layout> pool = MakePool<Layout>(16, 8ull << 20, dsa);
+  ToyModel<Layout> model(&pool);
+  PrefixCache<Layout> cache(&pool);
   std::vector<TokenId> turn = Tokens(105, 1);  // the prompt and the reply
   const SequenceId first = model.FromScratch(turn);
   ASSERT_TRUE(cache.Insert(first, turn.data(), turn.size()).ok());
@@ -247,6 +257,16 @@ TYPED_TEST(PrefixCacheTest, ResumesAConversationAfterItsRingsWrapped) {
   EXPECT_EQ(stats.hits, 1u);
   EXPECT_EQ(stats.matched_tokens, 105u);
   EXPECT_EQ(stats.ring_bytes, pool.RingBytesFor(1));
+}
+
+TYPED_TEST(PrefixCacheTest, ResumesAConversationAfterItsRingsWrapped) {
+  ResumeAfterTheRingsWrapped<TypeParam>(/*dsa=*/false);
+}
+
+// The same with DSA latents: the checkpoint's ring and the shared blocks carry the indexer
+// keys beside the latents (ExpectSame reads them as v).
+TYPED_TEST(PrefixCacheTest, ResumesADsaConversationWithItsIndexerKeys) {
+  ResumeAfterTheRingsWrapped<TypeParam>(/*dsa=*/true);
 }
 
 // Checkpoints every block of a prefill and at its end; prompts that part from it anywhere
@@ -549,10 +569,11 @@ TYPED_TEST(PrefixCacheTest, RandomConversationsReadAsPrefillingFromZero) {
 // Checkpoints of a prompt every block and at the end of two turns, saved: a new pool and cache
 // (another layout's, a restarted engine) load them, share their blocks again as the saved
 // ones did, and resume the conversations bit for bit.
-TYPED_TEST(PrefixCacheTest, SavedCheckpointsResumeAfterARestart) {
-  KVPool<TypeParam> pool = MakePool<TypeParam>(32, 32ull << 20);
-  ToyModel<TypeParam> model(&pool);
-  PrefixCache<TypeParam> cache(&pool);
+template <typename Layout>
+void SaveCheckpointsAndResumeAfterARestart(bool dsa) {
+  KVPool<Layout> pool = MakePool<Layout>(32, 32ull << 20, dsa);
+  ToyModel<Layout> model(&pool);
+  PrefixCache<Layout> cache(&pool);
   const uint64_t block = pool.BlockSlots();
   const std::vector<TokenId> prompt = Tokens(5 * block + 7, 11);
   SequenceId id;
@@ -570,9 +591,9 @@ TYPED_TEST(PrefixCacheTest, SavedCheckpointsResumeAfterARestart) {
   VectorSink sink(&bytes);
   ASSERT_TRUE(SavePrefixCache(cache, "toy", &sink).ok());
 
-  KVPool<TypeParam> restarted = MakePool<TypeParam>(32, 32ull << 20);
-  ToyModel<TypeParam> model2(&restarted);
-  PrefixCache<TypeParam> cache2(&restarted);
+  KVPool<Layout> restarted = MakePool<Layout>(32, 32ull << 20, dsa);
+  ToyModel<Layout> model2(&restarted);
+  PrefixCache<Layout> cache2(&restarted);
   MemorySource source(bytes);
   const Result loaded = LoadPrefixCache(&source, "toy", &cache2);
   ASSERT_TRUE(loaded.ok()) << loaded.Message();
@@ -601,6 +622,16 @@ TYPED_TEST(PrefixCacheTest, SavedCheckpointsResumeAfterARestart) {
   }
   // Another salt and another model's id find nothing / are refused.
   EXPECT_EQ(cache2.Match(prompt.data(), prompt.size(), 4).length, 0u);
+}
+
+TYPED_TEST(PrefixCacheTest, SavedCheckpointsResumeAfterARestart) {
+  SaveCheckpointsAndResumeAfterARestart<TypeParam>(/*dsa=*/false);
+}
+
+// The same with DSA latents: the prefix file carries the indexer keys of the checkpoints'
+// rings and of the shared blocks.
+TYPED_TEST(PrefixCacheTest, SavedDsaCheckpointsResumeWithTheirIndexerKeys) {
+  SaveCheckpointsAndResumeAfterARestart<TypeParam>(/*dsa=*/true);
 }
 
 // Damaged files, another model's, and a pool without room are refused, loading nothing: the
