@@ -28,17 +28,18 @@ float KeyValue(uint64_t pos, uint32_t dim, uint32_t seed) {
 }
 
 // Layer 0: a global DSA latent; 1: a sliding DSA latent (a ring); 2: a latent without an
-// indexer; 3: a sliding layer of half the window reading layer 1's latent.
+// indexer; 3: a sliding layer of half the window reading layer 1's latent. `indexer_dim` 0:
+// the same latents without indexers.
 template <typename Layout>
-LayerPlan DsaPlan(Format format) {
-  LayerSpec sliding = LayerSpec::Latent(kLatent).WithIndexer(kIndexer);
+LayerPlan DsaPlan(Format format, uint32_t indexer_dim = kIndexer) {
+  LayerSpec sliding = LayerSpec::Latent(kLatent).WithIndexer(indexer_dim);
   sliding.kind = AttentionKind::kSliding;
   sliding.window = kWindow;
   LayerSpec reader = LayerSpec::Latent(kLatent).SharedFrom(1);
   reader.kind = AttentionKind::kSliding;
   reader.window = kWindow / 2;
   Expected<LayerPlan> plan = LayerPlan::Builder()
-                                 .AddLayer(LayerSpec::Latent(kLatent).WithIndexer(kIndexer))
+                                 .AddLayer(LayerSpec::Latent(kLatent).WithIndexer(indexer_dim))
                                  .AddLayer(sliding)
                                  .AddLayer(LayerSpec::Latent(kLatent))
                                  .AddLayer(reader)
@@ -231,22 +232,7 @@ TYPED_TEST(IndexerKeysTest, PagesForksAndStateFilesCarryTheKeys) {
     ASSERT_TRUE(LoadState(&source, "dsa", &pool, b).ok());
     EXPECT_EQ(CheckKeys(*pool.IndexerKeys(b, 0), 0, end, 1), "");
     // A plan whose latents keep no indexer refuses the state, naming the stream.
-    LayerSpec sliding = LayerSpec::Latent(kLatent);
-    sliding.kind = AttentionKind::kSliding;
-    sliding.window = kWindow;
-    Expected<LayerPlan> plain = LayerPlan::Builder()
-                                    .AddLayer(LayerSpec::Latent(kLatent))
-                                    .AddLayer(sliding)
-                                    .AddLayer(LayerSpec::Latent(kLatent))
-                                    .AddLayer(LayerSpec::Latent(kLatent).SharedFrom(1))
-                                    .SetContext(256)
-                                    .SetBatch(4)
-                                    .SetRollback(kRollback)
-                                    .SetElementType(format)
-                                    .SetLayout<Layout>()
-                                    .Build();
-    ASSERT_TRUE(plain.ok()) << plain.error().message;
-    Expected<KVCache<Layout>> other = KVCache<Layout>::Create(*plain);
+    Expected<KVCache<Layout>> other = KVCache<Layout>::Create(DsaPlan<Layout>(format, 0));
     ASSERT_TRUE(other.ok());
     const Result refused = LoadState(&source, "dsa", &*other);
     EXPECT_EQ(refused, Status::kBadState);
