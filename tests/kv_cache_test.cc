@@ -37,13 +37,15 @@ using Layouts = ::testing::Types<FlashLayout, TiledLayout<8>, TiledLayout<16>, T
 TYPED_TEST_SUITE(KVCacheTest, Layouts);
 
 TYPED_TEST(KVCacheTest, RandomOperationsAgreeWithTheReferenceModel) {
-  // 40 random models x 300 steps = 12,000 steps per layout; under the sanitizers
-  // (KVRING_RANDOM_TEST_DIVISOR) the first 1/n of the models, at least 10 (3,000 steps).
+  // 40 random models x 300 steps = 12,000 steps per layout, and 5 whose last layer is a DSA
+  // latent; under the sanitizers (KVRING_RANDOM_TEST_DIVISOR) the first 1/n of the models, at
+  // least 10 (3,000 steps), and 2 DSA ones.
   const uint64_t num_models = testing::RandomTestSteps(40, 10);
+  const uint64_t dsa_models = testing::RandomTestSteps(5, 2);
   size_t appends = 0, wraps = 0, int8_appends = 0, indexer_appends = 0;
-  for (uint64_t seed = 1; seed <= num_models; ++seed) {
+  for (uint64_t seed = 1; seed <= num_models + dsa_models; ++seed) {
     RandomChoices choices(seed * 7919 + TypeParam::kSlotAlignment);
-    testing::StorageDriver<TypeParam> driver(&choices);
+    testing::StorageDriver<TypeParam> driver(&choices, /*dsa=*/seed > num_models);
     const std::string failure = driver.Run(300);
     ASSERT_EQ(failure, "") << "seed " << seed;
     appends += driver.num_appends();

@@ -93,11 +93,12 @@ class ByteChoices : public ChoiceSource {
 template <typename Layout>
 class StorageDriver {
  public:
-  explicit StorageDriver(ChoiceSource* source) : source_(source) {}
+  // `dsa`: the last layer is always an MLA latent keeping a DSA indexer key.
+  explicit StorageDriver(ChoiceSource* source, bool dsa = false) : source_(source), dsa_(dsa) {}
 
   // Plans a random model (a sliding owner, a consumer reading it with another window, a
-  // global owner, sometimes an MLA-like layer without V; each owner BF16 or int8) and runs
-  // `num_steps` operations.
+  // global owner, sometimes an MLA latent, with or without a DSA indexer key; each owner BF16
+  // or int8) and runs `num_steps` operations.
   std::string Run(size_t num_steps) {
     LayerPlan::Builder builder;
     // Head dims are multiples of 16, as the attention kernels (and so the plan) require.
@@ -114,12 +115,14 @@ class StorageDriver {
     global.v_head_dim = 16 * static_cast<uint32_t>(source_->Between(1, 2));
     global.format = format();
     builder.AddLayer(global);
-    const bool chunked = source_->Below(2) == 1;
+    const bool chunked = !dsa_ && source_->Below(2) == 1;
     const uint64_t chunk = chunked ? source_->Between(1, 70) : 0;
     // A latent keeps a DSA indexer key of 0 (none), 16 or 32 elements beside it.
-    LayerSpec last = chunked ? LayerSpec::Chunked(chunk, 1, 16)
-                             : LayerSpec::Latent(16 * static_cast<uint32_t>(source_->Between(1, 3)))
-                                   .WithIndexer(16 * static_cast<uint32_t>(source_->Below(3)));
+    LayerSpec last = chunked
+                         ? LayerSpec::Chunked(chunk, 1, 16)
+                         : LayerSpec::Latent(16 * static_cast<uint32_t>(source_->Between(1, 3)))
+                               .WithIndexer(16 * static_cast<uint32_t>(dsa_ ? source_->Between(1, 2)
+                                                                            : source_->Below(3)));
     last.format = format();
     builder.AddLayer(last);
     RuntimeSpec runtime;
@@ -631,6 +634,7 @@ class StorageDriver {
   }
 
   ChoiceSource* source_;
+  bool dsa_ = false;
   uint64_t batch_ = 0;           // the largest batch planned or appended so far
   uint64_t snapshot_batch_ = 0;  // the same, for the snapshot
   KVCache<Layout> cache_;
