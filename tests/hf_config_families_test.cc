@@ -248,7 +248,8 @@ TEST(HfConfigFamilies, DsaLayersCountTheirIndexerKeyInTheirSlot) {
       EXPECT_EQ(glm.layers[i].indexer_dim, c.full[i] ? 64u : 0u) << i;
     }
   }
-  // kvring-plan reports them, and the pools and caches refuse the plan by the field.
+  // kvring-plan reports them and where storage keeps them: beside the latent, and not beside
+  // the expanded form's per-head K/V (caches and pools refuse that plan by the field).
   const CliRun run = RunCli({"--config", ConfigPath("deepseek_v32_exp.json"), "--json"});
   ASSERT_EQ(run.status, 0) << run.err;
   const nlohmann::json json = nlohmann::json::parse(run.out);
@@ -259,6 +260,15 @@ TEST(HfConfigFamilies, DsaLayersCountTheirIndexerKeyInTheirSlot) {
   EXPECT_NE(text.out.find("DSA indexer keys: 61 layers, 256 bytes a position each"),
             std::string::npos)
       << text.out;
+  EXPECT_NE(text.out.find("per sequence; stored beside each latent)"), std::string::npos)
+      << text.out;
+  const CliRun expanded_run =
+      RunCli({"--config", ConfigPath("deepseek_v32_exp.json"), "--mla", "expanded"});
+  ASSERT_EQ(expanded_run.status, 0) << expanded_run.err;
+  EXPECT_NE(
+      expanded_run.out.find("kvring's storage keeps them beside MLA latents only: --mla latent"),
+      std::string::npos)
+      << expanded_run.out;
 }
 
 TEST(HfConfigFamilies, GatedDeltaNetHybridsPlanStatesBesideTheFullLayers) {
