@@ -168,9 +168,7 @@ class KVCache {
   KVView<Layout> View(size_t layer) const {
     const size_t owner = Owner(layer);                    // checks `layer`
     if (!table_.Attends(layer)) return KVView<Layout>();  // attention refuses it: no K/V
-    const Visibility visibility = table_.Entry(layer).visibility;
-    KVView<Layout> view = Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
-    if (epoch_ != nullptr) view.stamp = ViewStamp::Of(*epoch_, layer);
+    const KVView<Layout> view = StoredView(layer);
     return table_.Entry(owner).indexer_dim != 0 ? detail::WithoutIndexer(view) : view;
   }
 
@@ -180,10 +178,7 @@ class KVCache {
   IndexerKeysView IndexerKeys(size_t layer) const {
     const size_t owner = Owner(layer);  // checks `layer`
     if (!table_.Attends(layer) || table_.Entry(owner).indexer_dim == 0) return IndexerKeysView();
-    const Visibility visibility = table_.Entry(layer).visibility;
-    KVView<Layout> view = Visit(owner, [&](const auto& kv) { return kv.View(visibility); });
-    if (epoch_ != nullptr) view.stamp = ViewStamp::Of(*epoch_, layer);
-    return detail::IndexerKeysOf(view);
+    return detail::IndexerKeysOf(StoredView(layer));
   }
 
   // Discards the newest `num_tokens` positions of every owning layer, or of none, and returns
@@ -386,6 +381,15 @@ class KVCache {
     KVRING_DASSERT(entry.owner == layer);
     return entry.residence == detail::Residence::kFlat ? fn(self.globals_[entry.storage])
                                                        : fn(self.rings_[entry.storage]);
+  }
+  // Returns the storage of attending layer `layer`'s owner under `layer`'s own visibility,
+  // stamped: a DSA latent's indexer keys as its V stream (View drops them, IndexerKeys reads
+  // them).
+  KVView<Layout> StoredView(size_t layer) const {
+    const Visibility visibility = table_.Entry(layer).visibility;
+    KVView<Layout> view = Visit(Owner(layer), [&](const auto& kv) { return kv.View(visibility); });
+    if (epoch_ != nullptr) view.stamp = ViewStamp::Of(*epoch_, layer);
+    return view;
   }
   template <typename Fn>
   decltype(auto) Visit(size_t layer, Fn&& fn) const {

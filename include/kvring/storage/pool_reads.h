@@ -70,11 +70,8 @@ class PoolReads {
   ValueResult<KVView<Layout>> View(SequenceId id, size_t layer) const {
     const Result known = CheckQuery(id, layer);
     if (!known.ok()) return known;
-    const Pool& pool = Self();
-    KVView<Layout> view = pool.sequences_.Get(id).View(
-        pool.table_.OwnerEntry(layer), pool.table_.Entry(layer).visibility, pool.paged_);
-    view.stamp = ViewStamp::Of(pool.sequences_.Epoch(id), layer, id.index, id.generation);
-    return pool.table_.OwnerEntry(layer).indexer_dim != 0 ? WithoutIndexer(view) : view;
+    const KVView<Layout> view = StoredView(id, layer);
+    return Self().table_.OwnerEntry(layer).indexer_dim != 0 ? WithoutIndexer(view) : view;
   }
 
   // As KVCache::IndexerKeys, of `id` (a paged layer's keys through KVView's blocks); the
@@ -83,12 +80,10 @@ class PoolReads {
     const Result known = CheckQuery(id, layer);
     if (!known.ok()) return known;
     const Pool& pool = Self();
-    const LayerEntry& owner = pool.table_.OwnerEntry(layer);
-    if (!pool.table_.Attends(layer) || owner.indexer_dim == 0) return IndexerKeysView();
-    KVView<Layout> view =
-        pool.sequences_.Get(id).View(owner, pool.table_.Entry(layer).visibility, pool.paged_);
-    view.stamp = ViewStamp::Of(pool.sequences_.Epoch(id), layer, id.index, id.generation);
-    return IndexerKeysOf(view);
+    if (!pool.table_.Attends(layer) || pool.table_.OwnerEntry(layer).indexer_dim == 0) {
+      return IndexerKeysView();
+    }
+    return IndexerKeysOf(StoredView(id, layer));
   }
 
   // Returns the blocks `id`'s table holds (shared ones included); kUnknownSequence for an id
@@ -108,6 +103,16 @@ class PoolReads {
   uint32_t BlockRefCount(uint32_t block) const { return Self().paged_.Ids().RefCount(block); }
 
  protected:
+  // Returns the storage of `layer`'s owner in live `id` under `layer`'s own visibility,
+  // stamped: a DSA latent's indexer keys as its V stream (View drops them, IndexerKeys reads
+  // them).
+  KVView<Layout> StoredView(SequenceId id, size_t layer) const {
+    const Pool& pool = Self();
+    KVView<Layout> view = pool.sequences_.Get(id).View(
+        pool.table_.OwnerEntry(layer), pool.table_.Entry(layer).visibility, pool.paged_);
+    view.stamp = ViewStamp::Of(pool.sequences_.Epoch(id), layer, id.index, id.generation);
+    return view;
+  }
   // The refusals of a per-layer query: kUnknownSequence, then kBadArgument for the layer.
   Result CheckQuery(SequenceId id, size_t layer) const {
     const Result known = Self().sequences_.Check(id);
