@@ -49,6 +49,7 @@ HWY_AFTER_NAMESPACE();
 
 #include "bench/evict.h"
 #include "benchmark/benchmark.h"
+#include "kvring/detail/cpu_choice.h"
 #include "kvring/storage/global_kv.h"
 #include "kvring/storage/ring_kv.h"
 #include "reference/history_storage.h"
@@ -639,6 +640,13 @@ int main(int argc, char** argv) {
   if (no_avx512 != nullptr && std::strcmp(no_avx512, "1") == 0) {
     hwy::DisableTargets(HWY_AVX3 | HWY_AVX3_DL);
     std::fprintf(stderr, "KVRING_BENCH_NO_AVX512=1: AVX-512 targets disabled\n");
+  }
+  // KVRING_BENCH_NO_AVX_VNNI=1: the AVX2 kernels' integer-product mode takes the f32 loops of
+  // AVX2 CPUs without AVX-VNNI.
+  const char* no_avx_vnni = std::getenv("KVRING_BENCH_NO_AVX_VNNI");
+  if (no_avx_vnni != nullptr && std::strcmp(no_avx_vnni, "1") == 0) {
+    kvring::detail::AvxVnniAllowed() = false;
+    std::fprintf(stderr, "KVRING_BENCH_NO_AVX_VNNI=1: AVX-VNNI not used\n");
   }
   kvring_bench::RegisterAll();
   benchmark::Initialize(&argc, argv);

@@ -46,6 +46,7 @@ HWY_AFTER_NAMESPACE();
 #include "attention_tile_heights.h"
 #include "gtest/gtest.h"
 #include "kvring/attention.h"
+#include "kvring/detail/cpu_choice.h"
 #include "kvring/formats/hadamard.h"
 #include "kvring/views.h"
 #include "reference/history_storage.h"
@@ -127,9 +128,12 @@ SweepShare& CurrentSweep() {
   return share;
 }
 
-// Whether the next case of the sweep runs on the current target (always, unstrided).
+// Whether the next case of the sweep runs on the current target (always, unstrided). On a
+// CPU with AVX-VNNI the AVX2 kernels' integer-product mode takes it on every other case, and
+// on the others the f32 loops of AVX2 CPUs without it (detail::AvxVnniAllowed).
 bool CaseRunsHere() {
   SweepShare& share = CurrentSweep();
+  kvring::detail::AvxVnniAllowed() = share.cases % 2 == 0;
   return (share.cases++ + share.offset) % share.stride == 0;
 }
 
@@ -161,10 +165,12 @@ void ForEachTarget(const Body& body) {
   uint32_t place = 0;
   for (const int64_t target : SweptTargets()) {
     CurrentSweep() = SweepShare{stride, (first + place++) % stride, 0};
+    kvring::detail::AvxVnniAllowed() = true;
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
     body(target);
   }
+  kvring::detail::AvxVnniAllowed() = true;
   hwy::SetSupportedTargetsForTest(0);
   CurrentSweep() = SweepShare{};
 }
@@ -563,6 +569,8 @@ TEST(Attention, HeadDimsAndGroupsMatchReferenceOnEveryTarget) {
 template <uint64_t kRows>
 void CheckTileHeight(const Case& c) {
   using Layout = kvring::TiledLayout<kRows>;
+  // On AVX2 with AVX-VNNI, every other case takes the f32 loops of the integer-product mode.
+  kvring::detail::AvxVnniAllowed() = c.seed % 2 == 0;
   const Inputs in = MakeInputs(c);
   const AttentionOptions options = OptionsOf(c, in);
   const std::vector<double> ref = Reference(c, in, options);

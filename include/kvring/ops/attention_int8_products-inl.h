@@ -4,18 +4,19 @@
 // scale per row and tile, and both passes summed over the stored int8 K and V, then scaled
 // once. Internal to kvring/ops/attention-inl.h (namespace attention_internal).
 //
-// The AVX3_DL target (AVX-512 VNNI) sums exactly in int32 with vpdpbusd, which multiplies
+// The AVX3_DL target (AVX-512 VNNI), and the AVX2 target on CPUs with AVX-VNNI (chosen at
+// run time: attention_int8_avx_vnni-inl.h), sum exactly in int32 with vpdpbusd, which multiplies
 // unsigned by signed bytes: K enters as k + 128 (its sign bit flipped) and 128 * sum(q) is
 // subtracted per row; the weights enter as their high and low bytes (two sums joined as
 // 256 * high + low, below 2^31), rounded once to f32. The layouts stay those of the exact
 // mode: vpdpbusd takes four dims of a slot (K) or four slots of a dim (V) per 32-bit lane,
 // which byte permutations build from the stored rows in registers (those loops are in
 // attention_int8_vnni-inl.h). The other targets (and
-// AVX3_DL's 8-slot tiles) run the exact mode's f32 loops on the same quantized values: q . k
-// is exact there too (|q|, |k| <= 127 and at most 576 dims keep every partial sum below 2^24);
-// the V pass weighs positions by their 16-bit weights times the scale, summed in f32. Each
-// target's bits are its own; within a target, ring, flat and paged storage and every thread
-// count give the same bits.
+// 8-slot tiles, and AVX2 CPUs without AVX-VNNI) run the exact mode's f32 loops on the same
+// quantized values: q . k is exact there too (|q|, |k| <= 127 and at most 576 dims keep every
+// partial sum below 2^24); the V pass weighs positions by their 16-bit weights times the scale,
+// summed in f32. Each target's bits are its own; within a target, ring, flat and paged storage and
+// every thread count give the same bits.
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
 #if defined(KVRING_OPS_ATTENTION_INT8_PRODUCTS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -37,6 +38,7 @@
 
 // After highway.h: per-target helpers this file uses.
 #include "kvring/ops/attention_block-inl.h"
+#include "kvring/ops/attention_int8_avx_vnni-inl.h"
 #include "kvring/ops/attention_int8_vnni-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
 #include "kvring/ops/attention_softmax-inl.h"
@@ -52,11 +54,11 @@ static constexpr float kQueryLevels = 127.0f;
 static constexpr float kWeightLevels = 65535.0f;
 
 // Writes a row's pre-scaled query (get(dim) * scale for head_dim dims) quantized to int8 with
-// the row's scale max|q| / 127 (row.q_scale): on vpdpbusd targets as head_dim bytes at q with
+// the row's scale max|q| / 127 (row.q_scale): for vpdpbusd (kDot) as head_dim bytes at q with
 // row.q_bias = 128 * sum(q_int8), elsewhere as head_dim f32 integers. A query with a NaN or
 // infinite element gets scale NaN (its scores, and output, are NaN, as the exact mode's); an
 // all-zero query scale 0. Scalar code, the same bits on every target.
-template <uint64_t kTile, class Get>
+template <bool kDot, class Get>
 HWY_INLINE void WriteInt8QueryRow(const Get& get, float scale, size_t head_dim,
                                   float* HWY_RESTRICT q, Row& row) {
   float values[kMaxAttentionHeadDim];
@@ -78,7 +80,7 @@ HWY_INLINE void WriteInt8QueryRow(const Get& get, float scale, size_t head_dim,
     float level = zero ? 0.0f : std::nearbyint(values[dim] * inverse);
     level = level > kQueryLevels ? kQueryLevels : level < -kQueryLevels ? -kQueryLevels : level;
     sum += static_cast<int32_t>(level);
-    if constexpr (kVnniTile<kTile>) {
+    if constexpr (kDot) {
       bytes[dim] = static_cast<int8_t>(level);
     } else {
       q[dim] = level;
@@ -90,12 +92,12 @@ HWY_INLINE void WriteInt8QueryRow(const Get& get, float scale, size_t head_dim,
 // Turns one row's probabilities of a tile (natural lane order: int8's) into its V weights:
 // w = p * v_scale for the offsets in [lo_off, hi_off], 0 for the others (their slots are never
 // weighed), quantized to 0..65535 with the scale max(w) / 65535, which it returns. On
-// vpdpbusd targets the weights go to `bytes` as their high bytes (kTile of them) then their
+// vpdpbusd (kDot) the weights go to `bytes` as their high bytes (kTile of them) then their
 // low bytes (kTile): the V pass sums each half exactly and adds 256 * high + low; elsewhere
 // they replace p, times the scale (the quantized weights, for the exact mode's V pass). A NaN
 // weight (a NaN score or V scale), or an infinite one, makes the scale NaN: the row's output
 // is NaN.
-template <uint64_t kTile>
+template <uint64_t kTile, bool kDot>
 HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_scales,
                              int32_t lo_off, int32_t hi_off, uint8_t* HWY_RESTRICT bytes) {
   static_assert(ElementKernel<int8_t>::LaneOffset(1, 2, 8) == 10, "natural lane order");
@@ -126,7 +128,7 @@ HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_
                                      : 0.0f;
   for (size_t i = 0; i < kTile; i += kLanes) {
     const V level = hn::Min(hn::Round(hn::Mul(hn::LoadU(df, p + i), inverse)), top);
-    if constexpr (kVnniTile<kTile>) {
+    if constexpr (kDot) {
       const auto bits = hn::ConvertTo(di, level);
       hn::StoreU(hn::DemoteTo(d8, hn::ShiftRight<8>(bits)), d8, bytes + i);
       hn::StoreU(hn::DemoteTo(d8, hn::And(bits, hn::Set(di, 255))), d8, bytes + kTile + i);
@@ -141,8 +143,8 @@ HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_
 // BlockTile for the arguments; v_ahead: the V the K pass prefetches): integer scores, the K scales,
 // the online softmax, the V weights quantized per row, the integer V pass. Every position of the
 // tile is read; a row's invisible positions score -inf and weigh 0. A row that sees none of the
-// tile is left as it is.
-template <size_t kRows, uint64_t kTile>
+// tile is left as it is. kDot: on vpdpbusd (AVX3_DL, or AVX2 where the CPU has AVX-VNNI).
+template <size_t kRows, uint64_t kTile, bool kDot>
 HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
                               const int8_t* HWY_RESTRICT k_tile, size_t dim_stride,
                               const int8_t* k_next, const PrefetchShape& ps,
@@ -151,6 +153,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
                               const float* HWY_RESTRICT v_scales, size_t head_dim,
                               size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
                               const int32_t* index_of_offset, float* HWY_RESTRICT scores) {
+  static_assert(!kDot || kVnniTile<kTile> || kAvxVnniTile<kTile>, "vpdpbusd: its tiles only");
   const TileRows<kRows, kTile> seen(rows, num_real, tile_pos);
   if (!seen.any_active) return;
   float q_scale[kRows], w_scale[kRows], correction[kRows];
@@ -163,19 +166,24 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     acc[r] = rows[r].acc;
     if (r < num_real) all_active &= seen.active[r];
   }
-#if HWY_TARGET == HWY_AVX3_DL
-  if constexpr (kVnniTile<kTile>) {
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+  if constexpr (kDot) {
     const int8_t* q[kRows];
     int32_t q_bias[kRows];
     for (size_t r = 0; r < kRows; ++r) {
       q[r] = reinterpret_cast<const int8_t*>(rows[r].q);
       q_bias[r] = rows[r].q_bias;
     }
+#if HWY_TARGET == HWY_AVX3_DL
     Int8TileScoresVnni<kRows, kTile>(q, q_bias, q_scale, k_scale_lanes, k_tile, dim_stride,
                                      head_dim, v_ahead, ps, scores);
+#else
+    Int8TileScoresAvxVnni<kRows, kTile>(q, q_bias, q_scale, k_scale_lanes, k_tile, dim_stride,
+                                        head_dim, v_ahead, ps, scores);
+#endif
   }
 #endif
-  if constexpr (!kVnniTile<kTile>) {
+  if constexpr (!kDot) {
     const float* q[kRows];
     for (size_t r = 0; r < kRows; ++r) q[r] = rows[r].q;
     TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_ahead, ps, scores);
@@ -188,7 +196,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     // Rows that do not see the tile (padding included) weigh every position 0.
     float* p = scores + r * kTile;
     if (r >= num_real || !seen.active[r]) {
-      if constexpr (kVnniTile<kTile>) {
+      if constexpr (kDot) {
         for (size_t i = 0; i < 2 * kTile; ++i) weight_bytes[r][i] = 0;
       } else {
         for (size_t i = 0; i < kTile; ++i) p[i] = 0.0f;
@@ -196,26 +204,32 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
       continue;
     }
     // (The vpdpbusd scores have their K scales already.)
-    if constexpr (!kVnniTile<kTile>) {
+    if constexpr (!kDot) {
       ElementKernel<int8_t>::template ScaleScores<kTile>(p, k_scale_lanes);
     }
     correction[r] =
         SoftmaxRow<kTile>(p, lane_offsets, seen.lo_off[r], seen.hi_off[r], soft_cap, rows[r]);
-    w_scale[r] = Int8Weights<kTile>(p, v_scales, seen.lo_off[r], seen.hi_off[r], weight_bytes[r]);
+    w_scale[r] =
+        Int8Weights<kTile, kDot>(p, v_scales, seen.lo_off[r], seen.hi_off[r], weight_bytes[r]);
   }
   // A block of rows that all see the tile goes at once; otherwise each row that sees it alone
   // (a row's bits do not depend on its block: its sums are its own).
   const auto accumulate = [&](auto k_rows, size_t first) {
     constexpr size_t kN = decltype(k_rows)::value;
-#if HWY_TARGET == HWY_AVX3_DL
-    if constexpr (kVnniTile<kTile>) {
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+    if constexpr (kDot) {
       const uint8_t* w[kN];
       for (size_t r = 0; r < kN; ++r) w[r] = weight_bytes[first + r];
+#if HWY_TARGET == HWY_AVX3_DL
       AccumulateInt8TileVnni<kN, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, w,
                                         w_scale + first, acc + first, correction + first);
+#else
+      AccumulateInt8TileAvxVnni<kN, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, w,
+                                           w_scale + first, acc + first, correction + first);
+#endif
     }
 #endif
-    if constexpr (!kVnniTile<kTile>) {
+    if constexpr (!kDot) {
       // The exact mode's V pass over the quantized weights (V scales of 1).
       alignas(64) static constexpr float kOnes[64] = {
           1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,

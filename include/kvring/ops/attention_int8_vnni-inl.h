@@ -51,6 +51,31 @@ HWY_INLINE void AddTileSums(DF df, hn::Vec<DF> tile_sums, float correction, floa
              df, acc);
 }
 
+// Prefetches the lines of this tile's V that four scored dims from `dim` stand for.
+HWY_INLINE void PrefetchVDims4(const int8_t* v_now, size_t dim, const PrefetchShape& ps) {
+  for (size_t byte = 0; byte < 4 * ps.v_bytes_per_dim; byte += 64) {
+    hwy::Prefetch(v_now + dim * ps.v_bytes_per_dim + byte);
+  }
+}
+
+// The next tile's K lines, prefetched a few at a time over a V pass's groups of positions
+// (every line once, whatever the ratio of K lines to V lines: flash int8 has a K line per
+// dim, twice its V lines).
+struct KLinePrefetch {
+  const int8_t* k = nullptr;  // null: no prefetching (a V pass's later row parts)
+  size_t stride = 0;
+  size_t lines = 0;
+  size_t per_group = 0;
+  size_t next = 0;
+
+  HWY_INLINE void Step() {
+    if (k == nullptr) return;
+    for (size_t end = next + per_group < lines ? next + per_group : lines; next < end; ++next) {
+      hwy::Prefetch(k + next * stride);
+    }
+  }
+};
+
 #if HWY_TARGET == HWY_AVX3_DL
 
 // The functions using vpdpbusd carry AVX512-VNNI on top of the target: Highway 1.0.3 requires
@@ -66,14 +91,6 @@ alignas(64) static constexpr uint8_t kQuadsOf4x16[64] = {
     0,  16, 32, 48, 1,  17, 33, 49, 2,  18, 34, 50, 3,  19, 35, 51, 4,  20, 36, 52, 5,  21,
     37, 53, 6,  22, 38, 54, 7,  23, 39, 55, 8,  24, 40, 56, 9,  25, 41, 57, 10, 26, 42, 58,
     11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
-
-// Prefetches the lines of this tile's V that four scored dims from `dim` stand for.
-KVRING_VNNI_TARGET HWY_INLINE void PrefetchVDims4(const int8_t* v_now, size_t dim,
-                                                  const PrefetchShape& ps) {
-  for (size_t byte = 0; byte < 4 * ps.v_bytes_per_dim; byte += 64) {
-    hwy::Prefetch(v_now + dim * ps.v_bytes_per_dim + byte);
-  }
-}
 
 // Four dims from `dim` of kTile slots of K, as vpdpbusd's unsigned operand: vector c, lane s
 // holds bytes (k[dim][16c + s] .. k[dim + 3][16c + s]) + 128. Dims dim_stride bytes apart;
@@ -220,24 +237,6 @@ KVRING_VNNI_TARGET HWY_INLINE __m512i LoadVQuads16(const int8_t* rows, size_t v_
   all = _mm512_inserti32x4(all, load(3), 3);
   return _mm512_permutexvar_epi8(_mm512_load_si512(kQuadsOf4x16), all);
 }
-
-// The next tile's K lines, prefetched a few at a time over a V pass's groups of positions
-// (every line once, whatever the ratio of K lines to V lines: flash int8 has a K line per
-// dim, twice its V lines).
-struct KLinePrefetch {
-  const int8_t* k = nullptr;  // null: no prefetching (a V pass's later row parts)
-  size_t stride = 0;
-  size_t lines = 0;
-  size_t per_group = 0;
-  size_t next = 0;
-
-  HWY_INLINE void Step() {
-    if (k == nullptr) return;
-    for (size_t end = next + per_group < lines ? next + per_group : lines; next < end; ++next) {
-      hwy::Prefetch(k + next * stride);
-    }
-  }
-};
 
 // The V pass of kRows (at most 2) rows on vpdpbusd for kVectors (4: 64 dims, or 1: 16)
 // vectors of dims from dim0: the tile's positions four at a time, weighed by the high and the

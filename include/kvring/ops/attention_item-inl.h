@@ -48,14 +48,19 @@ namespace attention_internal {
 // v_base (v_base null for a latent view): its rows, its scratch (the layout
 // AttentionWork::ScratchLayout() gives), and its walk over the tiles. kPath: kF32 (the exact
 // mode, or the BF16-product mode on the widening path, chosen at run time), kBF16Native (on
-// vdpbf16ps: PathOf gave it) or kInt8 (the integer-product mode of int8 layers).
+// vdpbf16ps: PathOf gave it), kInt8 (the integer-product mode of int8 layers) or kInt8AvxVnni
+// (that mode on AVX-VNNI).
 template <ProductPath kPath, class Layout, typename T>
 class ItemRunner {
  public:
   static constexpr bool kNative = kPath == ProductPath::kBF16Native;
-  static constexpr bool kInt8Products = kPath == ProductPath::kInt8;
+  static constexpr bool kInt8Products =
+      kPath == ProductPath::kInt8 || kPath == ProductPath::kInt8AvxVnni;
   static_assert(!kInt8Products || std::is_same<T, int8_t>::value, "kInt8: int8 layers only");
   static constexpr uint64_t kTile = Layout::kTileSlots;
+  // The integer-product mode sums on vpdpbusd: AVX-512 VNNI's, or AVX-VNNI's.
+  static constexpr bool kIntDot =
+      kPath == ProductPath::kInt8AvxVnni || (kPath == ProductPath::kInt8 && kVnniTile<kTile>);
   using Shape = TileShape<kTile>;
   using Element = ElementKernel<T>;
   static_assert(Shape::kMaxRegRows <= kMaxRegisterRows, "the scratch holds 8 rows of scores");
@@ -183,7 +188,7 @@ class ItemRunner {
   template <class Get>
   HWY_INLINE void WriteRow(const Get& get, float scale, float* HWY_RESTRICT q, Row& row) const {
     if constexpr (kInt8Products) {
-      WriteInt8QueryRow<kTile>(get, scale, head_dim_, q, row);
+      WriteInt8QueryRow<kIntDot>(get, scale, head_dim_, q, row);
     } else {
       WriteQueryRow(path_, get, scale, head_dim_, q);
     }
@@ -260,10 +265,10 @@ class ItemRunner {
   HWY_INLINE void BlockOver(const Walk& walk, const TileRefs<T>& tile, float* tile_scores,
                             bool scored, Row* block, size_t num_real) const {
     if constexpr (kInt8Products) {
-      BlockTileInt8<kRows, kTile>(block, num_real, tile.pos, tile.k, walk.dim_stride, tile.k_next,
-                                  walk.prefetch, tile.v, tile.v_ahead, walk.v_stride, tile.k_scales,
-                                  tile.v_scales, head_dim_, v_head_dim_, options_.soft_cap,
-                                  lane_offsets_, index_of_offset_, tile_scores);
+      BlockTileInt8<kRows, kTile, kIntDot>(
+          block, num_real, tile.pos, tile.k, walk.dim_stride, tile.k_next, walk.prefetch, tile.v,
+          tile.v_ahead, walk.v_stride, tile.k_scales, tile.v_scales, head_dim_, v_head_dim_,
+          options_.soft_cap, lane_offsets_, index_of_offset_, tile_scores);
     } else {
       BlockTile<kRows, kTile, kNative>(path_ == ProductPath::kBF16Widened, block, num_real,
                                        tile.pos, tile.k, walk.dim_stride, tile.k_next,
@@ -398,12 +403,33 @@ HWY_NOINLINE void RunNativeItem(const KVView<Layout>& kv, const AttentionBatch& 
 }
 #endif
 
-// RunItem of the integer-product mode (int8 layers), out of line like RunNativeItem.
+#if HWY_TARGET == HWY_AVX2
+// RunItem of the integer-product mode on AVX-VNNI, out of line like RunNativeItem.
+template <class Layout>
+HWY_NOINLINE void RunInt8AvxVnniItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                     const AttentionOptions& options, const AttentionWork& work,
+                                     uint64_t item_index, float* HWY_RESTRICT scratch,
+                                     float* HWY_RESTRICT partial) {
+  RunItem<ProductPath::kInt8AvxVnni>(kv, batch, options, work, item_index, scratch, partial,
+                                     kv.k_int8, kv.v_int8);
+}
+#endif
+
+// RunItem of the integer-product mode (int8 layers), out of line like RunNativeItem; on
+// AVX-VNNI where the AVX2 target runs on a CPU that has it.
 template <class Layout>
 HWY_NOINLINE void RunInt8ProductsItem(const KVView<Layout>& kv, const AttentionBatch& batch,
                                       const AttentionOptions& options, const AttentionWork& work,
                                       uint64_t item_index, float* HWY_RESTRICT scratch,
                                       float* HWY_RESTRICT partial) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (kAvxVnniTile<Layout::kTileSlots>) {
+    if (AvxVnniUsable()) {
+      RunInt8AvxVnniItem(kv, batch, options, work, item_index, scratch, partial);
+      return;
+    }
+  }
+#endif
   RunItem<ProductPath::kInt8>(kv, batch, options, work, item_index, scratch, partial, kv.k_int8,
                               kv.v_int8);
 }

@@ -51,8 +51,9 @@ namespace attention_internal {
 // mode on the widening path (queries and probabilities rounded, then the exact mode's code);
 // kBF16Native the mode on vdpbf16ps (AVX3_DL on a CPU with AVX512-BF16, BF16 tiles of 16 or
 // a multiple of 32 slots); kInt8 the integer-product mode of int8 layers
-// (attention_int8_products-inl.h).
-enum class ProductPath : uint8_t { kF32, kBF16Widened, kBF16Native, kInt8 };
+// (attention_int8_products-inl.h), kInt8AvxVnni that mode on AVX-VNNI (the AVX2 target on a
+// CPU that has it).
+enum class ProductPath : uint8_t { kF32, kBF16Widened, kBF16Native, kInt8, kInt8AvxVnni };
 
 // Writes row `q` of head_dim elements, times `scale`, as the path reads it: f32 (kF32), f32
 // rounded to BF16 (kBF16Widened), or for kBF16Native the BF16 pairs (q[2j], q[2j + 1]), low

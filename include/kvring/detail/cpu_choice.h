@@ -1,0 +1,21 @@
+// kvring/detail/cpu_choice.h: switches of the kernels' run-time choices of CPU features
+// within one Highway target, so that tests run on one machine the path another CPU of the
+// same target takes. Internal to kvring's kernels.
+#ifndef KVRING_DETAIL_CPU_CHOICE_H_
+#define KVRING_DETAIL_CPU_CHOICE_H_
+
+namespace kvring {
+namespace detail {
+
+// Whether the AVX2 kernels' integer-product mode (Products::kInt8) may sum on AVX-VNNI where
+// the CPU has it: tests turn it off to run the f32 loops of AVX2 CPUs without it. Not
+// thread-safe to change.
+inline bool& AvxVnniAllowed() {
+  static bool allowed = true;
+  return allowed;
+}
+
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_DETAIL_CPU_CHOICE_H_
