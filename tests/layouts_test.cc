@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -179,6 +180,51 @@ TEST(Transpose, BothPathsOfTheBlocksMoveEveryElement) {
     }
   }
   detail::TransposeSse2Allowed() = true;
+}
+
+TEST(Transpose, StreamGatherTilesCopiesEveryRowOfEveryTileAndNothingElse) {
+  // Runs of tiles from a state chunk's rows (a source row per dim, the tiles' columns side by
+  // side), on the line-at-a-time path (rows of 16, 32 and 64 bytes into a 64-byte aligned
+  // destination) and every other (rows of 8, 48 and 128 bytes, a destination off a line, an
+  // odd number of rows per line, the plain copy), against the element-by-element rule.
+  for (bool streams : {true, false}) {
+    detail::StreamCopyAllowed() = streams;
+    for (uint64_t row_bytes : {8, 16, 32, 48, 64, 128}) {
+      for (uint64_t rows : {1, 3, 4, 8, 12}) {
+        for (uint64_t tiles : {1, 2, 5}) {
+          for (uint64_t misalign : {0, 16}) {
+            const uint64_t stride = tiles * row_bytes + 24;  // the chunk's row: more columns
+            std::vector<uint8_t> src(rows * stride);
+            for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 40503u >> 5);
+            const uint64_t bytes = tiles * rows * row_bytes;
+            std::vector<uint8_t> memory(bytes + 128 + 64, 0xEE);
+            uint8_t* dst =
+                memory.data() + (64 - reinterpret_cast<uintptr_t>(memory.data()) % 64) + misalign;
+            detail::StreamGatherTiles(dst, src.data(), stride, row_bytes, rows, tiles);
+            detail::StoreFence();
+            const std::string what = "streams " + std::to_string(streams) + " row_bytes " +
+                                     std::to_string(row_bytes) + " rows " + std::to_string(rows) +
+                                     " tiles " + std::to_string(tiles) + " misalign " +
+                                     std::to_string(misalign);
+            for (uint64_t t = 0; t < tiles; ++t) {
+              for (uint64_t r = 0; r < rows; ++r) {
+                for (uint64_t i = 0; i < row_bytes; ++i) {
+                  ASSERT_EQ(dst[(t * rows + r) * row_bytes + i],
+                            src[r * stride + t * row_bytes + i])
+                      << what << " tile " << t << " row " << r << " byte " << i;
+                }
+              }
+            }
+            for (const uint8_t* p = memory.data(); p < dst; ++p) ASSERT_EQ(*p, 0xEE) << what;
+            for (const uint8_t* p = dst + bytes; p < memory.data() + memory.size(); ++p) {
+              ASSERT_EQ(*p, 0xEE) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+  detail::StreamCopyAllowed() = true;
 }
 
 }  // namespace

@@ -113,6 +113,54 @@ inline void StreamGather(void* dst, const void* src, uint64_t src_stride, uint64
   }
 }
 
+// Copies `tiles` tiles of `rows` rows of `row_bytes` bytes (a run of a tiled layout's K tiles,
+// contiguous in memory) from a state chunk's rows: row r of tile t from src + r * src_stride +
+// t * row_bytes to dst + (t * rows + r) * row_bytes. Where a line of a tile holds a whole
+// number of rows (rows of 16, 32 or 64 bytes, dst 64-byte aligned), it walks the source a
+// line's rows at a time, writing that line of every tile in turn with non-temporal stores and
+// prefetching the rows two lines ahead: the source is read in order and every line written
+// whole (a tile at a time, its rows 512 bytes apart, took twice as long: the hardware
+// prefetcher does not follow them). Elsewhere StreamGather per tile. Call StoreFence() after
+// the last copy.
+inline void StreamGatherTiles(void* dst, const void* src, uint64_t src_stride, uint64_t row_bytes,
+                              uint64_t rows, uint64_t tiles) {
+  uint8_t* to = static_cast<uint8_t*>(dst);
+  const uint8_t* from = static_cast<const uint8_t*>(src);
+#if defined(__SSE2__)
+  const uint64_t group = row_bytes % 16 == 0 && row_bytes != 0 && 64 % row_bytes == 0
+                             ? 64 / row_bytes
+                             : 0;  // rows per line
+  if (StreamCopyAllowed() && group != 0 && rows % group == 0 &&
+      (reinterpret_cast<uintptr_t>(to) & 63) == 0) {
+    constexpr uint64_t kAhead = 2;            // lines of rows
+    const uint64_t span = tiles * row_bytes;  // the run's bytes of each source row
+    for (uint64_t r = 0; r < rows; r += group) {
+      for (uint64_t g = 0; r + kAhead * group < rows && g < group; ++g) {
+        const uint8_t* ahead = from + (r + kAhead * group + g) * src_stride;
+        for (uint64_t at = 0; at < span; at += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + at), _MM_HINT_T0);
+        }
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + span - 1), _MM_HINT_T0);
+      }
+      for (uint64_t t = 0; t < tiles; ++t) {
+        uint8_t* line = to + (t * rows + r) * row_bytes;
+        for (uint64_t g = 0; g < group; ++g) {
+          const uint8_t* row = from + (r + g) * src_stride + t * row_bytes;
+          for (uint64_t i = 0; i < row_bytes; i += 16) {
+            _mm_stream_si128(reinterpret_cast<__m128i*>(line + g * row_bytes + i),
+                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i)));
+          }
+        }
+      }
+    }
+    return;
+  }
+#endif
+  for (uint64_t t = 0; t < tiles; ++t) {
+    StreamGather(to + t * rows * row_bytes, from + t * row_bytes, src_stride, row_bytes, rows);
+  }
+}
+
 // Whether the SSE2 blocks (Transpose8x8, Transpose16x16Bytes) run where the compiler offers
 // SSE2: tests turn it off to run their plain C++ blocks, the path of every other
 // architecture, on an x86 machine. Not thread-safe to change.

@@ -216,9 +216,35 @@ template <typename Layout, typename Locate>
 bool ReadStateChunk(StateReader* reader, uint64_t rows, const StateTarget& target, uint64_t first,
                     uint64_t pos, uint64_t to, const Locate& locate) {
   bool ok = true;
+  // Consecutive whole K tiles of a tiled layout (each piece one tile's rows, contiguous in
+  // memory; the next tile's right after it, its columns next in the source) go as one run.
+  RowPiece run;
+  uint64_t tiles = 0;
+  const auto flush = [&] {
+    if (tiles > 1) {
+      ok = ok && reader->CopyTiles(rows, run, tiles);
+    } else if (tiles == 1) {
+      ok = ok && reader->CopyPiece(rows, run);
+    }
+    tiles = 0;
+  };
   ForEachRowPiece<PieceOrder::kStorage, Layout>(
-      target.shape, target.format, first, pos, to, locate,
-      [&](const RowPiece& piece) { ok = ok && reader->CopyPiece(rows, piece); });
+      target.shape, target.format, first, pos, to, locate, [&](const RowPiece& piece) {
+        const bool next_tile = tiles != 0 && piece.count > 1 && piece.count == run.count &&
+                               piece.bytes == run.bytes && piece.memory_stride == piece.bytes &&
+                               run.memory_stride == run.bytes &&
+                               piece.offset_stride == run.offset_stride &&
+                               piece.offset == run.offset + tiles * run.bytes &&
+                               piece.memory == run.memory + tiles * run.count * run.bytes;
+        if (next_tile) {
+          ++tiles;
+          return;
+        }
+        flush();
+        run = piece;
+        tiles = 1;
+      });
+  flush();
   StoreFence();
   return ok;
 }

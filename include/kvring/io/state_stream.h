@@ -197,6 +197,25 @@ class StateReader {
     }
     return true;
   }
+  // Copies `tiles` pieces of consecutive K tiles of a tiled layout, `piece` the first (the
+  // others follow it in the source by piece.bytes, in memory by piece.count * piece.bytes), in
+  // one pass over their rows (StreamGatherTiles; StoreFence() after the last); false if the
+  // source failed to read them.
+  bool CopyTiles(uint64_t base, const RowPiece& piece, uint64_t tiles) {
+    const uint64_t span = (piece.count - 1) * piece.offset_stride + tiles * piece.bytes;
+    const uint8_t* view = span <= ByteSource::kMaxView ? Bytes(base + piece.offset, span) : nullptr;
+    if (view != nullptr) {
+      StreamGatherTiles(piece.memory, view, piece.offset_stride, piece.bytes, piece.count, tiles);
+      return true;
+    }
+    RowPiece tile = piece;
+    for (uint64_t t = 0; t < tiles; ++t) {
+      tile.offset = piece.offset + t * piece.bytes;
+      tile.memory = piece.memory + t * piece.count * piece.bytes;
+      if (!CopyPiece(base, tile)) return false;
+    }
+    return true;
+  }
   bool U32(uint64_t offset, uint64_t* value) {
     uint32_t word;
     if (!Copy(offset, &word, 4)) return false;
