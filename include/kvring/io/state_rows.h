@@ -183,8 +183,7 @@ Result WriteState(const LayerPlan& plan, const std::string& model_id, uint64_t e
   return out.Finish();
 }
 
-// Returns where the first layer section of a checked state starts// Returns where the first layer
-// section of a checked state starts, or 0 if the source failed.
+// Returns where the first layer section of a checked state starts, or 0 if the source failed.
 inline uint64_t FirstLayerSection(StateReader* reader, const LayerPlan& plan) {
   uint64_t id_bytes = 0;
   const uint64_t header = kStatePreambleBytes + kSectionHeaderBytes;

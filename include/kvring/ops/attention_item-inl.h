@@ -390,48 +390,38 @@ HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
   runner.Run(item_index, partial);
 }
 
-#if HWY_TARGET == HWY_AVX3_DL
-// RunItem of the BF16-product mode on vdpbf16ps, out of line, so that the exact mode's item
-// is inlined alone into RunAttentionItem as before.
-template <class Layout>
-HWY_NOINLINE void RunNativeItem(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                const AttentionOptions& options, const AttentionWork& work,
-                                uint64_t item_index, float* HWY_RESTRICT scratch,
-                                float* HWY_RESTRICT partial) {
-  RunItem<ProductPath::kBF16Native>(kv, batch, options, work, item_index, scratch, partial, kv.k,
-                                    kv.v);
+// RunItem of a product path other than the exact mode's, out of line, so that the exact mode's
+// item is inlined alone into RunAttentionItem as before: kBF16Native (vdpbf16ps) over BF16
+// K/V, kInt8 and kInt8AvxVnni (the integer-product mode) over int8.
+template <ProductPath kPath, class Layout>
+HWY_NOINLINE void RunItemOutOfLine(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                   const AttentionOptions& options, const AttentionWork& work,
+                                   uint64_t item_index, float* HWY_RESTRICT scratch,
+                                   float* HWY_RESTRICT partial) {
+  if constexpr (kPath == ProductPath::kBF16Native) {
+    RunItem<kPath>(kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
+  } else {
+    RunItem<kPath>(kv, batch, options, work, item_index, scratch, partial, kv.k_int8, kv.v_int8);
+  }
 }
-#endif
 
-#if HWY_TARGET == HWY_AVX2
-// RunItem of the integer-product mode on AVX-VNNI, out of line like RunNativeItem.
+// The item of the integer-product mode (int8 layers): on AVX-VNNI where the AVX2 target runs
+// on a CPU that has it.
 template <class Layout>
-HWY_NOINLINE void RunInt8AvxVnniItem(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                     const AttentionOptions& options, const AttentionWork& work,
-                                     uint64_t item_index, float* HWY_RESTRICT scratch,
-                                     float* HWY_RESTRICT partial) {
-  RunItem<ProductPath::kInt8AvxVnni>(kv, batch, options, work, item_index, scratch, partial,
-                                     kv.k_int8, kv.v_int8);
-}
-#endif
-
-// RunItem of the integer-product mode (int8 layers), out of line like RunNativeItem; on
-// AVX-VNNI where the AVX2 target runs on a CPU that has it.
-template <class Layout>
-HWY_NOINLINE void RunInt8ProductsItem(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                      const AttentionOptions& options, const AttentionWork& work,
-                                      uint64_t item_index, float* HWY_RESTRICT scratch,
-                                      float* HWY_RESTRICT partial) {
+HWY_INLINE void RunInt8ProductsItem(const KVView<Layout>& kv, const AttentionBatch& batch,
+                                    const AttentionOptions& options, const AttentionWork& work,
+                                    uint64_t item_index, float* HWY_RESTRICT scratch,
+                                    float* HWY_RESTRICT partial) {
 #if HWY_TARGET == HWY_AVX2
   if constexpr (kAvxVnniTile<Layout::kTileSlots>) {
     if (AvxVnniUsable()) {
-      RunInt8AvxVnniItem(kv, batch, options, work, item_index, scratch, partial);
+      RunItemOutOfLine<ProductPath::kInt8AvxVnni>(kv, batch, options, work, item_index, scratch,
+                                                  partial);
       return;
     }
   }
 #endif
-  RunItem<ProductPath::kInt8>(kv, batch, options, work, item_index, scratch, partial, kv.k_int8,
-                              kv.v_int8);
+  RunItemOutOfLine<ProductPath::kInt8>(kv, batch, options, work, item_index, scratch, partial);
 }
 
 }  // namespace attention_internal
@@ -471,7 +461,8 @@ inline void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& bat
     if (attention_internal::PathOf<BF16, Layout::kTileSlots>(
             options.products, static_cast<size_t>(kv.layout.K().DimStride())) ==
         attention_internal::ProductPath::kBF16Native) {
-      attention_internal::RunNativeItem(kv, batch, options, work, item_index, scratch, partial);
+      attention_internal::RunItemOutOfLine<attention_internal::ProductPath::kBF16Native>(
+          kv, batch, options, work, item_index, scratch, partial);
       return;
     }
   }
