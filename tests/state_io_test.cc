@@ -54,6 +54,32 @@ TEST(Crc32c, MatchesKnownValuesAndJoinsSplits) {
   }
 }
 
+// Crc32cCopy gives Crc32c's value and copies every byte, and nothing past them, on both loops,
+// into a destination on and off an 8-byte boundary.
+TEST(Crc32c, CopyChecksumsAndCopiesInOnePass) {
+  std::mt19937 rng(7);
+  std::vector<uint8_t> data(3 * 4096 * 3 + 1234);
+  for (uint8_t& byte : data) byte = static_cast<uint8_t>(rng());
+  for (bool hardware : {true, false}) {
+    detail::Crc32cHardwareAllowed() = hardware;
+    for (size_t size :
+         {size_t{0}, size_t{5}, size_t{12287}, size_t{12288}, size_t{12289}, data.size()}) {
+      for (size_t misalign : {size_t{0}, size_t{3}}) {
+        std::vector<uint8_t> out(data.size() + 16, 0xEE);
+        const uint32_t crc = detail::Crc32cCopy(0x1234u, out.data() + misalign, data.data(), size);
+        detail::StoreFence();
+        EXPECT_EQ(crc, detail::Crc32c(0x1234u, data.data(), size)) << size << " " << hardware;
+        EXPECT_TRUE(std::equal(data.begin(), data.begin() + size, out.begin() + misalign))
+            << size << " " << hardware;
+        for (size_t i = 0; i < out.size(); ++i) {
+          if (i < misalign || i >= misalign + size) ASSERT_EQ(out[i], 0xEE) << size << " at " << i;
+        }
+      }
+    }
+  }
+  detail::Crc32cHardwareAllowed() = true;
+}
+
 // Crc32cCombine joins the CRCs of two parts as the CRC of both: every split of random data,
 // empty parts included; a StateReader on two threads gives a long range's CRC32C in parts.
 TEST(Crc32c, CombinesPartsAndRunsOnAThreadPool) {

@@ -146,6 +146,16 @@ KVRING_CRC32C_TARGET inline uint32_t Crc32cLaneHardware(uint32_t state, const ui
   return state;
 }
 
+// Writes 8 bytes at `to`: a non-temporal store on x86-64 (whole lines skip the read for
+// ownership), a plain one elsewhere.
+KVRING_CRC32C_TARGET inline void StoreWord(uint8_t* to, uint64_t word) {
+#if defined(__x86_64__)
+  _mm_stream_si64(reinterpret_cast<long long*>(to), static_cast<long long>(word));
+#else
+  std::memcpy(to, &word, 8);
+#endif
+}
+
 // The linear map "append kCrc32cLane zero bytes" on raw CRC states, as four byte tables:
 // Shift(s) = t[0][s & 0xFF] ^ t[1][(s >> 8) & 0xFF] ^ t[2][(s >> 16) & 0xFF] ^ t[3][s >> 24].
 struct Crc32cShift {
@@ -170,8 +180,11 @@ struct Crc32cShift {
   }
 };
 
-KVRING_CRC32C_TARGET inline uint32_t Crc32cHardware(uint32_t state, const uint8_t* data,
-                                                    size_t size) {
+// The three-stream loop; with kCopy it also writes the bytes to `to` (x86-64: 8-byte
+// non-temporal stores, the three streams' lines each filled in turn; elsewhere plain stores).
+template <bool kCopy>
+KVRING_CRC32C_TARGET inline uint32_t Crc32cHardwareLoop(uint32_t state, const uint8_t* data,
+                                                        size_t size, uint8_t* to) {
   static const Crc32cShift shift;
   // Raw CRCs are affine: crc(s, A B C) = Shift(Shift(crc(s, A)) ^ crc(0, B)) ^ crc(0, C)
   // for lanes A, B, C of kCrc32cLane bytes each.
@@ -198,11 +211,23 @@ KVRING_CRC32C_TARGET inline uint32_t Crc32cHardware(uint32_t state, const uint8_
         a = Crc32cWordHardware(a, wa);
         b = Crc32cWordHardware(b, wb);
         c = Crc32cWordHardware(c, wc);
+        if constexpr (kCopy) {
+          StoreWord(to + i, wa);
+          StoreWord(to + kCrc32cLane + i, wb);
+          StoreWord(to + 2 * kCrc32cLane + i, wc);
+        }
       }
     }
     state = shift(shift(a) ^ b) ^ c;
+    if constexpr (kCopy) to += 3 * kCrc32cLane;
   }
+  if constexpr (kCopy) std::memcpy(to, data, size);
   return Crc32cLaneHardware(state, data, size);
+}
+
+KVRING_CRC32C_TARGET inline uint32_t Crc32cHardware(uint32_t state, const uint8_t* data,
+                                                    size_t size) {
+  return Crc32cHardwareLoop<false>(state, data, size, nullptr);
 }
 
 // Returns whether this CPU runs the instruction.
@@ -236,6 +261,21 @@ inline uint32_t Crc32c(uint32_t crc, const void* data, size_t size) {
 #if KVRING_CRC32C_HARDWARE
   if (CpuHasCrc32c() && Crc32cHardwareAllowed()) return ~Crc32cHardware(~crc, bytes, size);
 #endif
+  return ~Crc32cSoftware(~crc, bytes, size);
+}
+
+// Crc32c(crc, src, size), copying the bytes to `dst` (not overlapping) in the same pass:
+// where the crc32 instruction runs, with non-temporal stores on x86-64 (call a store fence
+// before publishing them), for bytes in cache that go to memory (a save's staged bytes into the
+// sink's). Elsewhere the checksum, then a memcpy.
+inline uint32_t Crc32cCopy(uint32_t crc, void* dst, const void* src, size_t size) {
+  const uint8_t* bytes = static_cast<const uint8_t*>(src);
+#if KVRING_CRC32C_HARDWARE
+  if (CpuHasCrc32c() && Crc32cHardwareAllowed()) {
+    return ~Crc32cHardwareLoop<true>(~crc, bytes, size, static_cast<uint8_t*>(dst));
+  }
+#endif
+  std::memcpy(dst, src, size);
   return ~Crc32cSoftware(~crc, bytes, size);
 }
 

@@ -43,6 +43,9 @@ class ByteSink {
     (void)bytes;
     return nullptr;
   }
+  // Whether Reserve gives memory for what fits: a save on the calling thread then copies its
+  // staged bytes there in the pass that checksums them, instead of through Write.
+  virtual bool HasMemory() const { return false; }
 };
 
 // Gives read access to a saved state of Size() bytes. View(offset, bytes) returns the
@@ -103,6 +106,7 @@ class MemorySink final : public ByteSink {
     size_ += bytes;
     return data_ + size_ - bytes;
   }
+  bool HasMemory() const override { return true; }
   uint64_t Size() const { return size_; }
 
  private:

@@ -138,8 +138,17 @@ class StateWriter {
     crc_ = Crc32c(crc_, stage_.get() + crc_from_, used_ - crc_from_);
     crc_from_ = used_;
   }
-  // Hands the staged bytes to the sink in pieces of up to ByteSink::kMaxWrite.
+  // Hands the staged bytes to the sink in pieces of up to ByteSink::kMaxWrite; into its
+  // memory where it has some, the bytes not yet checksummed copied in the checksum's pass.
   void Flush() {
+    uint8_t* memory = failed_.ok() && sink_->HasMemory() ? sink_->Reserve(used_) : nullptr;
+    if (memory != nullptr) {
+      StreamCopy(memory, stage_.get(), crc_from_);
+      crc_ = Crc32cCopy(crc_, memory + crc_from_, stage_.get() + crc_from_, used_ - crc_from_);
+      StoreFence();
+      used_ = crc_from_ = 0;
+      return;
+    }
     CrcStage();
     for (uint64_t at = 0; at < used_ && failed_.ok(); at += ByteSink::kMaxWrite) {
       const Result written =
