@@ -1,7 +1,7 @@
 // kvring/ops/attention_int8_avx_vnni-inl.h: the AVX-VNNI loops of the integer-product mode
 // (Products::kInt8, kvring/ops/attention_int8_products-inl.h) for the AVX2 target: the loops
-// of attention_int8_vnni-inl.h on 256-bit vpdpbusd (AVX-VNNI: Intel cores since Alder Lake
-// and Sierra Forest, AMD's since Zen 5), chosen at run time where the CPU has it
+// of attention_int8_vnni-inl.h, under their names, on 256-bit vpdpbusd (AVX-VNNI: Intel cores since
+// Alder Lake and Sierra Forest, AMD's since Zen 5), chosen at run time where the CPU has it
 // (AvxVnniUsable); AVX2 CPUs without it run the f32 loops. The same exact int32 sums as the
 // AVX-512 loops: the scores are AVX3_DL's bit for bit. Internal to kvring/ops/attention-inl.h
 // (namespace attention_internal).
@@ -93,11 +93,11 @@ KVRING_AVX_VNNI_TARGET HWY_INLINE void NaturalF32(__m256i first, __m256i second,
   out[1] = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(first, second, 0x31));
 }
 
-// Int8TileScoresVnni on AVX-VNNI: scores[r * kTile + s] = float(q . k) * q_scale[r] *
-// k_scales[s] (in that order) in natural order, K entering vpdpbusd as k + 128 and q_bias[r]
-// (128 * the sum of row r's query bytes) taken off.
+// This target's Int8TileScoresVnni (attention_int8_vnni-inl.h has AVX-512's): scores[r * kTile + s]
+// = float(q . k) * q_scale[r] * k_scales[s] (in that order) in natural order, K entering vpdpbusd
+// as k + 128 and q_bias[r] (128 * the sum of row r's query bytes) taken off.
 template <size_t kRows, uint64_t kTile>
-KVRING_AVX_VNNI_TARGET HWY_NOINLINE void Int8TileScoresAvxVnni(
+KVRING_AVX_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(
     const int8_t* const* q, const int32_t* q_bias, const float* q_scale, const float* k_scales,
     const int8_t* k_tile, size_t dim_stride, size_t head_dim, const int8_t* v_now,
     const PrefetchShape& ps, float* scores) {
@@ -219,16 +219,16 @@ KVRING_AVX_VNNI_TARGET HWY_INLINE void AccumulateInt8AvxVnni(
   }
 }
 
-// AccumulateInt8TileVnni on AVX-VNNI: rows two at a time, dims 16 at a time. The first two
+// This target's AccumulateInt8TileVnni: rows two at a time, dims 16 at a time. The first two
 // rows' pass prefetches the next tile's K (the others read the same V).
 template <size_t kRows, uint64_t kTile>
-KVRING_AVX_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileAvxVnni(
+KVRING_AVX_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnni(
     const int8_t* v_tile, size_t v_stride, const int8_t* k_next, const PrefetchShape& ps,
     size_t v_head_dim, const uint8_t* const* w, const float* w_scale, float* const* acc,
     const float* correction) {
   constexpr size_t kPart = kRows < 2 ? kRows : 2;
   const size_t groups = kTile / 4 * (v_head_dim / 16);
-  KLinePrefetch fetch{k_next, ps.k_line_stride, ps.k_lines, (ps.k_lines + groups - 1) / groups};
+  KLinePrefetch fetch(k_next, ps, groups);
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
     if (r0 != 0) fetch.k = nullptr;
     for (size_t dim0 = 0; dim0 < v_head_dim; dim0 += 16) {

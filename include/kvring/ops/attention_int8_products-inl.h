@@ -174,13 +174,8 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
       q[r] = reinterpret_cast<const int8_t*>(rows[r].q);
       q_bias[r] = rows[r].q_bias;
     }
-#if HWY_TARGET == HWY_AVX3_DL
     Int8TileScoresVnni<kRows, kTile>(q, q_bias, q_scale, k_scale_lanes, k_tile, dim_stride,
                                      head_dim, v_ahead, ps, scores);
-#else
-    Int8TileScoresAvxVnni<kRows, kTile>(q, q_bias, q_scale, k_scale_lanes, k_tile, dim_stride,
-                                        head_dim, v_ahead, ps, scores);
-#endif
   }
 #endif
   if constexpr (!kDot) {
@@ -220,13 +215,8 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     if constexpr (kDot) {
       const uint8_t* w[kN];
       for (size_t r = 0; r < kN; ++r) w[r] = weight_bytes[first + r];
-#if HWY_TARGET == HWY_AVX3_DL
       AccumulateInt8TileVnni<kN, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, w,
                                         w_scale + first, acc + first, correction + first);
-#else
-      AccumulateInt8TileAvxVnni<kN, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, w,
-                                           w_scale + first, acc + first, correction + first);
-#endif
     }
 #endif
     if constexpr (!kDot) {

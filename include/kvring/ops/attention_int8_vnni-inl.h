@@ -62,6 +62,14 @@ HWY_INLINE void PrefetchVDims4(const int8_t* v_now, size_t dim, const PrefetchSh
 // (every line once, whatever the ratio of K lines to V lines: flash int8 has a K line per
 // dim, twice its V lines).
 struct KLinePrefetch {
+  // The lines of the tile at k_next (PrefetchShape ps), spread over a V pass of `groups`
+  // groups of positions.
+  KLinePrefetch(const int8_t* k_next, const PrefetchShape& ps, size_t groups)
+      : k(k_next),
+        stride(ps.k_line_stride),
+        lines(ps.k_lines),
+        per_group((ps.k_lines + groups - 1) / groups) {}
+
   const int8_t* k = nullptr;  // null: no prefetching (a V pass's later row parts)
   size_t stride = 0;
   size_t lines = 0;
@@ -298,7 +306,7 @@ KVRING_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnni(
     const float* correction) {
   constexpr size_t kPart = kRows < 2 ? kRows : 2;
   const size_t groups = kTile / 4 * (v_head_dim / 64 + v_head_dim % 64 / 16);
-  KLinePrefetch fetch{k_next, ps.k_line_stride, ps.k_lines, (ps.k_lines + groups - 1) / groups};
+  KLinePrefetch fetch(k_next, ps, groups);
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
     if (r0 != 0) fetch.k = nullptr;
     size_t dim0 = 0;
