@@ -1522,6 +1522,39 @@ TEST(AttentionViews, TiledViewListsPositionAlignedTilesOldestFirst) {
   EXPECT_EQ(view.Tile(1).slot, 0u);
 }
 
+// A prefill's items go kv_head by kv_head, each over its query blocks in order, so that
+// consecutive items read one kv_head's K/V; every (block, kv_head) is one item.
+TEST(AttentionWork, ItemsGoKvHeadByKvHead) {
+  kvring::KVShape shape{1024, 4, 64, 64};
+  kvring::KVView<FlashLayout> kv;
+  kv.layout = FlashLayout(shape);
+  kv.end_pos = 1000;
+  kv.visibility = Global();
+  std::vector<float> q(8 * 64);
+  kvring::AttentionBatch batch;
+  batch.queries_f32 = q.data();
+  batch.out_f32 = q.data();
+  batch.first_q_pos = 0;
+  batch.num_queries = 1000;
+  batch.num_q_heads = 8;  // group 2
+  batch.head_dim = 64;
+  kv.k = reinterpret_cast<const BF16*>(q.data());
+  kv.v = kv.k;
+  const kvring::AttentionWork work = kvring::AttentionWork::Plan(kv, batch, {});
+  const uint64_t per_block = kvring::AttentionWork::kTargetRows / 2;
+  const uint64_t blocks = (1000 + per_block - 1) / per_block;
+  ASSERT_FALSE(work.Splits());
+  ASSERT_EQ(work.NumItems(), blocks * 4);
+  for (uint64_t i = 0; i < work.NumItems(); ++i) {
+    const kvring::AttentionItem item = work.Item(i);
+    EXPECT_EQ(item.kv_head, i / blocks) << i;
+    EXPECT_EQ(item.first_query, i % blocks * per_block) << i;
+    EXPECT_EQ(item.num_queries,
+              i % blocks + 1 < blocks ? per_block : 1000 - (blocks - 1) * per_block)
+        << i;
+  }
+}
+
 TEST(AttentionWork, SplitPointsDependOnPositionsOnly) {
   kvring::KVShape shape{8192, 2, 64, 64};
   kvring::KVView<FlashLayout> kv;

@@ -93,9 +93,10 @@ struct AttentionItem {
 // thread count and any order of running the items. Cheap to build; never allocates.
 class AttentionWork {
  public:
-  // Rows (query, q head) an item aims for: enough to reuse each K/V tile from L1 for a few
-  // register blocks.
-  static constexpr uint32_t kTargetRows = 16;
+  // Rows (query, q head) an item aims for: enough to reuse each K/V tile from L1 for several
+  // register blocks (64: prefill on Intel AVX-512 0.44 -> 0.53 of the FMA twin with flash
+  // tiles, 0.39 -> 0.43 tiled, against 16; decode, one query per block, is unchanged).
+  static constexpr uint32_t kTargetRows = 64;
 
   // Returns the plan of attending `batch` over `kv` with `options`, which must pass
   // CheckAttention (checked in debug builds; the entry points check it in every build).
@@ -167,14 +168,16 @@ class AttentionWork {
   // Returns the number of merges (0 without splits); run them after every item.
   uint64_t NumMerges() const { return Splits() ? uint64_t{num_blocks_} * num_kv_heads_ : 0; }
 
-  // Returns item `index` (< NumItems()).
+  // Returns item `index` (< NumItems()). Items are numbered kv_head by kv_head, then query
+  // block, then split: consecutive items read the same kv_head's K/V, which stays in L2 from
+  // one to the next (a window of each kv_head in turn would not).
   AttentionItem Item(uint64_t index) const {
     KVRING_DASSERT(index < NumItems());
     AttentionItem item;
     item.split = static_cast<uint32_t>(index % num_splits_);
     const uint64_t block_head = index / num_splits_;
-    item.kv_head = static_cast<uint32_t>(block_head % num_kv_heads_);
-    const uint32_t block = static_cast<uint32_t>(block_head / num_kv_heads_);
+    item.kv_head = static_cast<uint32_t>(block_head / num_blocks_);
+    const uint32_t block = static_cast<uint32_t>(block_head % num_blocks_);
     item.first_query = block * queries_per_block_;
     item.num_queries = queries_per_block_;
     if (item.first_query + item.num_queries > num_queries_) {

@@ -127,7 +127,7 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
   }
 #endif
   if (seen.all_full) {
-    AccumulateTile<kRows, false, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p,
+    AccumulateTile<kRows, false, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, scores,
                                         index_of_offset, acc, correction, 0, 0);
     return;
   }
@@ -135,7 +135,7 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
   // never enters its accumulator (the order over the visible ones is the full path's).
   for (size_t r = 0; r < num_real; ++r) {
     if (!seen.active[r]) continue;
-    AccumulateTile<1, true, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, &p[r],
+    AccumulateTile<1, true, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p[r],
                                    index_of_offset, &acc[r], &correction[r], seen.lo_off[r],
                                    seen.hi_off[r]);
   }

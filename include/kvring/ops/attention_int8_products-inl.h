@@ -227,10 +227,9 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
           1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
       static_assert(kTile <= 64, "the table covers a tile");
       static_cast<void>(w_scale);  // the weights carry their scale here
-      const float* w[kN];
-      for (size_t r = 0; r < kN; ++r) w[r] = scores + (first + r) * kTile;
-      AccumulateTile<kN, false, kTile>(v_tile, kOnes, v_stride, k_next, ps, v_head_dim, w,
-                                       index_of_offset, acc + first, correction + first, 0, 0);
+      AccumulateTile<kN, false, kTile>(v_tile, kOnes, v_stride, k_next, ps, v_head_dim,
+                                       scores + first * kTile, index_of_offset, acc + first,
+                                       correction + first, 0, 0);
     }
   };
   if (all_active) {

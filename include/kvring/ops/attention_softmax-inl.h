@@ -140,11 +140,13 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
 // the visible range may hold anything, NaN included, and NaN * 0 is NaN). `k_next`: the K of
 // the next tile, to prefetch meanwhile (PrefetchShape); v_stride is v_head_dim. T: the stored
 // element, BF16 or int8; for int8, v_scales holds the tile's V scales by offset and each
-// position's weight is p * scale (the design's (p * scale_v) * v_int8).
+// position's weight is p * scale (the design's (p * scale_v) * v_int8). `p`: the rows'
+// probabilities, kTile apart (one base register for every row's broadcasts).
 template <size_t kRows, size_t kChunks, bool kMasked, uint64_t kTile, class DF, typename T>
 HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_tile,
                                  const float* HWY_RESTRICT v_scales, size_t v_stride,
-                                 const T* k_next, const PrefetchShape& ps, const float* const* p,
+                                 const T* k_next, const PrefetchShape& ps,
+                                 const float* HWY_RESTRICT p,
                                  const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
                                  const float* correction, int32_t lo_off, int32_t hi_off) {
   using V = hn::Vec<DF>;
@@ -159,29 +161,44 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
       odd_acc.Set(df, ch * kRows + r, hn::Mul(hn::LoadU(df, acc[r] + d + lanes), c));
     }
   }
-  // Each line of the next tile's K once: when V rows start on K-line boundaries (PrefetchK's
-  // element index), only a chunk that starts a line prefetches it; the chunks of a row are
-  // consecutive powers of two no wider than a line, so every line start begins a chunk.
-  // (Prefetching a line for every chunk issued 2-4 times the prefetches, and their address
-  // arithmetic, with int8 and the 16-lane chunks of AVX2.)
-  constexpr size_t kPerLine = 64 / sizeof(T);
-  bool fetch[kChunks];
-  for (size_t ch = 0; ch < kChunks; ++ch) {
-    fetch[ch] = v_stride % kPerLine != 0 || (dim0 + ch * 2 * lanes) % kPerLine == 0;
-  }
   const int32_t first = kMasked ? lo_off : 0;
   const int32_t last = kMasked ? hi_off : static_cast<int32_t>(kTile) - 1;
+  // Each line of the next tile's K once: position `off` stands for lines off * lines_per_pos
+  // and on (its V row's lines, counted as if V rows started on line boundaries); a chunk that
+  // starts a line prefetches the one its elements stand for, while there is one. The address
+  // steps by a fixed amount per position, so the loop adds instead of computing it (the
+  // computation, with its multiply and its reloads of the shape, took scalar ops from the
+  // ports the FMAs use: measured on Intel AVX-512).
+  constexpr size_t kPerLine = 64 / sizeof(T);
+  const size_t lines_per_pos = (v_stride + kPerLine - 1) / kPerLine;
+  // (Addresses as integers: past the last line the address is never used, nor formed as a
+  // pointer.)
+  const uintptr_t step = lines_per_pos * ps.k_line_stride * sizeof(T);
+  uintptr_t fetch_at[kChunks];
+  int32_t fetch_end[kChunks];  // positions before it prefetch
+  for (size_t ch = 0; ch < kChunks; ++ch) {
+    const size_t d = dim0 + ch * 2 * lanes;
+    const size_t line = d / kPerLine;
+    fetch_end[ch] = first;
+    if (d % kPerLine == 0 && line < ps.k_lines) {
+      const size_t positions = (ps.k_lines - line + lines_per_pos - 1) / lines_per_pos;
+      fetch_end[ch] =
+          positions < static_cast<size_t>(last) + 1 ? static_cast<int32_t>(positions) : last + 1;
+    }
+    fetch_at[ch] =
+        reinterpret_cast<uintptr_t>(k_next) +
+        (static_cast<size_t>(first) * lines_per_pos + line) * ps.k_line_stride * sizeof(T);
+  }
   for (int32_t off = first; off <= last; ++off) {
     const T* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
     const size_t index = static_cast<size_t>(index_of_offset[off]);
     for (size_t ch = 0; ch < kChunks; ++ch) {
-      if (fetch[ch]) {
-        PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * lanes, ps);
-      }
+      if (off < fetch_end[ch]) hwy::Prefetch(reinterpret_cast<const T*>(fetch_at[ch]));
+      fetch_at[ch] += step;
     }
     VecArray<DF, kRows> pr;
     for (size_t r = 0; r < kRows; ++r) {
-      pr.Set(df, r, hn::Set(df, ElementKernel<T>::Weight(p[r][index], v_scales, off)));
+      pr.Set(df, r, hn::Set(df, ElementKernel<T>::Weight(p[r * kTile + index], v_scales, off)));
     }
     for (size_t ch = 0; ch < kChunks; ++ch) {
       V even, odd;
@@ -205,7 +222,7 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
 template <size_t kRows, bool kMasked, uint64_t kTile, typename T>
 HWY_INLINE void AccumulateTile(const T* HWY_RESTRICT v_tile, const float* HWY_RESTRICT v_scales,
                                size_t v_stride, const T* k_next, const PrefetchShape& ps,
-                               size_t v_head_dim, const float* const* p,
+                               size_t v_head_dim, const float* HWY_RESTRICT p,
                                const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
                                const float* correction, int32_t lo_off, int32_t hi_off) {
   // Chunks at once: enough FMA chains (2 per row and chunk), within the registers; blocks of
@@ -250,8 +267,16 @@ HWY_INLINE void FinalizeRow(float m, float l, const float* acc, const float* sin
   if (order == AccOrder::kNatural) {
     for (size_t dim = 0; dim < v_head_dim; ++dim) dst[dim] = acc[dim] * scale;
   } else {
-    for (size_t dim = 0; dim < v_head_dim; ++dim) {
-      dst[dim] = acc[PermutedIndex(dim, v_head_dim)] * scale;
+    // Chunk by chunk (PermutedIndex's chunks): its even dims, then its odd dims.
+    const size_t lanes = hn::Lanes(DV());
+    const size_t main_dims = v_head_dim / (2 * lanes) * (2 * lanes);
+    for (size_t begin = 0; begin < v_head_dim;) {
+      const size_t n = begin < main_dims ? lanes : hn::Lanes(DVTail());
+      for (size_t i = 0; i < n; ++i) {
+        dst[begin + 2 * i] = acc[begin + i] * scale;
+        dst[begin + 2 * i + 1] = acc[begin + n + i] * scale;
+      }
+      begin += 2 * n;
     }
   }
   if (out_bf16 != nullptr) F32ToBF16(tmp, out_bf16, v_head_dim);
