@@ -648,6 +648,13 @@ int main(int argc, char** argv) {
     kvring::detail::AvxVnniAllowed() = false;
     std::fprintf(stderr, "KVRING_BENCH_NO_AVX_VNNI=1: AVX-VNNI not used\n");
   }
+  // KVRING_BENCH_NO_AMX=1: the AVX3_DL kernels' BF16-product mode runs every block on
+  // vdpbf16ps, as on CPUs without AMX.
+  const char* no_amx = std::getenv("KVRING_BENCH_NO_AMX");
+  if (no_amx != nullptr && std::strcmp(no_amx, "1") == 0) {
+    kvring::detail::AmxAllowed() = false;
+    std::fprintf(stderr, "KVRING_BENCH_NO_AMX=1: AMX not used\n");
+  }
   kvring_bench::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

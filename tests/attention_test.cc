@@ -130,10 +130,13 @@ SweepShare& CurrentSweep() {
 
 // Whether the next case of the sweep runs on the current target (always, unstrided). On a
 // CPU with AVX-VNNI the AVX2 kernels' integer-product mode takes it on every other case, and
-// on the others the f32 loops of AVX2 CPUs without it (detail::AvxVnniAllowed).
+// on the others the f32 loops of AVX2 CPUs without it (detail::AvxVnniAllowed); on a CPU with
+// AMX, the AVX3_DL kernels' BF16-product mode takes every other case on AMX tiles, the others
+// on vdpbf16ps alone (detail::AmxAllowed).
 bool CaseRunsHere() {
   SweepShare& share = CurrentSweep();
   kvring::detail::AvxVnniAllowed() = share.cases % 2 == 0;
+  kvring::detail::AmxAllowed() = share.cases % 2 == 0;
   return (share.cases++ + share.offset) % share.stride == 0;
 }
 
@@ -166,11 +169,13 @@ void ForEachTarget(const Body& body) {
   for (const int64_t target : SweptTargets()) {
     CurrentSweep() = SweepShare{stride, (first + place++) % stride, 0};
     kvring::detail::AvxVnniAllowed() = true;
+    kvring::detail::AmxAllowed() = true;
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
     body(target);
   }
   kvring::detail::AvxVnniAllowed() = true;
+  kvring::detail::AmxAllowed() = true;
   hwy::SetSupportedTargetsForTest(0);
   CurrentSweep() = SweepShare{};
 }
@@ -569,8 +574,10 @@ TEST(Attention, HeadDimsAndGroupsMatchReferenceOnEveryTarget) {
 template <uint64_t kRows>
 void CheckTileHeight(const Case& c) {
   using Layout = kvring::TiledLayout<kRows>;
-  // On AVX2 with AVX-VNNI, every other case takes the f32 loops of the integer-product mode.
+  // On AVX2 with AVX-VNNI, every other case takes the f32 loops of the integer-product mode;
+  // on AVX3_DL with AMX, the vdpbf16ps blocks of the BF16-product mode.
   kvring::detail::AvxVnniAllowed() = c.seed % 2 == 0;
+  kvring::detail::AmxAllowed() = c.seed % 2 == 0;
   const Inputs in = MakeInputs(c);
   const AttentionOptions options = OptionsOf(c, in);
   const std::vector<double> ref = Reference(c, in, options);

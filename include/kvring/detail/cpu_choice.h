@@ -15,6 +15,14 @@ inline bool& AvxVnniAllowed() {
   return allowed;
 }
 
+// Whether the AVX3_DL kernels' BF16-product mode (Products::kBF16) may run its 16-row blocks
+// on AMX tiles where the CPU and the OS allow them: tests turn it off to run the vdpbf16ps
+// blocks of CPUs without AMX. Not thread-safe to change.
+inline bool& AmxAllowed() {
+  static bool allowed = true;
+  return allowed;
+}
+
 }  // namespace detail
 }  // namespace kvring
 

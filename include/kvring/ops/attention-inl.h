@@ -28,8 +28,9 @@
 
 // After highway.h: the kernels, in parts by concern (each includes the parts it uses):
 // attention_scores-inl.h (tile scoring), attention_softmax-inl.h (the online-softmax state and
-// V accumulation), attention_item-inl.h (the item runner and the merges).
-#include "kvring/ops/attention_item-inl.h"
+// V accumulation), attention_item-inl.h (the item runner), attention_item_paths-inl.h (an item
+// by format and product path) and attention_merge-inl.h (the merges).
+#include "kvring/ops/attention_item_paths-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring {

@@ -1,10 +1,10 @@
 // kvring/ops/attention_item-inl.h: the item runner of kvring's attention kernels: one work
 // item (the rows of a query block that share a kv_head, over one KV split) walks the
 // position-aligned tiles of its view in chronological order, register block by register
-// block (attention_block-inl.h), and writes its output rows or partial states; the merges of
-// a split call are in attention_merge-inl.h. Called by kvring/ops/attention-inl.h's entry
-// points; RunAttentionItem and MergeAttention are public for engines that schedule items
-// themselves.
+// block (attention_block-inl.h; 16-row blocks on AMX tiles, attention_amx-inl.h), and writes
+// its output rows or partial states. RunAttentionItem (attention_item_paths-inl.h) runs one
+// item by its layer's format and the call's product path; the merges of a split call are in
+// attention_merge-inl.h.
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
 #if defined(KVRING_OPS_ATTENTION_ITEM_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -30,6 +30,7 @@
 #include "kvring/views.h"
 
 // After highway.h: the parts of the kernels this file puts together.
+#include "kvring/ops/attention_amx-inl.h"
 #include "kvring/ops/attention_block-inl.h"
 #include "kvring/ops/attention_int8_products-inl.h"
 #include "kvring/ops/attention_merge-inl.h"
@@ -96,6 +97,18 @@ class ItemRunner {
     q_rows_ = base + layout.q_rows;
     acc_rows_ = base + layout.acc_rows;
     latent_values_ = work.Latent() ? reinterpret_cast<T*>(base + layout.latent) : nullptr;
+    // The BF16-product mode's 16-row blocks on AMX tiles, where the CPU and OS allow them and
+    // the shapes fit (attention_amx-inl.h).
+#if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
+    if constexpr (kNative && kAmxTile<kTile>) {
+      if (layout.amx != layout.end && num_rows_ >= 16 && head_dim_ % 32 == 0 &&
+          v_head_dim_ % 32 == 0 && AmxUsable()) {
+        amx_config_ = base + layout.amx;
+        amx_k_pairs_ = reinterpret_cast<uint16_t*>(amx_config_ + 16);
+        amx_v_pairs_ = amx_k_pairs_ + kTile * q_stride_;
+      }
+    }
+#endif
     // The position offset of each score lane: BF16 pairs interleave even and odd positions
     // (LoadPairs); int8 lanes are in their natural order (LoadInt8Halves): ElementKernel.
     for (size_t v = 0; v < Shape::kVectors; ++v) {
@@ -111,6 +124,9 @@ class ItemRunner {
   // rows see, then writes their output rows or partial states.
   HWY_INLINE void Run(uint64_t item_index, float* HWY_RESTRICT partial) {
     Row rows[kRowsAtOnce];
+#if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
+    if (amx_config_ != nullptr) AmxStart(amx_config_);
+#endif
     for (size_t row0 = 0; row0 < num_rows_; row0 += kRowsAtOnce) {
       const size_t rows_here = num_rows_ - row0 < kRowsAtOnce ? num_rows_ - row0 : kRowsAtOnce;
       uint64_t pos_begin = 0, pos_end = 0;
@@ -118,6 +134,9 @@ class ItemRunner {
       if (pos_begin < pos_end) WalkTiles(rows, rows_here, pos_begin, pos_end);
       WriteRows(item_index, partial, rows, row0, rows_here);
     }
+#if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
+    if (amx_config_ != nullptr) AmxEnd();
+#endif
   }
 
  private:
@@ -248,13 +267,15 @@ class ItemRunner {
     return tile;
   }
 
-  // Runs fn(k_rows, block, num_real) for each register block of the walk's rows.
+  // Runs fn(k_rows, block, num_real) for each register block of the walk's rows [begin, end)
+  // (all of them by default).
   template <class Fn>
-  HWY_INLINE void ForEachBlock(const Walk& walk, const Fn& fn) {
+  HWY_INLINE void ForEachBlock(const Walk& walk, const Fn& fn, size_t begin = 0,
+                               size_t end = ~size_t{0}) {
     Row padded[8];
-    for (size_t r0 = 0; r0 < walk.rows_here; r0 += Shape::kMaxRegRows) {
-      const size_t num_real =
-          walk.rows_here - r0 < Shape::kMaxRegRows ? walk.rows_here - r0 : Shape::kMaxRegRows;
+    if (end > walk.rows_here) end = walk.rows_here;
+    for (size_t r0 = begin; r0 < end; r0 += Shape::kMaxRegRows) {
+      const size_t num_real = end - r0 < Shape::kMaxRegRows ? end - r0 : Shape::kMaxRegRows;
       WithRegisterBlock(walk.rows + r0, num_real, padded, dummy_acc_,
                         [&](auto k_rows, Row* block) { fn(k_rows, block, num_real); });
     }
@@ -280,9 +301,60 @@ class ItemRunner {
 
   // Runs every register block over `tile` alone.
   HWY_INLINE void OneTile(const Walk& walk, const TileRefs<T>& tile) {
-    ForEachBlock(walk, [&](auto k_rows, Row* block, size_t num_real) {
-      BlockOver<decltype(k_rows)::value>(walk, tile, scores_, false, block, num_real);
-    });
+    if constexpr (kNative && kAmxTile<kTile>) {
+      if (amx_config_ != nullptr) return AmxTile(walk, tile);
+    }
+    BlocksOver(walk, tile, 0, walk.rows_here);
+  }
+  // Runs the register blocks of the walk's rows [begin, end) over `tile` alone.
+  HWY_INLINE void BlocksOver(const Walk& walk, const TileRefs<T>& tile, size_t begin, size_t end) {
+    ForEachBlock(
+        walk,
+        [&](auto k_rows, Row* block, size_t num_real) {
+          BlockOver<decltype(k_rows)::value>(walk, tile, scores_, false, block, num_real);
+        },
+        begin, end);
+  }
+
+  // OneTile of the BF16-product mode with AMX: each 16 rows that all see the whole tile take
+  // it on tiles (the K and V pairs built once for all of them); the others as without AMX.
+  HWY_INLINE void AmxTile(const Walk& walk, const TileRefs<T>& tile) {
+#if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
+    if constexpr (kNative && kAmxTile<kTile>) {
+      bool paired = false;
+      size_t r0 = 0;
+      for (; r0 + 16 <= walk.rows_here; r0 += 16) {
+        const TileRows<16, kTile> seen(walk.rows + r0, 16, tile.pos);
+        if (!seen.all_full) {
+          BlocksOver(walk, tile, r0, r0 + 16);
+          continue;
+        }
+        if (!paired) {
+          AmxKPairs<kTile>(tile.k, walk.dim_stride, head_dim_, amx_k_pairs_);
+          AmxVPairs<kTile>(tile.v, walk.v_stride, v_head_dim_, amx_v_pairs_);
+          paired = true;
+        }
+        AmxBlock(walk.rows + r0);
+      }
+      if (r0 < walk.rows_here) BlocksOver(walk, tile, r0, walk.rows_here);
+    }
+#else
+    static_cast<void>(walk);
+    static_cast<void>(tile);
+#endif
+  }
+
+  // 16 rows that all see the whole tile, on AMX (AmxBlockTile).
+  HWY_INLINE void AmxBlock(Row* rows) {
+#if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
+    if constexpr (kNative && kAmxTile<kTile>) {
+      AmxBlockTile<kTile>(rows, q_stride_ * sizeof(float), acc_stride_ * sizeof(float), head_dim_,
+                          v_head_dim_, amx_k_pairs_, amx_v_pairs_, lane_offsets_, options_.soft_cap,
+                          scores_);
+    }
+#else
+    static_cast<void>(rows);
+#endif
   }
 
   // Runs every register block over two consecutive tiles whose scores pair dims
@@ -376,100 +448,13 @@ class ItemRunner {
   float* dummy_acc_ = nullptr;
   float* q_rows_ = nullptr;
   float* acc_rows_ = nullptr;
-  T* latent_values_ = nullptr;  // latent views: two tiles' values transposed from K
+  T* latent_values_ = nullptr;       // latent views: two tiles' values transposed from K
+  float* amx_config_ = nullptr;      // AMX blocks: the tile configuration, or null without them
+  uint16_t* amx_k_pairs_ = nullptr;  // AMX blocks: one tile's K pairs (AmxKPairs)
+  uint16_t* amx_v_pairs_ = nullptr;  // and V pairs (AmxVPairs)
 };
 
-// The body of RunAttentionItem for stored elements of type T.
-template <ProductPath kPath, class Layout, typename T>
-HWY_INLINE void RunItem(const KVView<Layout>& kv, const AttentionBatch& batch,
-                        const AttentionOptions& options, const AttentionWork& work,
-                        uint64_t item_index, float* HWY_RESTRICT scratch,
-                        float* HWY_RESTRICT partial, const T* k_base, const T* v_base) {
-  ItemRunner<kPath, Layout, T> runner(kv, batch, options, work, item_index, scratch, k_base,
-                                      v_base);
-  runner.Run(item_index, partial);
-}
-
-// RunItem of a product path other than the exact mode's, out of line, so that the exact mode's
-// item is inlined alone into RunAttentionItem as before: kBF16Native (vdpbf16ps) over BF16
-// K/V, kInt8 and kInt8AvxVnni (the integer-product mode) over int8.
-template <ProductPath kPath, class Layout>
-HWY_NOINLINE void RunItemOutOfLine(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                   const AttentionOptions& options, const AttentionWork& work,
-                                   uint64_t item_index, float* HWY_RESTRICT scratch,
-                                   float* HWY_RESTRICT partial) {
-  if constexpr (kPath == ProductPath::kBF16Native) {
-    RunItem<kPath>(kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
-  } else {
-    RunItem<kPath>(kv, batch, options, work, item_index, scratch, partial, kv.k_int8, kv.v_int8);
-  }
-}
-
-// The item of the integer-product mode (int8 layers): on AVX-VNNI where the AVX2 target runs
-// on a CPU that has it.
-template <class Layout>
-HWY_INLINE void RunInt8ProductsItem(const KVView<Layout>& kv, const AttentionBatch& batch,
-                                    const AttentionOptions& options, const AttentionWork& work,
-                                    uint64_t item_index, float* HWY_RESTRICT scratch,
-                                    float* HWY_RESTRICT partial) {
-#if HWY_TARGET == HWY_AVX2
-  if constexpr (kAvxVnniTile<Layout::kTileSlots>) {
-    if (AvxVnniUsable()) {
-      RunItemOutOfLine<ProductPath::kInt8AvxVnni>(kv, batch, options, work, item_index, scratch,
-                                                  partial);
-      return;
-    }
-  }
-#endif
-  RunItemOutOfLine<ProductPath::kInt8>(kv, batch, options, work, item_index, scratch, partial);
-}
-
 }  // namespace attention_internal
-
-// Runs item `item_index` of `work` (AttentionWork::Plan of the same kv, batch and options):
-// the rows of one query block that share one kv_head, over one KV split. Writes the block's
-// output rows, or, when work.Splits(), the item's partial states into `partial`
-// (work.PartialFloats() floats), for MergeAttention. `scratch`: work.ScratchFloats() floats
-// owned by the calling thread. Does not allocate; reads each visible K/V tile of its kv_head
-// once from memory for all the block's rows.
-template <class Layout>
-inline void RunAttentionItem(const KVView<Layout>& kv, const AttentionBatch& batch,
-                             const AttentionOptions& options, const AttentionWork& work,
-                             uint64_t item_index, float* HWY_RESTRICT scratch,
-                             float* HWY_RESTRICT partial) {
-  // The format is a run-time property of the layer: one switch per item, then the kernels of
-  // that element type.
-  // (KVRING_ATTENTION_NO_INT8 compiles the BF16 kernels alone; the entry points then refuse
-  // int8 views.)
-#if !defined(KVRING_ATTENTION_NO_INT8)
-  if (IsInt8(kv.format)) {
-    if (options.products == Products::kInt8) {
-      attention_internal::RunInt8ProductsItem(kv, batch, options, work, item_index, scratch,
-                                              partial);
-      return;
-    }
-    attention_internal::RunItem<attention_internal::ProductPath::kF32>(
-        kv, batch, options, work, item_index, scratch, partial, kv.k_int8, kv.v_int8);
-    return;
-  }
-#endif
-  KVRING_DASSERT(kv.format == Format::kBF16);
-#if HWY_TARGET == HWY_AVX3_DL
-  // The BF16-product mode on vdpbf16ps: its own instantiation, so that the exact mode's code
-  // has no branch of it.
-  if constexpr (attention_internal::kNativeTile<Layout::kTileSlots>) {
-    if (attention_internal::PathOf<BF16, Layout::kTileSlots>(
-            options.products, static_cast<size_t>(kv.layout.K().DimStride())) ==
-        attention_internal::ProductPath::kBF16Native) {
-      attention_internal::RunItemOutOfLine<attention_internal::ProductPath::kBF16Native>(
-          kv, batch, options, work, item_index, scratch, partial);
-      return;
-    }
-  }
-#endif
-  attention_internal::RunItem<attention_internal::ProductPath::kF32>(
-      kv, batch, options, work, item_index, scratch, partial, kv.k, kv.v);
-}
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
 }  // namespace HWY_NAMESPACE
