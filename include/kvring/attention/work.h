@@ -38,8 +38,8 @@ struct ItemScratchLayout {
   uint64_t q_rows = 0;       // per row, its scaled query
   uint64_t acc_rows = 0;     // per row, its accumulators
   uint64_t latent = 0;       // a latent view's values of two tiles ([slot][dim] BF16/int8)
-  // The BF16-product mode's AMX blocks (items of 16 rows or more over tiles of a multiple of
-  // 32 slots, with V): the tile configuration (16 floats), then one tile's K pairs and V pairs.
+  // The BF16-product mode's AMX blocks (items of 16 rows or more over tiles of 16 or a multiple
+  // of 32 slots): the tile configuration (16 floats), then one tile's K pairs and V pairs.
   uint64_t amx = 0;
   uint64_t end = 0;  // floats an item uses
   // A merge (run after the items, in the same scratch): one row's combined accumulators and
@@ -68,7 +68,7 @@ struct ItemScratchLayout {
     layout.acc_rows = take(max_rows * layout.acc_stride);
     // Two tiles x tile_slots slots x acc_stride BF16 (or int8): tile_slots x acc_stride floats.
     layout.latent = take(latent ? tile_slots * layout.acc_stride : 0);
-    const bool amx = !latent && max_rows >= 16 && tile_slots % 32 == 0;
+    const bool amx = max_rows >= 16 && (tile_slots == 16 || tile_slots % 32 == 0);
     layout.amx = take(amx ? 16 + tile_slots * (layout.q_stride + layout.acc_stride) / 2 : 0);
     layout.end = at;
     at = 0;

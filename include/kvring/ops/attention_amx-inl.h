@@ -63,9 +63,13 @@ namespace attention_internal {
 
 #if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
 
-// Tiles of kTile slots that the AMX blocks serve: whole 32-slot halves (flash, tiled 32, 64).
+// Tiles of kTile slots that the AMX blocks serve: 16 (tiled 16, whose dims are 16 slots
+// apart) and multiples of 32 (flash, tiled 32 and 64), in halves of 32 slots.
 template <uint64_t kTile>
-constexpr bool kAmxTile = kTile % 32 == 0;
+constexpr bool kAmxTile = kTile == 16 || kTile % 32 == 0;
+// Slots of one half: 32, or the whole 16-slot tile.
+template <uint64_t kTile>
+constexpr size_t kAmxHalf = kTile == 16 ? 16 : 32;
 
 // Whether this process may run AMX-BF16: the CPU has AMX-TILE and AMX-BF16 (CPUID 7.0 EDX bits
 // 24 and 22), Linux granted the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once),
@@ -86,15 +90,17 @@ static HWY_INLINE HWY_MAYBE_UNUSED bool AmxUsable() {
 // tile's K pairs and V pairs.
 HWY_INLINE size_t AmxConfigFloats() { return 16; }
 
-// Loads the tile configuration at `config` (64 bytes, 64-byte aligned): palette 1, eight tiles
-// of 16 rows of 64 bytes. The calling thread's tiles stay configured until AmxEnd.
+// Loads the tile configuration at `config` (64 bytes, 64-byte aligned): palette 1; tiles 0-4
+// of 16 rows of 64 bytes; for 16-slot tiles' p . V, tile 5 of 16 rows of 32 bytes (16
+// probabilities) and tiles 6 and 7 of 8 rows of 64 bytes (8 position pairs). The calling
+// thread's tiles stay configured until AmxEnd.
 HWY_INLINE void AmxStart(float* config) {
   uint8_t bytes[64] = {};
   bytes[0] = 1;
   for (size_t t = 0; t < 8; ++t) {
-    const uint16_t row_bytes = 64;
+    const uint16_t row_bytes = t == 5 ? 32 : 64;
     std::memcpy(bytes + 16 + 2 * t, &row_bytes, sizeof(row_bytes));
-    bytes[48 + t] = 16;
+    bytes[48 + t] = t >= 6 ? 8 : 16;
   }
   std::memcpy(config, bytes, sizeof(bytes));
   asm volatile("ldtilecfg (%0)" ::"r"(config) : "memory");
@@ -114,12 +120,29 @@ HWY_INLINE void StorePairs(const uint16_t* a_row, const uint16_t* b_row, uint16_
 
 // The B tiles of one tile's K: for each half h of 32 slots and chunk c of 32 dims, the even
 // positions' tile then the odd positions' (512 BF16 each), at k_pairs + ((h * chunks + c) * 2
-// + e) * 512. K dims are dim_stride apart.
+// + e) * 512. K dims are dim_stride apart. A 16-slot tile (dims 16 apart, two in one vector)
+// has one B tile per chunk whose columns are its 8 even positions, then its 8 odd ones (one
+// permutation per pair of dims), at k_pairs + c * 512.
 template <uint64_t kTile>
 HWY_INLINE void AmxKPairs(const BF16* k_tile, size_t dim_stride, size_t head_dim,
                           uint16_t* k_pairs) {
   const uint16_t* k = reinterpret_cast<const uint16_t*>(k_tile);
   const size_t chunks = head_dim / 32;
+  if constexpr (kTile == 16) {
+    // Word 2c + e of the output: dim d + e at position 2c (c < 8) or 2(c - 8) + 1.
+    alignas(64) static constexpr uint16_t kOrder[32] = {0,  16, 2,  18, 4,  20, 6,  22, 8,  24, 10,
+                                                        26, 12, 28, 14, 30, 1,  17, 3,  19, 5,  21,
+                                                        7,  23, 9,  25, 11, 27, 13, 29, 15, 31};
+    const __m512i order = _mm512_load_si512(kOrder);
+    for (size_t c = 0; c < chunks; ++c) {
+      for (size_t i = 0; i < 16; ++i) {
+        const __m512i dims = _mm512_loadu_si512(k + (c * 32 + 2 * i) * 16);
+        _mm512_storeu_si512(k_pairs + c * 512 + i * 32, _mm512_permutexvar_epi16(order, dims));
+      }
+    }
+    static_cast<void>(dim_stride);
+    return;
+  }
   for (size_t h = 0; h < kTile / 32; ++h) {
     for (size_t c = 0; c < chunks; ++c) {
       uint16_t* even = k_pairs + (h * chunks + c) * 2 * 512;
@@ -132,19 +155,20 @@ HWY_INLINE void AmxKPairs(const BF16* k_tile, size_t dim_stride, size_t head_dim
 }
 
 // The B tiles of one tile's V: for each half h and chunk c of 32 dims, the even dims' tile then
-// the odd dims' (512 BF16 each), at v_pairs + ((h * chunks + c) * 2 + e) * 512. V rows are
-// v_stride apart.
+// the odd dims' (kAmxHalf / 2 rows of 32 BF16 each), at v_pairs + ((h * chunks + c) * 2 + e) *
+// kAmxHalf * 16. V rows are v_stride apart.
 template <uint64_t kTile>
 HWY_INLINE void AmxVPairs(const BF16* v_tile, size_t v_stride, size_t v_head_dim,
                           uint16_t* v_pairs) {
   const uint16_t* v = reinterpret_cast<const uint16_t*>(v_tile);
   const size_t chunks = v_head_dim / 32;
-  for (size_t h = 0; h < kTile / 32; ++h) {
+  constexpr size_t kHalf = kAmxHalf<kTile>, kB = kHalf * 16;  // BF16 of one B tile
+  for (size_t h = 0; h < kTile / kHalf; ++h) {
     for (size_t c = 0; c < chunks; ++c) {
-      uint16_t* even = v_pairs + (h * chunks + c) * 2 * 512;
-      for (size_t i = 0; i < 16; ++i) {
-        const uint16_t* a = v + (h * 32 + 2 * i) * v_stride + c * 32;
-        StorePairs(a, a + v_stride, even + i * 32, even + 512 + i * 32);
+      uint16_t* even = v_pairs + (h * chunks + c) * 2 * kB;
+      for (size_t i = 0; i < kHalf / 2; ++i) {
+        const uint16_t* a = v + (h * kHalf + 2 * i) * v_stride + c * 32;
+        StorePairs(a, a + v_stride, even + i * 32, even + kB + i * 32);
       }
     }
   }
@@ -157,6 +181,19 @@ HWY_INLINE void AmxScores(const float* q, size_t q_bytes, size_t head_dim, const
                           float* scores) {
   const size_t chunks = head_dim / 32;
   const size_t pair_bytes = 64, score_bytes = kTile * sizeof(float);
+  if constexpr (kTile == 16) {
+    asm volatile("tilezero %%tmm0" ::: "memory");
+    for (size_t c = 0; c < chunks; ++c) {
+      asm volatile(
+          "tileloadd (%0,%1,1), %%tmm2\n\t"
+          "tileloadd (%2,%3,1), %%tmm3\n\t"
+          "tdpbf16ps %%tmm3, %%tmm2, %%tmm0" ::"r"(q + c * 16),
+          "r"(q_bytes), "r"(k_pairs + c * 512), "r"(pair_bytes)
+          : "memory");
+    }
+    asm volatile("tilestored %%tmm0, (%0,%1,1)" ::"r"(scores), "r"(score_bytes) : "memory");
+    return;
+  }
   for (size_t h = 0; h < kTile / 32; ++h) {
     asm volatile("tilezero %%tmm0\n\ttilezero %%tmm1" ::: "memory");
     for (size_t c = 0; c < chunks; ++c) {
@@ -195,7 +232,18 @@ HWY_INLINE void AmxAccumulate(const float* p, const uint16_t* v_pairs, size_t v_
         "tileloadd (%2,%1,1), %%tmm1" ::"r"(even_acc),
         "r"(acc_bytes), "r"(even_acc + 16)
         : "memory");
-    for (size_t h = 0; h < kTile / 32; ++h) {
+    if constexpr (kTile == 16) {
+      const uint16_t* even = v_pairs + c * 2 * 256;
+      asm volatile(
+          "tileloadd (%0,%1,1), %%tmm5\n\t"
+          "tileloadd (%2,%3,1), %%tmm6\n\t"
+          "tileloadd (%4,%3,1), %%tmm7\n\t"
+          "tdpbf16ps %%tmm6, %%tmm5, %%tmm0\n\t"
+          "tdpbf16ps %%tmm7, %%tmm5, %%tmm1" ::"r"(p),
+          "r"(p_bytes), "r"(even), "r"(pair_bytes), "r"(even + 256)
+          : "memory");
+    }
+    for (size_t h = 0; kTile != 16 && h < kTile / 32; ++h) {
       const uint16_t* even = v_pairs + (h * chunks + c) * 2 * 512;
       asm volatile(
           "tileloadd (%0,%1,1), %%tmm2\n\t"
