@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
@@ -156,22 +157,37 @@ HWY_INLINE void AmxKPairs(const BF16* k_tile, size_t dim_stride, size_t head_dim
 
 // The B tiles of one tile's V: for each half h and chunk c of 32 dims, the even dims' tile then
 // the odd dims' (kAmxHalf / 2 rows of 32 BF16 each), at v_pairs + ((h * chunks + c) * 2 + e) *
-// kAmxHalf * 16. V rows are v_stride apart.
+// kAmxHalf * 16. V rows are v_stride apart. Only the slots [seen.first, seen.second] are read
+// (some row sees them); the others are zero (a slot nobody sees may hold anything). Returns
+// whether every element read is finite.
 template <uint64_t kTile>
-HWY_INLINE void AmxVPairs(const BF16* v_tile, size_t v_stride, size_t v_head_dim,
-                          uint16_t* v_pairs) {
+HWY_INLINE bool AmxVPairs(const BF16* v_tile, size_t v_stride, size_t v_head_dim,
+                          std::pair<int32_t, int32_t> seen, uint16_t* v_pairs) {
   const uint16_t* v = reinterpret_cast<const uint16_t*>(v_tile);
   const size_t chunks = v_head_dim / 32;
   constexpr size_t kHalf = kAmxHalf<kTile>, kB = kHalf * 16;  // BF16 of one B tile
+  const __m512i exponent = _mm512_set1_epi16(0x7F80);
+  __mmask32 non_finite = 0;
+  const auto row = [&](int32_t slot, size_t c) {
+    if (slot < seen.first || slot > seen.second) return _mm512_setzero_si512();
+    const __m512i x = _mm512_loadu_si512(v + static_cast<size_t>(slot) * v_stride + c * 32);
+    non_finite |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(x, exponent), exponent);
+    return x;
+  };
   for (size_t h = 0; h < kTile / kHalf; ++h) {
     for (size_t c = 0; c < chunks; ++c) {
       uint16_t* even = v_pairs + (h * chunks + c) * 2 * kB;
       for (size_t i = 0; i < kHalf / 2; ++i) {
-        const uint16_t* a = v + (h * kHalf + 2 * i) * v_stride + c * 32;
-        StorePairs(a, a + v_stride, even + i * 32, even + kB + i * 32);
+        const int32_t slot = static_cast<int32_t>(h * kHalf + 2 * i);
+        const __m512i a = row(slot, c), b = row(slot + 1, c);
+        _mm512_storeu_si512(even + i * 32,
+                            _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16)));
+        _mm512_storeu_si512(even + kB + i * 32,
+                            _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(a, 16), b));
       }
     }
   }
+  return non_finite == 0;
 }
 
 // Raw scores of 16 rows over one tile, in the lane order of TileShape: row r's at
@@ -262,20 +278,29 @@ HWY_INLINE void AmxAccumulate(const float* p, const uint16_t* v_pairs, size_t v_
   }
 }
 
-// One register block of 16 rows that all see the whole tile: scores (AmxScores), each row's
-// softmax and the rounding of its probabilities to BF16 pairs (as the vdpbf16ps blocks do),
-// its correction applied to its accumulators, then p . V (AmxAccumulate). rows[r].q and
-// rows[r].acc are q_bytes and acc_bytes apart from row to row; `scores` holds 16 rows of kTile.
+// One register block of 16 rows over one tile: scores (AmxScores), each row's softmax over the
+// slots [lo_off[r], hi_off[r]] it sees and the rounding of its probabilities to BF16 pairs (as
+// the vdpbf16ps blocks do; a row that sees none of the tile, !active[r], takes probabilities
+// 0 and keeps its state), its correction applied to its accumulators, then p . V
+// (AmxAccumulate, over V pairs whose every element is finite unless all 16 rows see the whole
+// tile). rows[r].q and rows[r].acc are q_bytes and acc_bytes apart from row to row; `scores`
+// holds 16 rows of kTile.
 template <uint64_t kTile>
-HWY_INLINE void AmxBlockTile(Row* rows, size_t q_bytes, size_t acc_bytes, size_t head_dim,
-                             size_t v_head_dim, const uint16_t* k_pairs, const uint16_t* v_pairs,
-                             const int32_t* lane_offsets, float soft_cap, float* scores) {
+HWY_INLINE void AmxBlockTile(Row* rows, const bool* active, const int32_t* lo_off,
+                             const int32_t* hi_off, size_t q_bytes, size_t acc_bytes,
+                             size_t head_dim, size_t v_head_dim, const uint16_t* k_pairs,
+                             const uint16_t* v_pairs, const int32_t* lane_offsets, float soft_cap,
+                             float* scores) {
   AmxScores<kTile>(rows[0].q, q_bytes, head_dim, k_pairs, scores);
   const DV dv;
   for (size_t r = 0; r < 16; ++r) {
     float* p = scores + r * kTile;
+    if (!active[r]) {
+      std::memset(p, 0, kTile * sizeof(float));
+      continue;
+    }
     const float correction =
-        SoftmaxRow<kTile>(p, lane_offsets, 0, static_cast<int32_t>(kTile) - 1, soft_cap, rows[r]);
+        SoftmaxRow<kTile>(p, lane_offsets, lo_off[r], hi_off[r], soft_cap, rows[r]);
     PackProbabilityPairs<kTile>(p);
     if (correction != 1.0f) {
       const hn::Vec<DV> c = hn::Set(dv, correction);

@@ -14,12 +14,14 @@
 #define KVRING_OPS_ATTENTION_ITEM_INL_H_
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "hwy/highway.h"
 #include "kvring/attention.h"
@@ -321,20 +323,24 @@ class ItemRunner {
   HWY_INLINE void AmxTile(const Walk& walk, const TileRefs<T>& tile) {
 #if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
     if constexpr (kNative && kAmxTile<kTile>) {
-      bool paired = false;
+      bool paired = false, v_finite = false;
       size_t r0 = 0;
       for (; r0 + 16 <= walk.rows_here; r0 += 16) {
         const TileRows<16, kTile> seen(walk.rows + r0, 16, tile.pos);
-        if (!seen.all_full) {
+        if (!seen.any_active) continue;
+        if (!paired) {
+          AmxKPairs<kTile>(tile.k, walk.dim_stride, head_dim_, amx_k_pairs_);
+          v_finite = AmxVPairs<kTile>(tile.v, walk.v_stride, v_head_dim_, SeenBy(walk, tile.pos),
+                                      amx_v_pairs_);
+          paired = true;
+        }
+        // A tile some of the rows see only partly: a row's products take every slot, at
+        // probability 0 where it does not see one, which is 0 only for a finite V.
+        if (!seen.all_full && !v_finite) {
           BlocksOver(walk, tile, r0, r0 + 16);
           continue;
         }
-        if (!paired) {
-          AmxKPairs<kTile>(tile.k, walk.dim_stride, head_dim_, amx_k_pairs_);
-          AmxVPairs<kTile>(tile.v, walk.v_stride, v_head_dim_, amx_v_pairs_);
-          paired = true;
-        }
-        AmxBlock(walk.rows + r0);
+        AmxBlock(walk.rows + r0, seen);
       }
       if (r0 < walk.rows_here) BlocksOver(walk, tile, r0, walk.rows_here);
     }
@@ -344,16 +350,30 @@ class ItemRunner {
 #endif
   }
 
-  // 16 rows that all see the whole tile, on AMX (AmxBlockTile).
-  HWY_INLINE void AmxBlock(Row* rows) {
+  // The offsets [first, last] of the tile at `tile_pos` that some row of the walk sees.
+  HWY_INLINE std::pair<int32_t, int32_t> SeenBy(const Walk& walk, uint64_t tile_pos) const {
+    int32_t first = static_cast<int32_t>(kTile), last = -1;
+    for (size_t r = 0; r < walk.rows_here; ++r) {
+      const uint64_t lo = walk.rows[r].lo > tile_pos ? walk.rows[r].lo : tile_pos;
+      const uint64_t hi = walk.rows[r].hi < tile_pos + kTile ? walk.rows[r].hi : tile_pos + kTile;
+      if (lo >= hi) continue;
+      first = std::min(first, static_cast<int32_t>(lo - tile_pos));
+      last = std::max(last, static_cast<int32_t>(hi - 1 - tile_pos));
+    }
+    return {first, last};
+  }
+
+  // 16 rows over the tile, on AMX (AmxBlockTile); `seen`: which of its slots each row sees.
+  HWY_INLINE void AmxBlock(Row* rows, const TileRows<16, kTile>& seen) {
 #if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
     if constexpr (kNative && kAmxTile<kTile>) {
-      AmxBlockTile<kTile>(rows, q_stride_ * sizeof(float), acc_stride_ * sizeof(float), head_dim_,
-                          v_head_dim_, amx_k_pairs_, amx_v_pairs_, lane_offsets_, options_.soft_cap,
-                          scores_);
+      AmxBlockTile<kTile>(rows, seen.active, seen.lo_off, seen.hi_off, q_stride_ * sizeof(float),
+                          acc_stride_ * sizeof(float), head_dim_, v_head_dim_, amx_k_pairs_,
+                          amx_v_pairs_, lane_offsets_, options_.soft_cap, scores_);
     }
 #else
     static_cast<void>(rows);
+    static_cast<void>(seen);
 #endif
   }
 
