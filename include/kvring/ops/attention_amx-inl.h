@@ -87,10 +87,6 @@ static HWY_INLINE HWY_MAYBE_UNUSED bool AmxUsable() {
   return usable && detail::AmxAllowed();
 }
 
-// Floats of an item's AMX scratch (ItemScratchLayout::amx): the tile configuration, then one
-// tile's K pairs and V pairs.
-HWY_INLINE size_t AmxConfigFloats() { return 16; }
-
 // Loads the tile configuration at `config` (64 bytes, 64-byte aligned): palette 1; tiles 0-4
 // of 16 rows of 64 bytes; for 16-slot tiles' p . V, tile 5 of 16 rows of 32 bytes (16
 // probabilities) and tiles 6 and 7 of 8 rows of 64 bytes (8 position pairs). The calling
@@ -190,6 +186,29 @@ HWY_INLINE bool AmxVPairs(const BF16* v_tile, size_t v_stride, size_t v_head_dim
   return non_finite == 0;
 }
 
+// Tiles 0 and 1 += the products of A (16 rows of 64 bytes, a_bytes apart) with B_even and with
+// B_odd (16 rows of 64 bytes each, contiguous), through tiles 2, 3 and 4.
+HWY_INLINE void AddTwoProducts(const void* a, size_t a_bytes, const uint16_t* b_even,
+                               const uint16_t* b_odd) {
+  const size_t b_bytes = 64;
+  asm volatile(
+      "tileloadd (%0,%1,1), %%tmm2\n\t"
+      "tileloadd (%2,%3,1), %%tmm3\n\t"
+      "tileloadd (%4,%3,1), %%tmm4\n\t"
+      "tdpbf16ps %%tmm3, %%tmm2, %%tmm0\n\t"
+      "tdpbf16ps %%tmm4, %%tmm2, %%tmm1" ::"r"(a),
+      "r"(a_bytes), "r"(b_even), "r"(b_bytes), "r"(b_odd)
+      : "memory");
+}
+// Stores tiles 0 and 1 (16 rows of 16 floats) at `first` and `second`, rows `bytes` apart.
+HWY_INLINE void StoreTwoTiles(float* first, float* second, size_t bytes) {
+  asm volatile(
+      "tilestored %%tmm0, (%0,%1,1)\n\t"
+      "tilestored %%tmm1, (%2,%1,1)" ::"r"(first),
+      "r"(bytes), "r"(second)
+      : "memory");
+}
+
 // Raw scores of 16 rows over one tile, in the lane order of TileShape: row r's at
 // scores + r * kTile. q: the first row's BF16 pairs (WriteQueryRow), rows q_bytes apart.
 template <uint64_t kTile>
@@ -214,21 +233,10 @@ HWY_INLINE void AmxScores(const float* q, size_t q_bytes, size_t head_dim, const
     asm volatile("tilezero %%tmm0\n\ttilezero %%tmm1" ::: "memory");
     for (size_t c = 0; c < chunks; ++c) {
       const uint16_t* even = k_pairs + (h * chunks + c) * 2 * 512;
-      asm volatile(
-          "tileloadd (%0,%1,1), %%tmm2\n\t"
-          "tileloadd (%2,%3,1), %%tmm3\n\t"
-          "tileloadd (%4,%3,1), %%tmm4\n\t"
-          "tdpbf16ps %%tmm3, %%tmm2, %%tmm0\n\t"
-          "tdpbf16ps %%tmm4, %%tmm2, %%tmm1" ::"r"(q + c * 16),
-          "r"(q_bytes), "r"(even), "r"(pair_bytes), "r"(even + 512)
-          : "memory");
+      AddTwoProducts(q + c * 16, q_bytes, even, even + 512);
     }
     float* out = scores + 2 * h * 16;
-    asm volatile(
-        "tilestored %%tmm0, (%0,%1,1)\n\t"
-        "tilestored %%tmm1, (%2,%1,1)" ::"r"(out),
-        "r"(score_bytes), "r"(out + 16)
-        : "memory");
+    StoreTwoTiles(out, out + 16, score_bytes);
   }
 }
 
@@ -261,20 +269,9 @@ HWY_INLINE void AmxAccumulate(const float* p, const uint16_t* v_pairs, size_t v_
     }
     for (size_t h = 0; kTile != 16 && h < kTile / 32; ++h) {
       const uint16_t* even = v_pairs + (h * chunks + c) * 2 * 512;
-      asm volatile(
-          "tileloadd (%0,%1,1), %%tmm2\n\t"
-          "tileloadd (%2,%3,1), %%tmm3\n\t"
-          "tileloadd (%4,%3,1), %%tmm4\n\t"
-          "tdpbf16ps %%tmm3, %%tmm2, %%tmm0\n\t"
-          "tdpbf16ps %%tmm4, %%tmm2, %%tmm1" ::"r"(p + h * 16),
-          "r"(p_bytes), "r"(even), "r"(pair_bytes), "r"(even + 512)
-          : "memory");
+      AddTwoProducts(p + h * 16, p_bytes, even, even + 512);
     }
-    asm volatile(
-        "tilestored %%tmm0, (%0,%1,1)\n\t"
-        "tilestored %%tmm1, (%2,%1,1)" ::"r"(even_acc),
-        "r"(acc_bytes), "r"(even_acc + 16)
-        : "memory");
+    StoreTwoTiles(even_acc, even_acc + 16, acc_bytes);
   }
 }
 
