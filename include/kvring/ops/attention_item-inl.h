@@ -318,8 +318,9 @@ class ItemRunner {
         begin, end);
   }
 
-  // OneTile of the BF16-product mode with AMX: each 16 rows that all see the whole tile take
-  // it on tiles (the K and V pairs built once for all of them); the others as without AMX.
+  // OneTile of the BF16-product mode with AMX: each 16 rows take the tile on AMX tiles (the K
+  // and V pairs built once for all of them), unless they see it only partly and some V element
+  // a row sees is not finite; those, and the rows past the last 16, as without AMX.
   HWY_INLINE void AmxTile(const Walk& walk, const TileRefs<T>& tile) {
 #if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
     if constexpr (kNative && kAmxTile<kTile>) {
