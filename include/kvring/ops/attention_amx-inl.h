@@ -1,9 +1,9 @@
 // kvring/ops/attention_amx-inl.h: the BF16-product mode (Products::kBF16) on AMX tiles
 // (tdpbf16ps, Intel Sapphire Rapids and later, where Linux grants the process the tile state):
-// a register block of 16 rows that all see the whole of one tile of a multiple of 32 slots
-// takes its scores and its p . V as tile products; the softmax between them, and every other
-// block (partly visible tiles, the last rows of an item), stay on vdpbf16ps. Internal to
-// kvring/ops/attention-inl.h (namespace attention_internal).
+// a register block of 16 rows over one tile of 16, 32 or 64 slots takes its scores and its
+// p . V as tile products, unless it sees the tile only partly and a V element some row sees is
+// not finite; the softmax between them, those blocks and the last rows of an item stay on
+// vdpbf16ps. Internal to kvring/ops/attention-inl.h (namespace attention_internal).
 //
 // tdpbf16ps adds to a 16 x 16 f32 tile the products of a 16 x 32 BF16 tile A and a tile B of
 // 16 rows of 16 pairs: C[i][j] += sum over k of A[i][k] * B[k / 2][2j + k % 2].

@@ -53,7 +53,7 @@ HWY_INLINE void LoadInt8Halves(DF df, const int8_t* HWY_RESTRICT p, hn::Vec<DF>&
   second = hn::ConvertTo(df, hn::PromoteTo(d32, hn::LoadU(d8, p + lanes)));
 }
 
-// The order of a row's V accumulators: BF16 V accumulates its dims permuted (PermutedIndex,
+// The order of a row's V accumulators: BF16 V accumulates its dims permuted (PermutedChunkLanes,
 // the even/odd order of LoadPairs), int8 V in their natural order (LoadInt8Halves).
 enum class AccOrder : uint8_t { kPermuted, kNatural };
 

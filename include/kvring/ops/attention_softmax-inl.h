@@ -37,16 +37,11 @@ namespace attention_internal {
 // dims at most) divide.
 using DVTail = hn::CappedTag<float, 8>;
 
-// Returns where dim `dim` of a row of `num_dims` sits in the permuted accumulators.
-HWY_INLINE size_t PermutedIndex(size_t dim, size_t num_dims) {
+// Returns the lanes of the permuted chunk that starts at dim `begin` of a row of `num_dims`
+// (a chunk boundary): its first that many accumulators hold its even dims, the next its odd.
+HWY_INLINE size_t PermutedChunkLanes(size_t begin, size_t num_dims) {
   const size_t lanes = hn::Lanes(DV());
-  const size_t main_dims = num_dims / (2 * lanes) * (2 * lanes);
-  const size_t chunk_lanes = dim < main_dims ? lanes : hn::Lanes(DVTail());
-  const size_t chunk_begin =
-      dim < main_dims ? dim / (2 * lanes) * (2 * lanes)
-                      : main_dims + (dim - main_dims) / (2 * chunk_lanes) * (2 * chunk_lanes);
-  const size_t in_chunk = dim - chunk_begin;
-  return chunk_begin + (in_chunk % 2) * chunk_lanes + in_chunk / 2;
+  return begin < num_dims / (2 * lanes) * (2 * lanes) ? lanes : hn::Lanes(DVTail());
 }
 
 // Where a row's query and state live while an item runs.
@@ -267,11 +262,9 @@ HWY_INLINE void FinalizeRow(float m, float l, const float* acc, const float* sin
   if (order == AccOrder::kNatural) {
     for (size_t dim = 0; dim < v_head_dim; ++dim) dst[dim] = acc[dim] * scale;
   } else {
-    // Chunk by chunk (PermutedIndex's chunks): its even dims, then its odd dims.
-    const size_t lanes = hn::Lanes(DV());
-    const size_t main_dims = v_head_dim / (2 * lanes) * (2 * lanes);
+    // Chunk by chunk: its even dims, then its odd dims.
     for (size_t begin = 0; begin < v_head_dim;) {
-      const size_t n = begin < main_dims ? lanes : hn::Lanes(DVTail());
+      const size_t n = PermutedChunkLanes(begin, v_head_dim);
       for (size_t i = 0; i < n; ++i) {
         dst[begin + 2 * i] = acc[begin + i] * scale;
         dst[begin + 2 * i + 1] = acc[begin + n + i] * scale;
