@@ -105,14 +105,12 @@ HWY_INLINE void AmxStart(float* config) {
 // Releases the calling thread's tiles.
 HWY_INLINE void AmxEnd() { asm volatile("tilerelease" ::: "memory"); }
 
-// Pairs two rows a and b of 32 BF16: lane j of *even is (a[2j], b[2j]), of *odd
-// (a[2j + 1], b[2j + 1]), low half first; stores them at even_out and odd_out.
-HWY_INLINE void StorePairs(const uint16_t* a_row, const uint16_t* b_row, uint16_t* even_out,
-                           uint16_t* odd_out) {
-  const __m512i a = _mm512_loadu_si512(a_row);
-  const __m512i b = _mm512_loadu_si512(b_row);
-  _mm512_storeu_si512(even_out, _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16)));
-  _mm512_storeu_si512(odd_out, _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(a, 16), b));
+// Stores the pairs of two rows a and b of 32 BF16 (PairRows512) at even_out and odd_out.
+HWY_INLINE void StorePairs(__m512i a, __m512i b, uint16_t* even_out, uint16_t* odd_out) {
+  __m512i even, odd;
+  PairRows512(a, b, even, odd);
+  _mm512_storeu_si512(even_out, even);
+  _mm512_storeu_si512(odd_out, odd);
 }
 
 // The B tiles of one tile's K: for each half h of 32 slots and chunk c of 32 dims, the even
@@ -145,7 +143,8 @@ HWY_INLINE void AmxKPairs(const BF16* k_tile, size_t dim_stride, size_t head_dim
       uint16_t* even = k_pairs + (h * chunks + c) * 2 * 512;
       for (size_t i = 0; i < 16; ++i) {
         const uint16_t* a = k + (c * 32 + 2 * i) * dim_stride + h * 32;
-        StorePairs(a, a + dim_stride, even + i * 32, even + 512 + i * 32);
+        StorePairs(_mm512_loadu_si512(a), _mm512_loadu_si512(a + dim_stride), even + i * 32,
+                   even + 512 + i * 32);
       }
     }
   }
@@ -175,11 +174,7 @@ HWY_INLINE bool AmxVPairs(const BF16* v_tile, size_t v_stride, size_t v_head_dim
       uint16_t* even = v_pairs + (h * chunks + c) * 2 * kB;
       for (size_t i = 0; i < kHalf / 2; ++i) {
         const int32_t slot = static_cast<int32_t>(h * kHalf + 2 * i);
-        const __m512i a = row(slot, c), b = row(slot + 1, c);
-        _mm512_storeu_si512(even + i * 32,
-                            _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16)));
-        _mm512_storeu_si512(even + kB + i * 32,
-                            _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(a, 16), b));
+        StorePairs(row(slot, c), row(slot + 1, c), even + i * 32, even + kB + i * 32);
       }
     }
   }

@@ -112,11 +112,11 @@ constexpr bool kNativeTile = kTile % 32 == 0 || kTile == 16;
 
 // Pairs of two rows a and b of 32 BF16: lane j of *even is (a[2j], b[2j]), of *odd
 // (a[2j + 1], b[2j + 1]), low half first.
-#define KVRING_PAIR_ROWS_512(a, b, even, odd)                                     \
-  do {                                                                            \
-    even = _mm512_mask_blend_epi16(0xAAAAAAAAu, (a), _mm512_slli_epi32((b), 16)); \
-    odd = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32((a), 16), (b));  \
-  } while (0)
+static HWY_INLINE HWY_MAYBE_UNUSED void PairRows512(__m512i a, __m512i b, __m512i& even,
+                                                    __m512i& odd) {
+  even = _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
+  odd = _mm512_mask_blend_epi16(0xAAAAAAAAu, _mm512_srli_epi32(a, 16), b);
+}
 
 static HWY_INLINE HWY_MAYBE_UNUSED __m512bh AsBH(__m512i v) { return (__m512bh)v; }
 static HWY_INLINE HWY_MAYBE_UNUSED __m256bh AsBH(__m256i v) { return (__m256bh)v; }
@@ -190,7 +190,7 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void TileScoresNativeWide(
         for (size_t c = 0; c < kChunks; ++c) {
           const __m512i a = _mm512_loadu_si512(row + 32 * c);
           const __m512i b = _mm512_loadu_si512(row + dim_stride + 32 * c);
-          KVRING_PAIR_ROWS_512(a, b, even[c], odd[c]);
+          PairRows512(a, b, even[c], odd[c]);
         }
         for (size_t r = 0; r < kRows; ++r) {
           const __m512i qp = _mm512_castps_si512(_mm512_set1_ps(q[r][pair]));
@@ -277,7 +277,7 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void AccumulatePairsNative(
       } else {
         a = has_a ? _mm512_loadu_si512(row_a + ch * 32) : _mm512_setzero_si512();
         b = has_b ? _mm512_loadu_si512(row_b + ch * 32) : _mm512_setzero_si512();
-        KVRING_PAIR_ROWS_512(a, b, even, odd);
+        PairRows512(a, b, even, odd);
       }
       for (size_t r = 0; r < kRows; ++r) {
         if constexpr (kTail) {
@@ -334,7 +334,6 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_NOINLINE void AccumulateTileNative(
   }
 }
 
-#undef KVRING_PAIR_ROWS_512
 #undef KVRING_BF16_PRODUCTS_TARGET
 
 #else  // HWY_TARGET != HWY_AVX3_DL
