@@ -32,20 +32,32 @@ TEST(Crc32c, MatchesKnownValuesAndJoinsSplits) {
   uint8_t ones[32];
   std::memset(ones, 0xFF, 32);
   EXPECT_EQ(detail::Crc32c(0, ones, 32), 0x62A8AB43u);
-  // Long inputs (the three-stream path) against the byte-at-a-time software loop, and any
+  // Long inputs (the folding and three-stream paths) against the table-driven loop, and any
   // split of them against the whole.
   std::mt19937 rng(5);
   std::vector<uint8_t> data(3 * 4096 * 3 + 1234);
   for (uint8_t& byte : data) byte = static_cast<uint8_t>(rng());
-  for (size_t size : {size_t{12287}, size_t{12288}, size_t{12289}, data.size()}) {
+  for (size_t size : {size_t{1023}, size_t{1024}, size_t{1279}, size_t{1280}, size_t{1537},
+                      size_t{12287}, size_t{12288}, size_t{12289}, data.size()}) {
     const uint32_t whole = detail::Crc32c(0, data.data(), size);
     EXPECT_EQ(whole, ~detail::Crc32cSoftware(~0u, data.data(), size)) << size;
-    // The table-driven loop, forced where the crc32 instruction would run.
+    // The crc32 instruction's loop, forced where folding would run; the table-driven loop,
+    // forced where the instruction would run.
+    detail::Crc32cFoldAllowed() = false;
+    EXPECT_EQ(detail::Crc32c(0, data.data(), size), whole) << size;
+    EXPECT_EQ(detail::Crc32c(0x5A5A5A5Au, data.data(), size),
+              ~detail::Crc32cSoftware(~0x5A5A5A5Au, data.data(), size))
+        << size;
+    detail::Crc32cFoldAllowed() = true;
+    EXPECT_EQ(detail::Crc32c(0x5A5A5A5Au, data.data(), size),
+              ~detail::Crc32cSoftware(~0x5A5A5A5Au, data.data(), size))
+        << size;
     detail::Crc32cHardwareAllowed() = false;
     EXPECT_EQ(detail::Crc32c(0, data.data(), size), whole) << size;
     EXPECT_EQ(detail::Crc32c(0, "123456789", 9), 0xE3069283u);
     detail::Crc32cHardwareAllowed() = true;
     for (size_t split : {size_t{1}, size_t{7}, size_t{4096}, size / 2}) {
+      if (split > size) continue;
       EXPECT_EQ(
           detail::Crc32c(detail::Crc32c(0, data.data(), split), data.data() + split, size - split),
           whole)
@@ -54,29 +66,37 @@ TEST(Crc32c, MatchesKnownValuesAndJoinsSplits) {
   }
 }
 
-// Crc32cCopy gives Crc32c's value and copies every byte, and nothing past them, on both loops,
-// into a destination on and off an 8-byte boundary.
+// Crc32cCopy gives the table-driven loop's value and copies every byte, and nothing past them,
+// on each loop (folding, the crc32 instruction's, the tables'), into a destination on and off
+// an 8-byte and a 64-byte boundary.
 TEST(Crc32c, CopyChecksumsAndCopiesInOnePass) {
   std::mt19937 rng(7);
   std::vector<uint8_t> data(3 * 4096 * 3 + 1234);
   for (uint8_t& byte : data) byte = static_cast<uint8_t>(rng());
-  for (bool hardware : {true, false}) {
-    detail::Crc32cHardwareAllowed() = hardware;
-    for (size_t size :
-         {size_t{0}, size_t{5}, size_t{12287}, size_t{12288}, size_t{12289}, data.size()}) {
-      for (size_t misalign : {size_t{0}, size_t{3}}) {
-        std::vector<uint8_t> out(data.size() + 16, 0xEE);
-        const uint32_t crc = detail::Crc32cCopy(0x1234u, out.data() + misalign, data.data(), size);
+  for (int path = 0; path < 3; ++path) {
+    detail::Crc32cFoldAllowed() = path == 0;
+    detail::Crc32cHardwareAllowed() = path != 2;
+    for (size_t size : {size_t{0}, size_t{5}, size_t{1023}, size_t{1024}, size_t{1087},
+                        size_t{1300}, size_t{12287}, size_t{12288}, size_t{12289}, data.size()}) {
+      for (size_t misalign : {size_t{0}, size_t{3}, size_t{8}, size_t{61}}) {
+        std::vector<uint8_t> out(data.size() + 128, 0xEE);
+        // From a 64-byte boundary of the buffer on.
+        const size_t start = (64 - (reinterpret_cast<uintptr_t>(out.data()) & 63)) & 63;
+        uint8_t* to = out.data() + start + misalign;
+        const uint32_t crc = detail::Crc32cCopy(0x1234u, to, data.data(), size);
         detail::StoreFence();
-        EXPECT_EQ(crc, detail::Crc32c(0x1234u, data.data(), size)) << size << " " << hardware;
-        EXPECT_TRUE(std::equal(data.begin(), data.begin() + size, out.begin() + misalign))
-            << size << " " << hardware;
+        EXPECT_EQ(crc, ~detail::Crc32cSoftware(~0x1234u, data.data(), size))
+            << size << " path " << path;
+        EXPECT_TRUE(std::equal(data.begin(), data.begin() + size, to)) << size << " " << path;
         for (size_t i = 0; i < out.size(); ++i) {
-          if (i < misalign || i >= misalign + size) ASSERT_EQ(out[i], 0xEE) << size << " at " << i;
+          if (out.data() + i < to || out.data() + i >= to + size) {
+            ASSERT_EQ(out[i], 0xEE) << size << " path " << path << " at " << i;
+          }
         }
       }
     }
   }
+  detail::Crc32cFoldAllowed() = true;
   detail::Crc32cHardwareAllowed() = true;
 }
 

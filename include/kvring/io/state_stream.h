@@ -71,8 +71,15 @@ class StateWriter {
     }
   }
 
+  // Pieces of at least this many contiguous bytes go from storage straight to a sink with
+  // memory (PutDirect).
+  static constexpr uint64_t kDirectBytes = uint64_t{1} << 14;
+
   // Puts the `count` parts of `piece`, whose offsets follow each other.
   void PutPiece(const RowPiece& piece) {
+    if (piece.count == 1 && piece.bytes >= kDirectBytes && PutDirect(piece.memory, piece.bytes)) {
+      return;
+    }
     const uint8_t* memory = piece.memory;
     for (uint64_t r = 0; r < piece.count; ++r, memory += piece.memory_stride) {
       Put(memory, piece.bytes);
@@ -134,6 +141,19 @@ class StateWriter {
   bool Failed() const { return !failed_.ok(); }
 
  private:
+  // Where the sink has memory (HasMemory), copies `bytes` bytes from `data` into it in the pass
+  // that checksums them, after what is staged: one pass over bytes that need no gathering (a
+  // V piece), where the stage would take two (into the stage, then out of it). False, taking
+  // nothing, where the sink has no memory or no room for them.
+  bool PutDirect(const uint8_t* data, uint64_t bytes) {
+    if (stage_ == nullptr || !failed_.ok() || !sink_->HasMemory()) return false;
+    if (used_ != 0) Flush();
+    uint8_t* memory = failed_.ok() ? sink_->Reserve(bytes) : nullptr;
+    if (memory == nullptr) return false;
+    crc_ = Crc32cCopy(crc_, memory, data, bytes);
+    StoreFence();
+    return true;
+  }
   void CrcStage() {
     crc_ = Crc32c(crc_, stage_.get() + crc_from_, used_ - crc_from_);
     crc_from_ = used_;
