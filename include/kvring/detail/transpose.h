@@ -55,6 +55,20 @@ inline bool& StreamCopyAllowed() {
   return allowed;
 }
 
+#if defined(__SSE2__)
+// Copies the 64 bytes at `from` to `to` (16-byte aligned) with non-temporal stores.
+inline void StreamLine(uint8_t* to, const uint8_t* from) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 16));
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 32));
+  const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 48));
+  _mm_stream_si128(reinterpret_cast<__m128i*>(to), a);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(to + 16), b);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(to + 32), c);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(to + 48), d);
+}
+#endif
+
 // Copies `bytes` from `src` to `dst` (not overlapping), the 16-byte aligned part of `dst` with
 // non-temporal stores (SSE2), for bytes that are not read again soon (a saved state's
 // destination, a loaded state's rows): whole lines then skip the read for ownership. Call
@@ -67,16 +81,21 @@ inline void StreamCopy(void* dst, const void* src, uint64_t bytes) {
     const uint64_t head = (16 - (reinterpret_cast<uintptr_t>(to) & 15)) & 15;
     if (head != 0) std::memcpy(to, from, head);
     uint64_t i = head;
-    for (; i + 64 <= bytes; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i + 32));
-      const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(to + i + 48), d);
+    // Blocks of four pages, a line of each in turn, the next block's prefetched: four streams
+    // in flight where one leaves memory idle (glibc's memcpy does the same for large copies).
+    // From memory to memory, 292 MiB on one core of the Intel Xeon host: 24.5 ms, against
+    // 36-37 a line after the other and 27-30 for memcpy.
+    constexpr uint64_t kPage = 4096;
+    for (; i + 4 * kPage <= bytes; i += 4 * kPage) {
+      for (uint64_t line = 0; line < kPage; line += 64) {
+        for (uint64_t page = 0; page < 4; ++page) {
+          const uint64_t at = i + page * kPage + line;
+          _mm_prefetch(reinterpret_cast<const char*>(from + at + 4 * kPage), _MM_HINT_T0);
+          StreamLine(to + at, from + at);
+        }
+      }
     }
+    for (; i + 64 <= bytes; i += 64) StreamLine(to + i, from + i);
     for (; i + 16 <= bytes; i += 16) {
       _mm_stream_si128(reinterpret_cast<__m128i*>(to + i),
                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i)));
