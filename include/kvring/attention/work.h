@@ -39,8 +39,13 @@ struct ItemScratchLayout {
   uint64_t acc_rows = 0;     // per row, its accumulators
   uint64_t latent = 0;       // a latent view's values of two tiles ([slot][dim] BF16/int8)
   // The BF16-product mode's AMX blocks (items of 16 rows or more over tiles of 16 or a multiple
-  // of 32 slots): the tile configuration (16 floats), then one tile's K pairs and V pairs.
+  // of 32 slots; amx_blocks says whether the layout has them): the tile configuration (16
+  // floats), one tile's K pairs (tile slots x q_stride BF16) and its V pairs (tile slots x
+  // acc_stride BF16).
+  bool amx_blocks = false;
   uint64_t amx = 0;
+  uint64_t amx_k_pairs = 0;
+  uint64_t amx_v_pairs = 0;
   uint64_t end = 0;  // floats an item uses
   // A merge (run after the items, in the same scratch): one row's combined accumulators and
   // its output before a BF16 conversion.
@@ -68,8 +73,11 @@ struct ItemScratchLayout {
     layout.acc_rows = take(max_rows * layout.acc_stride);
     // Two tiles x tile_slots slots x acc_stride BF16 (or int8): tile_slots x acc_stride floats.
     layout.latent = take(latent ? tile_slots * layout.acc_stride : 0);
-    const bool amx = max_rows >= 16 && (tile_slots == 16 || tile_slots % 32 == 0);
-    layout.amx = take(amx ? 16 + tile_slots * (layout.q_stride + layout.acc_stride) / 2 : 0);
+    layout.amx_blocks = max_rows >= 16 && (tile_slots == 16 || tile_slots % 32 == 0);
+    const uint64_t amx = layout.amx_blocks ? 1 : 0;
+    layout.amx = take(amx * 16);
+    layout.amx_k_pairs = take(amx * tile_slots * layout.q_stride / 2);
+    layout.amx_v_pairs = take(amx * tile_slots * layout.acc_stride / 2);
     layout.end = at;
     at = 0;
     layout.merge_acc = take(layout.acc_stride);

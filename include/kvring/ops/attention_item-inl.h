@@ -103,11 +103,11 @@ class ItemRunner {
     // the shapes fit (attention_amx-inl.h).
 #if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
     if constexpr (kNative && kAmxTile<kTile>) {
-      if (layout.amx != layout.end && num_rows_ >= 16 && head_dim_ % 32 == 0 &&
-          v_head_dim_ % 32 == 0 && AmxUsable()) {
+      if (layout.amx_blocks && num_rows_ >= 16 && head_dim_ % 32 == 0 && v_head_dim_ % 32 == 0 &&
+          AmxUsable()) {
         amx_config_ = base + layout.amx;
-        amx_k_pairs_ = reinterpret_cast<uint16_t*>(amx_config_ + 16);
-        amx_v_pairs_ = amx_k_pairs_ + kTile * q_stride_;
+        amx_k_pairs_ = reinterpret_cast<uint16_t*>(base + layout.amx_k_pairs);
+        amx_v_pairs_ = reinterpret_cast<uint16_t*>(base + layout.amx_v_pairs);
       }
     }
 #endif
