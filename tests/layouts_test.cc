@@ -228,8 +228,9 @@ TEST(Transpose, StreamGatherTilesCopiesEveryRowOfEveryTileAndNothingElse) {
 }
 
 TEST(Transpose, StreamCopyCopiesEveryByteAndNothingElse) {
-  // Short copies, copies of whole blocks of four pages and more (the interleaved path) with
-  // ragged ends, into a destination on and off a 16-byte boundary; streams on and off.
+  // Short copies, copies of whole blocks of four pages and more (the interleaved path of
+  // copies from memory) with ragged ends, into a destination on and off a 16-byte boundary;
+  // from cache and from memory, streams on and off.
   std::vector<uint8_t> src(3 * 16384 + 1000 + 64);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
   for (bool streams : {true, false}) {
@@ -239,14 +240,22 @@ TEST(Transpose, StreamCopyCopiesEveryByteAndNothingElse) {
         std::vector<uint8_t> memory(bytes + 128, 0xEE);
         uint8_t* dst =
             memory.data() + (64 - reinterpret_cast<uintptr_t>(memory.data()) % 64) + misalign;
-        detail::StreamCopy(dst, src.data() + 7, bytes);
-        detail::StoreFence();
-        const std::string what = "streams " + std::to_string(streams) + " bytes " +
-                                 std::to_string(bytes) + " misalign " + std::to_string(misalign);
-        for (uint64_t i = 0; i < bytes; ++i) ASSERT_EQ(dst[i], src[7 + i]) << what << " at " << i;
-        for (const uint8_t* p = memory.data(); p < dst; ++p) ASSERT_EQ(*p, 0xEE) << what;
-        for (const uint8_t* p = dst + bytes; p < memory.data() + memory.size(); ++p) {
-          ASSERT_EQ(*p, 0xEE) << what;
+        for (bool from_memory : {false, true}) {
+          std::fill(memory.begin(), memory.end(), 0xEE);
+          if (from_memory) {
+            detail::StreamCopy<true>(dst, src.data() + 7, bytes);
+          } else {
+            detail::StreamCopy(dst, src.data() + 7, bytes);
+          }
+          detail::StoreFence();
+          const std::string what = "streams " + std::to_string(streams) + " from memory " +
+                                   std::to_string(from_memory) + " bytes " + std::to_string(bytes) +
+                                   " misalign " + std::to_string(misalign);
+          for (uint64_t i = 0; i < bytes; ++i) ASSERT_EQ(dst[i], src[7 + i]) << what << " at " << i;
+          for (const uint8_t* p = memory.data(); p < dst; ++p) ASSERT_EQ(*p, 0xEE) << what;
+          for (const uint8_t* p = dst + bytes; p < memory.data() + memory.size(); ++p) {
+            ASSERT_EQ(*p, 0xEE) << what;
+          }
         }
       }
     }

@@ -219,7 +219,7 @@ class StateReader {
       uint8_t* to = piece.memory + r * piece.memory_stride;
       const uint64_t offset = r * piece.offset_stride;
       if (view != nullptr) {
-        StreamCopy(to, view + offset, piece.bytes);
+        StreamCopy</*kFromMemory=*/true>(to, view + offset, piece.bytes);
       } else if (!CopyWith(base + piece.offset + offset, to, piece.bytes, true)) {
         return false;
       }
@@ -298,7 +298,7 @@ class StateReader {
       if (view == nullptr) return false;
       const uint64_t len = std::min(bytes, view_end_ - offset);
       if (stream) {
-        StreamCopy(out, view, len);
+        StreamCopy</*kFromMemory=*/true>(out, view, len);
       } else {
         std::memcpy(out, view, len);
       }
