@@ -284,7 +284,9 @@ KVRING_CRC32C_FOLD_TARGET inline __m512i FoldLoad(const uint8_t* from, uint8_t* 
 // PCLMULQDQ", for the reflected polynomial), the four folded into one lane at the end, whose
 // CRC and the last bytes' the crc32 instruction takes. With kCopy, also writes the bytes to
 // `to` (non-temporal 64-byte stores from the first 64-byte boundary of `to`: call a store
-// fence before publishing them). About 32 bytes a cycle where the instruction's loop takes 8.
+// fence before publishing them). On the Intel Xeon host, 292 MiB: 22-23 ms from memory (the
+// instruction's loop 34), and with kCopy from a stage in cache to memory 14 ms, the copy's own
+// time (24).
 template <bool kCopy>
 KVRING_CRC32C_FOLD_TARGET inline uint32_t Crc32cFoldLoop(uint32_t state, const uint8_t* data,
                                                          size_t size, uint8_t* to) {
