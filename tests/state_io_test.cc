@@ -32,13 +32,14 @@ TEST(Crc32c, MatchesKnownValuesAndJoinsSplits) {
   uint8_t ones[32];
   std::memset(ones, 0xFF, 32);
   EXPECT_EQ(detail::Crc32c(0, ones, 32), 0x62A8AB43u);
-  // Long inputs (the folding and three-stream paths) against the table-driven loop, and any
-  // split of them against the whole.
+  // Long inputs (the folding paths, in four streams from 64 KiB, and the three-stream path)
+  // against the table-driven loop, and any split of them against the whole.
   std::mt19937 rng(5);
-  std::vector<uint8_t> data(3 * 4096 * 3 + 1234);
+  std::vector<uint8_t> data(2 * 65536 + 1234);
   for (uint8_t& byte : data) byte = static_cast<uint8_t>(rng());
   for (size_t size : {size_t{1023}, size_t{1024}, size_t{1279}, size_t{1280}, size_t{1537},
-                      size_t{12287}, size_t{12288}, size_t{12289}, data.size()}) {
+                      size_t{12287}, size_t{12288}, size_t{12289}, size_t{65535}, size_t{65536},
+                      size_t{65536 + 1023}, size_t{65536 + 1024}, data.size()}) {
     const uint32_t whole = detail::Crc32c(0, data.data(), size);
     EXPECT_EQ(whole, ~detail::Crc32cSoftware(~0u, data.data(), size)) << size;
     // The crc32 instruction's loop, forced where folding would run; the table-driven loop,

@@ -158,12 +158,13 @@ KVRING_CRC32C_TARGET inline void StoreWord(uint8_t* to, uint64_t word) {
 #endif
 }
 
-// The linear map "append kCrc32cLane zero bytes" on raw CRC states, as four byte tables:
+// The linear map "append kCrc32cLane (or `len`) zero bytes" on raw CRC states, as four byte
+// tables:
 // Shift(s) = t[0][s & 0xFF] ^ t[1][(s >> 8) & 0xFF] ^ t[2][(s >> 16) & 0xFF] ^ t[3][s >> 24].
 struct Crc32cShift {
   uint32_t table[4][256];
-  Crc32cShift() {
-    const Crc32cZeros zeros(kCrc32cLane);
+  explicit Crc32cShift(uint64_t len = kCrc32cLane) {
+    const Crc32cZeros zeros(len);
     uint32_t basis[32];  // the images of the 32 unit states
     for (int bit = 0; bit < 32; ++bit) basis[bit] = zeros.Apply(uint32_t{1} << bit);
     for (int k = 0; k < 4; ++k) {
@@ -278,6 +279,59 @@ KVRING_CRC32C_FOLD_TARGET inline __m512i FoldLoad(const uint8_t* from, uint8_t* 
   return v;
 }
 
+// The CRC, from a zero state, of everything four sums of Crc32cFoldLoop hold (x[0] the
+// oldest): the four folded into one 128-bit lane, whose 16 bytes the crc32 instruction takes.
+KVRING_CRC32C_FOLD_TARGET inline uint32_t FoldedCrc(__m512i* x) {
+  const __m512i by_vector = FoldBy512(0x1c19243b00000000u, 0x75bba45b00000000u);
+  for (size_t i = 1; i < 4; ++i) x[i] = Fold512(x[i - 1], by_vector, x[i]);
+  __m128i lanes[4];
+  _mm512_storeu_si512(lanes, x[3]);
+  __m128i lane = Fold128(lanes[0], FoldBy(0xa46ef4aa00000000u, 0x6051243f00000000u), lanes[3]);
+  lane = Fold128(lanes[1], FoldBy(0x33ccbbbc00000000u, 0xa2158b3400000000u), lane);
+  lane = Fold128(lanes[2], FoldBy(0x3743f7bd00000000u, 0x3171d43000000000u), lane);
+  const uint32_t low = Crc32cWordHardware(0, static_cast<uint64_t>(_mm_cvtsi128_si64(lane)));
+  return Crc32cWordHardware(low, static_cast<uint64_t>(_mm_extract_epi64(lane, 1)));
+}
+
+// Bytes of each of the four streams of Crc32cFoldQuarters.
+inline constexpr size_t kCrc32cFoldQuarter = 16384;
+
+// The raw CRC state `state` updated by the whole blocks of four quarters (kCrc32cFoldQuarter
+// bytes each) at *data, which it moves past them (and *size down): each quarter folds in four
+// sums of its own, the four quarters' lines in turn, so that four streams from memory are in
+// flight where one leaves memory idle part of the time; their CRCs are joined by the shift of
+// a quarter's zeros. 292 MiB in 1 MiB pieces from memory on one core of the Intel Xeon host:
+// 18-20 ms, against 20-23 for one stream.
+KVRING_CRC32C_FOLD_TARGET inline uint32_t Crc32cFoldQuarters(uint32_t state, const uint8_t** data,
+                                                             size_t* size) {
+  static const Crc32cShift by_quarter(kCrc32cFoldQuarter);
+  const __m512i by_block = FoldBy512(0xe9a5d8be00000000u, 0x1426a81500000000u);
+  for (; *size >= 4 * kCrc32cFoldQuarter; *size -= 4 * kCrc32cFoldQuarter) {
+    const uint8_t* quarter = *data;
+    __m512i x[4][4];
+    for (size_t q = 0; q < 4; ++q) {
+      for (size_t i = 0; i < 4; ++i) {
+        x[q][i] = _mm512_loadu_si512(quarter + q * kCrc32cFoldQuarter + 64 * i);
+      }
+    }
+    x[0][0] = _mm512_xor_si512(x[0][0],
+                               _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(state))));
+    for (size_t at = 256; at < kCrc32cFoldQuarter; at += 256) {
+      for (size_t q = 0; q < 4; ++q) {
+        const uint8_t* block = quarter + q * kCrc32cFoldQuarter + at;
+        for (size_t i = 0; i < 4; ++i) {
+          __builtin_prefetch(block + 2048 + 64 * i, 0, 3);  // past the end: never faults
+          x[q][i] = Fold512(x[q][i], by_block, _mm512_loadu_si512(block + 64 * i));
+        }
+      }
+    }
+    state = FoldedCrc(x[0]);
+    for (size_t q = 1; q < 4; ++q) state = by_quarter(state) ^ FoldedCrc(x[q]);
+    *data += 4 * kCrc32cFoldQuarter;
+  }
+  return state;
+}
+
 // The raw CRC state `state` updated by `size` bytes at `data` (size >= kCrc32cFoldMin), by
 // folding: 256 bytes a step in four 512-bit sums of 128-bit lanes, each lane carried 2048
 // bits on by carry-less products (Intel's "Fast CRC Computation for Generic Polynomials Using
@@ -290,7 +344,12 @@ KVRING_CRC32C_FOLD_TARGET inline __m512i FoldLoad(const uint8_t* from, uint8_t* 
 template <bool kCopy>
 KVRING_CRC32C_FOLD_TARGET inline uint32_t Crc32cFoldLoop(uint32_t state, const uint8_t* data,
                                                          size_t size, uint8_t* to) {
-  if constexpr (kCopy) {
+  if constexpr (!kCopy) {
+    if (size >= 4 * kCrc32cFoldQuarter) {
+      state = Crc32cFoldQuarters(state, &data, &size);
+      if (size < kCrc32cFoldMin) return Crc32cLaneHardware(state, data, size);
+    }
+  } else {
     const size_t head = (64 - (reinterpret_cast<uintptr_t>(to) & 63)) & 63;
     std::memcpy(to, data, head);
     state = Crc32cLaneHardware(state, data, head);
@@ -316,16 +375,7 @@ KVRING_CRC32C_FOLD_TARGET inline uint32_t Crc32cFoldLoop(uint32_t state, const u
   data += 256;
   size -= 256;
   if constexpr (kCopy) to += 256;
-  const __m512i by_vector = FoldBy512(0x1c19243b00000000u, 0x75bba45b00000000u);
-  for (size_t i = 1; i < 4; ++i) x[i] = Fold512(x[i - 1], by_vector, x[i]);
-  __m128i lanes[4];
-  _mm512_storeu_si512(lanes, x[3]);
-  __m128i lane = Fold128(lanes[0], FoldBy(0xa46ef4aa00000000u, 0x6051243f00000000u), lanes[3]);
-  lane = Fold128(lanes[1], FoldBy(0x33ccbbbc00000000u, 0xa2158b3400000000u), lane);
-  lane = Fold128(lanes[2], FoldBy(0x3743f7bd00000000u, 0x3171d43000000000u), lane);
-  // The folded lane has the CRC of everything so far from a zero state.
-  state = Crc32cWordHardware(0, static_cast<uint64_t>(_mm_cvtsi128_si64(lane)));
-  state = Crc32cWordHardware(state, static_cast<uint64_t>(_mm_extract_epi64(lane, 1)));
+  state = FoldedCrc(x);
   if constexpr (kCopy) std::memcpy(to, data, size);
   return Crc32cLaneHardware(state, data, size);
 }
