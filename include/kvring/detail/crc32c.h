@@ -1,7 +1,7 @@
 // kvring/detail/crc32c.h: CRC32C (Castagnoli, the checksum of iSCSI, ext4 and LevelDB) of a
 // byte range, for the sections of kvring's state format. On x86-64 CPUs with AVX-512 and
 // VPCLMULQDQ, ranges of 1 KiB or more fold 256 bytes a step with carry-less products
-// (Crc32cFoldLoop). Otherwise on x86-64 with SSE4.2, and on AArch64 with the CRC32 extension
+// (Crc32cFoldLoop; from 64 KiB in four streams, Crc32cFoldQuarters). Otherwise on x86-64 with SSE4.2, and on AArch64 with the CRC32 extension
 // (crc32cx; Linux reports it in HWCAP_CRC32, every Apple core has it), three independent crc32
 // instruction streams run over thirds of each 12 KiB block and are joined by a precomputed
 // shift (the instruction's latency is about three cycles, its throughput one per cycle);
