@@ -5,9 +5,9 @@
 // SSE4.2, and on AArch64 with the CRC32 extension (crc32cx; Linux reports it in HWCAP_CRC32,
 // every Apple core has it), three independent crc32 instruction streams run over thirds of
 // each 12 KiB block and are joined by a precomputed shift (the instruction's latency is about
-// three cycles, its throughput one per cycle); elsewhere a table-driven loop of 8 bytes a step. Crc32cFoldAllowed() = false forces the
-// instruction's loop, Crc32cHardwareAllowed() = false the table-driven one (tests run all
-// three). Internal; no allocation.
+// three cycles, its throughput one per cycle); elsewhere a table-driven loop of 8 bytes a step.
+// Crc32cFoldAllowed() = false forces the instruction's loop, Crc32cHardwareAllowed() = false the
+// table-driven one (tests run all three). Internal; no allocation.
 #ifndef KVRING_DETAIL_CRC32C_H_
 #define KVRING_DETAIL_CRC32C_H_
 
