@@ -279,6 +279,26 @@ KVRING_CRC32C_FOLD_TARGET inline __m512i FoldLoad(const uint8_t* from, uint8_t* 
   return v;
 }
 
+// Starts the four sums of Crc32cFoldLoop on the 256 bytes at `from` (kCopy: also stored at
+// `to`): the raw state enters as the first four bytes' sum with it.
+template <bool kCopy>
+KVRING_CRC32C_FOLD_TARGET inline void StartFold(__m512i* x, uint32_t state, const uint8_t* from,
+                                                uint8_t* to) {
+  for (size_t i = 0; i < 4; ++i) x[i] = FoldLoad<kCopy>(from, to, 64 * i);
+  x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(state))));
+}
+// Carries the four sums 2048 bits on and adds the next 256 bytes, at `from` (kCopy: also
+// stored at `to`), prefetching 2 KiB ahead: from memory, 292 MiB in 22-23 ms instead of 25 on
+// one core of the Intel Xeon host. Past the end: prefetches never fault.
+template <bool kCopy>
+KVRING_CRC32C_FOLD_TARGET inline void FoldBlock(__m512i* x, const uint8_t* from, uint8_t* to) {
+  const __m512i by_block = FoldBy512(0xe9a5d8be00000000u, 0x1426a81500000000u);
+  for (size_t i = 0; i < 4; ++i) {
+    __builtin_prefetch(from + 2048 + 64 * i, 0, 3);
+    x[i] = Fold512(x[i], by_block, FoldLoad<kCopy>(from, to, 64 * i));
+  }
+}
+
 // The CRC, from a zero state, of everything four sums of Crc32cFoldLoop hold (x[0] the
 // oldest): the four folded into one 128-bit lane, whose 16 bytes the crc32 instruction takes.
 KVRING_CRC32C_FOLD_TARGET inline uint32_t FoldedCrc(__m512i* x) {
@@ -305,24 +325,15 @@ inline constexpr size_t kCrc32cFoldQuarter = 16384;
 KVRING_CRC32C_FOLD_TARGET inline uint32_t Crc32cFoldQuarters(uint32_t state, const uint8_t** data,
                                                              size_t* size) {
   static const Crc32cShift by_quarter(kCrc32cFoldQuarter);
-  const __m512i by_block = FoldBy512(0xe9a5d8be00000000u, 0x1426a81500000000u);
   for (; *size >= 4 * kCrc32cFoldQuarter; *size -= 4 * kCrc32cFoldQuarter) {
     const uint8_t* quarter = *data;
     __m512i x[4][4];
     for (size_t q = 0; q < 4; ++q) {
-      for (size_t i = 0; i < 4; ++i) {
-        x[q][i] = _mm512_loadu_si512(quarter + q * kCrc32cFoldQuarter + 64 * i);
-      }
+      StartFold<false>(x[q], q == 0 ? state : 0, quarter + q * kCrc32cFoldQuarter, nullptr);
     }
-    x[0][0] = _mm512_xor_si512(x[0][0],
-                               _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(state))));
     for (size_t at = 256; at < kCrc32cFoldQuarter; at += 256) {
       for (size_t q = 0; q < 4; ++q) {
-        const uint8_t* block = quarter + q * kCrc32cFoldQuarter + at;
-        for (size_t i = 0; i < 4; ++i) {
-          __builtin_prefetch(block + 2048 + 64 * i, 0, 3);  // past the end: never faults
-          x[q][i] = Fold512(x[q][i], by_block, _mm512_loadu_si512(block + 64 * i));
-        }
+        FoldBlock<false>(x[q], quarter + q * kCrc32cFoldQuarter + at, nullptr);
       }
     }
     state = FoldedCrc(x[0]);
@@ -358,19 +369,11 @@ KVRING_CRC32C_FOLD_TARGET inline uint32_t Crc32cFoldLoop(uint32_t state, const u
     size -= head;
   }
   __m512i x[4];
-  for (size_t i = 0; i < 4; ++i) x[i] = FoldLoad<kCopy>(data, to, 64 * i);
-  // The state enters as the first four bytes' sum with it.
-  x[0] = _mm512_xor_si512(x[0], _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(state))));
-  const __m512i by_block = FoldBy512(0xe9a5d8be00000000u, 0x1426a81500000000u);
+  StartFold<kCopy>(x, state, data, to);
   for (; size >= 2 * 256; size -= 256) {
     data += 256;
     if constexpr (kCopy) to += 256;
-    for (size_t i = 0; i < 4; ++i) {
-      // From memory, 2 KiB ahead: 292 MiB in 22-23 ms instead of 25 on one core of the Intel
-      // Xeon host (the crc32 instruction's loop 34). Past the end: prefetches never fault.
-      __builtin_prefetch(data + 2048 + 64 * i, 0, 3);
-      x[i] = Fold512(x[i], by_block, FoldLoad<kCopy>(data, to, 64 * i));
-    }
+    FoldBlock<kCopy>(x, data, to);
   }
   data += 256;
   size -= 256;
