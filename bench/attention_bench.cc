@@ -119,6 +119,13 @@ KV Store(const History& history, const kvring::StorageSpec& spec, uint64_t end) 
   return std::move(kv).value();
 }
 
+// KVRING_BENCH_HUGE_PAGES=1: BM_Attention's storage (RingKV, GlobalKV) on transparent huge
+// pages (RuntimeSpec::huge_pages); the read twin's buffer stays as it is.
+bool& HugePages() {
+  static bool huge_pages = false;
+  return huge_pages;
+}
+
 template <typename Layout>
 void BM_Attention(benchmark::State& state, Shape shape, bool ring,
                   kvring::Products products = kvring::Products::kF32) {
@@ -154,10 +161,11 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring,
   // from the history in the largest batches it takes (a ring: slots - keep positions).
   // A ring benchmark also runs the flat storage of the same history (its ring / flat ratio
   // then compares calls interleaved in one loop, not two runs minutes apart on a shared host).
-  const kvring::StorageSpec spec =
+  kvring::StorageSpec spec =
       kvring::reference::SpecOf(history, slots, /*keep=*/shape.window - 1, end);
-  const kvring::StorageSpec flat_spec =
+  kvring::StorageSpec flat_spec =
       kvring::reference::SpecOf(history, flat_slots, /*keep=*/shape.window - 1, end);
+  spec.huge_pages = flat_spec.huge_pages = HugePages();
   kvring::RingKV<Layout> ring_kv;
   kvring::GlobalKV<Layout> flat_kv;
   if (ring) ring_kv = Store<kvring::RingKV<Layout>>(history, spec, end);
@@ -654,6 +662,11 @@ int main(int argc, char** argv) {
   if (no_amx != nullptr && std::strcmp(no_amx, "1") == 0) {
     kvring::detail::AmxAllowed() = false;
     std::fprintf(stderr, "KVRING_BENCH_NO_AMX=1: AMX not used\n");
+  }
+  const char* huge_pages = std::getenv("KVRING_BENCH_HUGE_PAGES");
+  if (huge_pages != nullptr && std::strcmp(huge_pages, "1") == 0) {
+    kvring_bench::HugePages() = true;
+    std::fprintf(stderr, "KVRING_BENCH_HUGE_PAGES=1: BF16 K/V storage on huge pages\n");
   }
   kvring_bench::RegisterAll();
   benchmark::Initialize(&argc, argv);

@@ -84,6 +84,11 @@ class LayerPlan::Builder {
     runtime_.num_sequences = num_sequences;
     return *this;
   }
+  // Storage only (RuntimeSpec::huge_pages): large K/V buffers on transparent huge pages.
+  Builder& SetHugePages(bool huge_pages) {
+    runtime_.huge_pages = huge_pages;
+    return *this;
+  }
   // kInt8 (kInt8Hadamard) stores every layer in int8 (int8h), as SetFormat of it; kF16,
   // kF32, kFP8 are for accounting only (IsAccountingOnly).
   Builder& SetElementType(Format element_type) {

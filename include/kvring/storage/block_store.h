@@ -44,7 +44,8 @@ class BlockStore {
   // store could not be allocated.
   bool Allocate(uint32_t num_blocks, size_t* failed) {
     for (Paged& paged : layers_) {
-      if (!paged.store.Allocate(paged.spec.shape, paged.spec.format, num_blocks)) {
+      if (!paged.store.Allocate(paged.spec.shape, paged.spec.format, num_blocks,
+                                paged.spec.huge_pages)) {
         *failed = paged.layer;
         return false;
       }

@@ -27,12 +27,14 @@ template <typename Layout>
 class LayerBuffers {
  public:
   // Allocates the buffers of `num_blocks` blocks of `block_shape` in `format` (only that
-  // format's). Returns false, holding nothing, if the sizes overflow or allocation failed.
-  bool Allocate(const KVShape& block_shape, Format format, uint64_t num_blocks) {
+  // format's), those of a huge page or more for huge pages if `huge_pages` (AlignedBuffer).
+  // Returns false, holding nothing, if the sizes overflow or allocation failed.
+  bool Allocate(const KVShape& block_shape, Format format, uint64_t num_blocks, bool huge_pages) {
     *this = LayerBuffers();
     layout_ = Layout(block_shape);
     format_ = format;
     num_blocks_ = num_blocks;
+    huge_pages_ = huge_pages;
     uint64_t k_size, v_size, scales;
     if (!CheckedMul(layout_.K().RequiredSpanSize(), num_blocks, &k_size) ||
         !CheckedMul(layout_.V().RequiredSpanSize(), num_blocks, &v_size) ||
@@ -43,13 +45,13 @@ class LayerBuffers {
     }
     const bool has_v = block_shape.v_head_dim != 0;
     if (IsInt8(format)) {
-      k_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(k_size));
-      v_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(v_size));
-      k_scales_ = AlignedBuffer<float>::Zeroed(static_cast<size_t>(scales));
-      v_scales_ = AlignedBuffer<float>::Zeroed(has_v ? static_cast<size_t>(scales) : 0);
+      k_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(k_size), huge_pages);
+      v_int8_ = AlignedBuffer<int8_t>::Zeroed(static_cast<size_t>(v_size), huge_pages);
+      k_scales_ = AlignedBuffer<float>::Zeroed(static_cast<size_t>(scales), huge_pages);
+      v_scales_ = AlignedBuffer<float>::Zeroed(has_v ? static_cast<size_t>(scales) : 0, huge_pages);
     } else {
-      k_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(k_size));
-      v_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(v_size));
+      k_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(k_size), huge_pages);
+      v_ = AlignedBuffer<BF16>::Zeroed(static_cast<size_t>(v_size), huge_pages);
     }
     // (An empty K can only come from a zero shape or no blocks, which callers reject.)
     const bool ok = !Failed() &&
@@ -62,6 +64,9 @@ class LayerBuffers {
 
   const Layout& BlockLayout() const { return layout_; }
   Format GetFormat() const { return format_; }
+  // Whether Allocate was asked for huge pages (a copy asks alike).
+  bool HugePagesAsked() const { return huge_pages_; }
+
   uint64_t NumBlocks() const { return num_blocks_; }
   // Returns the bytes of every buffer: blocks x slots x num_kv_heads x (RowBytes(format,
   // head_dim) + RowBytes(format, v_head_dim)).
@@ -123,6 +128,7 @@ class LayerBuffers {
   Layout layout_;
   Format format_ = Format::kBF16;
   uint64_t num_blocks_ = 0;
+  bool huge_pages_ = false;
   // Format::kBF16: the elements at the layout's offsets (V empty without V).
   AlignedBuffer<BF16> k_;
   AlignedBuffer<BF16> v_;

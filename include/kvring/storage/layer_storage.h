@@ -156,7 +156,7 @@ class LayerStorage {
   // Returns false if the allocation failed.
   bool Allocate(const StorageSpec& spec) {
     index_ = RingIndex(spec.shape.num_slots, spec.keep, spec.max_rollback, spec.context);
-    return buffers_.Allocate(spec.shape, spec.format, 1);
+    return buffers_.Allocate(spec.shape, spec.format, 1, spec.huge_pages);
   }
 
   const Layout& GetLayout() const { return buffers_.BlockLayout(); }
@@ -321,7 +321,7 @@ class LayerStorage {
     KVShape shape = GetLayout().Shape();
     shape.num_slots = num_slots;
     copy.index_ = index_.Resized(num_slots);
-    if (copy.buffers_.Allocate(shape, GetFormat(), 1)) {
+    if (copy.buffers_.Allocate(shape, GetFormat(), 1, buffers_.HugePagesAsked())) {
       CopyHeldTo(&copy);
     } else {
       copy.failed_ = true;

@@ -29,6 +29,7 @@ struct StorageSpec {
   uint64_t max_rollback = 0;      // rollback headroom
   uint64_t context = 0;           // the logical limit of positions
   Format format = Format::kBF16;  // of every K and V element
+  bool huge_pages = false;        // RuntimeSpec::huge_pages
 
   // Returns the spec of owning layer `layer` of `plan`.
   static StorageSpec Of(const LayerPlan& plan, size_t layer) {
@@ -39,6 +40,7 @@ struct StorageSpec {
     spec.keep = info.span == 0 ? spec.context : info.span - 1;
     spec.max_rollback = plan.Runtime().rollback;
     spec.format = info.spec.format;
+    spec.huge_pages = plan.Runtime().huge_pages;
     return spec;
   }
 };
