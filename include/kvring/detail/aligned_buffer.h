@@ -32,7 +32,7 @@ inline size_t HugePageBytes() {
     const long page = ::sysconf(_SC_PAGESIZE);
     // (A power of two, a whole number of base pages.)
     const bool usable = page > 0 && value > static_cast<unsigned long long>(page) &&
-                        (value & (value - 1)) == 0 && value <= (size_t{1} << 40);
+                        (value & (value - 1)) == 0 && value <= (1ull << 40);
     return usable ? static_cast<size_t>(value) : size_t{0};
   }();
   return bytes;

@@ -156,9 +156,9 @@ struct RuntimeSpec {
   Format element_type = Format::kBF16;
   // Storage only, not capacity: K/V buffers of a huge page or more (2 MiB on x86-64) start on
   // a huge page boundary and are advised for Linux's transparent huge pages, which take the
-  // page walks out of decode over long contexts (docs/storage.md, "Huge pages"). A huge page
-  // is committed whole on first write: a flash layout's buffer, whose every position touches
-  // every dim row, is then resident from its first append. Ignored elsewhere.
+  // page walks out of decode over long contexts (docs/integration.md, "Huge pages"). A huge
+  // page is committed whole on first write: a flash layout's buffer, whose every position
+  // touches every dim row, is then resident from its first append. Ignored off Linux.
   bool huge_pages = false;
 };
 

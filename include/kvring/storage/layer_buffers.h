@@ -66,7 +66,6 @@ class LayerBuffers {
   Format GetFormat() const { return format_; }
   // Whether Allocate was asked for huge pages (a copy asks alike).
   bool HugePagesAsked() const { return huge_pages_; }
-
   uint64_t NumBlocks() const { return num_blocks_; }
   // Returns the bytes of every buffer: blocks x slots x num_kv_heads x (RowBytes(format,
   // head_dim) + RowBytes(format, v_head_dim)).
