@@ -116,8 +116,8 @@ TEST(HugePages, SmallBuffersAndBuffersNotAskingAllocateAsBefore) {
   EXPECT_TRUE(AlignedBuffer<float>::Zeroed(SIZE_MAX / 2, true).Failed());
 }
 
-// A sliding layer whose ring takes less than a huge page and a global one of several, in
-// `Layout`, with or without huge pages.
+// A sliding layer whose ring takes less than a huge page and a global one of several, for
+// `backend` in `format`, with or without huge pages.
 LayerPlan PlanWith(bool huge_pages, Backend backend, Format format) {
   return LayerPlan::Builder()
       .AddLayer(LayerSpec::Sliding(256, 4, 128))
@@ -147,7 +147,8 @@ void AppendRows(uint64_t begin, uint64_t end, const Append& append) {
   }
 }
 
-// Expects every row of `cache` and `twin` that both hold to be equal, and the row count.
+// Expects read(false, ...) and read(true, ...) (the storage and its twin) to answer alike for
+// every position of [begin, end) of both layers, and the rows they give to be equal.
 template <typename Read>
 void ExpectSameRows(uint64_t begin, uint64_t end, const Read& read) {
   for (size_t layer : {0, 1}) {
