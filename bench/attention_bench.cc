@@ -47,6 +47,7 @@ HWY_AFTER_NAMESPACE();
 #include <immintrin.h>
 #endif
 
+#include "bench/env.h"
 #include "bench/evict.h"
 #include "benchmark/benchmark.h"
 #include "kvring/detail/cpu_choice.h"
@@ -117,13 +118,6 @@ KV Store(const History& history, const kvring::StorageSpec& spec, uint64_t end) 
     std::abort();
   }
   return std::move(kv).value();
-}
-
-// KVRING_BENCH_HUGE_PAGES=1: BM_Attention's storage (RingKV, GlobalKV) on transparent huge
-// pages (RuntimeSpec::huge_pages); the read twin's buffer stays as it is.
-bool& HugePages() {
-  static bool huge_pages = false;
-  return huge_pages;
 }
 
 template <typename Layout>
@@ -644,28 +638,24 @@ void RegisterAll() {
 int main(int argc, char** argv) {
   // KVRING_BENCH_NO_AVX512=1: dispatch no AVX-512 target, to time the AVX2 kernels on an
   // AVX-512 host (their instruction mix, not an AVX2-only CPU's speed).
-  const char* no_avx512 = std::getenv("KVRING_BENCH_NO_AVX512");
-  if (no_avx512 != nullptr && std::strcmp(no_avx512, "1") == 0) {
+  if (kvring_bench::EnvFlag("KVRING_BENCH_NO_AVX512")) {
     hwy::DisableTargets(HWY_AVX3 | HWY_AVX3_DL);
     std::fprintf(stderr, "KVRING_BENCH_NO_AVX512=1: AVX-512 targets disabled\n");
   }
   // KVRING_BENCH_NO_AVX_VNNI=1: the AVX2 kernels' integer-product mode takes the f32 loops of
   // AVX2 CPUs without AVX-VNNI.
-  const char* no_avx_vnni = std::getenv("KVRING_BENCH_NO_AVX_VNNI");
-  if (no_avx_vnni != nullptr && std::strcmp(no_avx_vnni, "1") == 0) {
+  if (kvring_bench::EnvFlag("KVRING_BENCH_NO_AVX_VNNI")) {
     kvring::detail::AvxVnniAllowed() = false;
     std::fprintf(stderr, "KVRING_BENCH_NO_AVX_VNNI=1: AVX-VNNI not used\n");
   }
   // KVRING_BENCH_NO_AMX=1: the AVX3_DL kernels' BF16-product mode runs every block on
   // vdpbf16ps, as on CPUs without AMX.
-  const char* no_amx = std::getenv("KVRING_BENCH_NO_AMX");
-  if (no_amx != nullptr && std::strcmp(no_amx, "1") == 0) {
+  if (kvring_bench::EnvFlag("KVRING_BENCH_NO_AMX")) {
     kvring::detail::AmxAllowed() = false;
     std::fprintf(stderr, "KVRING_BENCH_NO_AMX=1: AMX not used\n");
   }
-  const char* huge_pages = std::getenv("KVRING_BENCH_HUGE_PAGES");
-  if (huge_pages != nullptr && std::strcmp(huge_pages, "1") == 0) {
-    kvring_bench::HugePages() = true;
+  // KVRING_BENCH_HUGE_PAGES=1 (bench/env.h): BM_Attention's RingKV and GlobalKV.
+  if (kvring_bench::HugePages()) {
     std::fprintf(stderr, "KVRING_BENCH_HUGE_PAGES=1: BF16 K/V storage on huge pages\n");
   }
   kvring_bench::RegisterAll();

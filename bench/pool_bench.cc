@@ -38,6 +38,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include "bench/env.h"
 #include "bench/evict.h"
 #include "benchmark/benchmark.h"
 #include "kvring/dispatch.h"
@@ -71,13 +72,6 @@ double ReadTwinSeconds(std::vector<uint32_t>* buffer, kvring::ThreadPool* pool, 
 }
 
 constexpr uint32_t kHeadDim = 128, kQHeads = 8, kKVHeads = 2;
-
-// KVRING_BENCH_HUGE_PAGES=1: BM_DecodeMany's pool on transparent huge pages
-// (RuntimeSpec::huge_pages); the read twin's buffer stays as it is.
-bool HugePages() {
-  const char* huge_pages = std::getenv("KVRING_BENCH_HUGE_PAGES");
-  return huge_pages != nullptr && std::strcmp(huge_pages, "1") == 0;
-}
 
 // 64 sequences of lengths 256 to 8192 (evenly spread) in a pool whose one layer is global
 // (paged) or sliding with a 4096 window (a ring per sequence), one decode query each.

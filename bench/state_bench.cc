@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/env.h"
 #include "kvring/kvring.h"
 
 namespace {
@@ -26,13 +27,6 @@ namespace {
 constexpr uint32_t kKVHeads = 8, kHeadDim = 128;
 constexpr uint64_t kContext = 32768, kWindow = 4096, kBatch = 512;
 const char kModel[] = "bench-model";
-
-// KVRING_BENCH_HUGE_PAGES=1: the cache's K/V on transparent huge pages
-// (RuntimeSpec::huge_pages); the twins' buffers stay as they are.
-bool HugePages() {
-  const char* huge_pages = std::getenv("KVRING_BENCH_HUGE_PAGES");
-  return huge_pages != nullptr && std::strcmp(huge_pages, "1") == 0;
-}
 
 template <typename Layout>
 kvring::KVCache<Layout> FilledCache(kvring::Format format) {
@@ -47,7 +41,7 @@ kvring::KVCache<Layout> FilledCache(kvring::Format format) {
                                                  .SetContext(kContext)
                                                  .SetBatch(kBatch)
                                                  .SetLayout<Layout>()
-                                                 .SetHugePages(HugePages())
+                                                 .SetHugePages(kvring_bench::HugePages())
                                                  .Build();
   if (!plan.ok()) std::abort();
   kvring::Expected<kvring::KVCache<Layout>> cache = kvring::KVCache<Layout>::Create(plan.value());
