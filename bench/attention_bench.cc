@@ -389,9 +389,10 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring,
 }
 
 // Int8 against BF16 (Format::kInt8, or kInt8Hadamard: K rotated, queries rotated per call):
-// the same history stored in both formats (ring or flat,
-// as the layout pads them), the int8 call, the BF16 call and the read twin of the int8 bytes
-// timed in turn in each iteration (alternating order), decode cold as BM_Attention's.
+// the same history appended in both formats to storage as BM_Attention's (RingKV or
+// GlobalKV, huge pages with KVRING_BENCH_HUGE_PAGES=1), the int8 call, the BF16 call and the
+// read twin of the int8 bytes timed in turn in each iteration (alternating order), decode
+// cold as BM_Attention's.
 // Counters: bf16_ratio (the BF16 call's time over the int8 call's: 2.0 = twice as fast),
 // read_ratio (the read twin of the int8 bytes, elements and scales, over the int8 call), and
 // for a ring ring_over_flat (the int8 ring against int8 flat storage of the same history,
@@ -400,9 +401,6 @@ void BM_Attention(benchmark::State& state, Shape shape, bool ring,
 template <typename Layout>
 void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format format,
              kvring::Products products) {
-  using kvring::reference::Int8History;
-  using kvring::reference::Int8Storage;
-  using kvring::reference::Storage;
   const uint64_t first_q_pos = 3 * (shape.window + shape.num_queries) + 17;
   const uint64_t end = first_q_pos + shape.num_queries;
   uint64_t ring_slots = 0, flat_slots = 0;
@@ -425,14 +423,29 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format for
     for (size_t i = 0; i < row; ++i) history.k[pos * row + i] = kvring::BF16FromF32(normal(rng));
     for (size_t i = 0; i < row; ++i) history.v[pos * row + i] = kvring::BF16FromF32(normal(rng));
   }
-  const Int8History q8 = Int8History::Of(history, format);
-  const auto int8_kv = Int8Storage<Layout>::Make(q8, slots, end);
-  const auto int8_flat = Int8Storage<Layout>::Make(q8, flat_slots, end);
-  const auto bf16_kv = Storage<Layout>::Make(history, slots, end);
+  // Int8 and BF16 storage as BM_Attention's (storage quantizes on append), with huge pages
+  // when KVRING_BENCH_HUGE_PAGES=1; int8 flat storage too for a ring's ring_over_flat.
+  kvring::StorageSpec bf16_spec =
+      kvring::reference::SpecOf(history, slots, /*keep=*/shape.window - 1, end);
+  bf16_spec.huge_pages = HugePages();
+  kvring::StorageSpec int8_spec = bf16_spec;
+  int8_spec.format = format;
+  kvring::StorageSpec int8_flat_spec = int8_spec;
+  int8_flat_spec.shape.num_slots = flat_slots;
+  kvring::RingKV<Layout> int8_ring, bf16_ring;
+  kvring::GlobalKV<Layout> int8_flat, bf16_flat;
+  if (ring) {
+    int8_ring = Store<kvring::RingKV<Layout>>(history, int8_spec, end);
+    bf16_ring = Store<kvring::RingKV<Layout>>(history, bf16_spec, end);
+  } else {
+    bf16_flat = Store<kvring::GlobalKV<Layout>>(history, bf16_spec, end);
+  }
+  int8_flat = Store<kvring::GlobalKV<Layout>>(history, int8_flat_spec, end);
   const kvring::Visibility visibility{AttentionKind::kSliding, shape.window};
-  const kvring::KVView<Layout> view = int8_kv.View(visibility);
   const kvring::KVView<Layout> flat_view = int8_flat.View(visibility);
-  const kvring::KVView<Layout> bf16_view = bf16_kv.View(visibility);
+  const kvring::KVView<Layout> view = ring ? int8_ring.View(visibility) : flat_view;
+  const kvring::KVView<Layout> bf16_view =
+      ring ? bf16_ring.View(visibility) : bf16_flat.View(visibility);
   std::vector<float> queries(size_t{shape.num_queries} * shape.num_q_heads * shape.head_dim);
   for (float& q : queries) q = normal(rng);
   std::vector<float> out(size_t{shape.num_queries} * shape.num_q_heads * shape.head_dim);
