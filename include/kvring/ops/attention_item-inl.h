@@ -155,12 +155,12 @@ class ItemRunner {
   }
 
   // How many tiles ahead a BF16 tile's V pass prefetches K: two where the newest query sees
-  // 8192 positions or more, a dim's lines lie 16 KiB or more apart and a tile holds at most
-  // 8 KiB of K (L1 keeps the tile being read); else one. Intel Xeon, D128 flash decode: two
-  // ahead 12-15% faster at 12288-32768 positions, the same at 8192, 1-3% slower at 4096.
+  // 8192 positions or more, a dim's lines lie 16 KiB or more apart and a tile holds at most 8
+  // KiB of K, else one (docs/attention.md, "Prefetch": measured on an Intel Xeon host).
   uint64_t KTilesAhead(size_t dim_stride) const {
-    const uint64_t last = batch_.first_q_pos + batch_.num_queries - 1;
-    const uint64_t seen = last + 1 - kv_.visibility.FirstVisible(last);
+    const uint64_t end = batch_.first_q_pos + batch_.num_queries;
+    const uint64_t first = kv_.visibility.FirstVisible(end - 1);
+    const uint64_t seen = end > first ? end - first : 0;
     const uint64_t line_gap = uint64_t{dim_stride} * sizeof(T);
     const uint64_t tile_bytes = kTile * head_dim_ * sizeof(T);
     return seen >= 8192 && line_gap >= 16384 && tile_bytes <= 8192 ? 2 : 1;
