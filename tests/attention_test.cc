@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,7 @@ HWY_AFTER_NAMESPACE();
 #include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
 #include "reference/reference_attention.h"
+#include "reference/sweep_memo.h"
 
 namespace kvring_test {
 HWY_EXPORT(ConvertF32ToBF16);
@@ -128,6 +130,12 @@ SweepShare& CurrentSweep() {
   return share;
 }
 
+// The current sweep's cases' inputs and references, made on the first target (Kept, below).
+kvring::reference::SweepMemo& CurrentMemo() {
+  static kvring::reference::SweepMemo memo;
+  return memo;
+}
+
 // Whether the next case of the sweep runs on the current target (always, unstrided). On a
 // CPU with AVX-VNNI the AVX2 kernels' integer-product mode takes it on every other case, and
 // on the others the f32 loops of AVX2 CPUs without it (detail::AvxVnniAllowed); on a CPU with
@@ -166,6 +174,7 @@ void ForEachTarget(const Body& body) {
   const uint32_t stride = NumberFromEnvironment("KVRING_SWEEP_STRIDE", 1, 1);
   const uint32_t first = NumberFromEnvironment("KVRING_SWEEP_OFFSET", 0, 0);
   uint32_t place = 0;
+  CurrentMemo().Clear();
   for (const int64_t target : SweptTargets()) {
     CurrentSweep() = SweepShare{stride, (first + place++) % stride, 0};
     kvring::detail::AvxVnniAllowed() = true;
@@ -178,6 +187,7 @@ void ForEachTarget(const Body& body) {
   kvring::detail::AmxAllowed() = true;
   hwy::SetSupportedTargetsForTest(0);
   CurrentSweep() = SweepShare{};
+  CurrentMemo().Clear();
 }
 
 // Prints the targets this CPU offers and those the sweeps run on; with KVRING_EXPECTED_TARGETS
@@ -232,6 +242,21 @@ struct Case {
            " sinks=" + std::to_string(sinks) + " bf16q=" + std::to_string(bf16_queries) +
            " seed=" + std::to_string(seed) + (latent_v_dims != 0 ? " latent" : "");
   }
+  // Every field, floats exactly: what the sweep's memo keys the case's values by (Kept). A new
+  // field goes in here too (and in AttentionSweeps.SweepMemoKeysEveryFieldOfACase).
+  std::string Key() const {
+    char text[320];
+    std::snprintf(text, sizeof(text), "%u %u %u %u %u %d %llu %llu %u %a %d %d %a %llu %u",
+                  head_dim, v_head_dim, latent_v_dims, num_kv_heads, group,
+                  static_cast<int>(visibility.kind),
+                  static_cast<unsigned long long>(visibility.span),  // NOLINT(runtime/int)
+                  static_cast<unsigned long long>(first_q_pos),      // NOLINT(runtime/int)
+                  num_queries, static_cast<double>(soft_cap), sinks ? 1 : 0, bf16_queries ? 1 : 0,
+                  static_cast<double>(query_scale),
+                  static_cast<unsigned long long>(extra_ring_slots),  // NOLINT(runtime/int)
+                  seed);
+    return text;
+  }
   // Slots of the smallest ring that serves the batch (docs/design.md), plus the extra.
   uint64_t RingSlots() const {
     const uint64_t span = visibility.kind == AttentionKind::kGlobal ? EndPos() : visibility.span;
@@ -274,6 +299,53 @@ Inputs MakeInputs(const Case& c) {
     for (float& s : in.sinks) s = normal(rng) * 2.0f;
   }
   return in;
+}
+
+// Returns `make()`, what case `c` computes alike on every target (`what` names it: each name
+// one type and one way of making it), made on the first target the sweep runs `c` on and kept
+// for the others until the sweep ends (ForEachTarget).
+template <typename T, typename Make>
+const T& Kept(const Case& c, const char* what, const Make& make) {
+  return CurrentMemo().Get<T>(c.Key() + " " + what, make);
+}
+
+// The inputs of `c` (MakeInputs), made once per sweep.
+const Inputs& KeptInputs(const Case& c) {
+  return Kept<Inputs>(c, "inputs", [&] { return MakeInputs(c); });
+}
+
+// The memo's key tells apart cases that differ in any one field (a float by one ulp), and the
+// memo makes a value once per key until it is cleared.
+TEST(AttentionSweeps, SweepMemoKeysEveryFieldOfACase) {
+  Case base;
+  base.visibility = Sliding(64);
+  std::vector<Case> changed(15, base);
+  changed[0].head_dim = 32;
+  changed[1].v_head_dim = 32;
+  changed[2].latent_v_dims = 16;
+  changed[3].num_kv_heads = 2;
+  changed[4].group = 2;
+  changed[5].visibility = Chunked(64);
+  changed[6].visibility = Sliding(65);
+  changed[7].first_q_pos = 1;
+  changed[8].num_queries = 2;
+  changed[9].soft_cap = std::nextafter(0.0f, 1.0f);
+  changed[10].sinks = true;
+  changed[11].bf16_queries = true;
+  changed[12].query_scale = std::nextafter(1.0f, 2.0f);
+  changed[13].extra_ring_slots = 32;
+  changed[14].seed = 2;
+  std::set<std::string> keys = {base.Key()};
+  for (const Case& c : changed) EXPECT_TRUE(keys.insert(c.Key()).second) << c.Key();
+  kvring::reference::SweepMemo memo;
+  int made = 0;
+  const int& first = memo.Get<int>("a", [&] { return ++made; });
+  const int& again = memo.Get<int>("a", [&] { return ++made; });
+  EXPECT_EQ(&first, &again);
+  EXPECT_EQ(made, 1);
+  EXPECT_EQ(memo.Get<int>("b", [&] { return ++made; }), 2);
+  memo.Clear();
+  EXPECT_EQ(memo.Get<int>("a", [&] { return ++made; }), 3);
 }
 
 AttentionOptions OptionsOf(const Case& c, const Inputs& in) {
@@ -393,6 +465,14 @@ AttentionOptions WithBF16Products(AttentionOptions options) {
   return options;
 }
 
+// The BF16-product mode's reference of `c` over its kept inputs `in` (ProductsReference, with
+// `options` as OptionsOf(c, in) gives them, in that mode), made once per sweep.
+const std::vector<double>& KeptProductsReference(const Case& c, const Inputs& in,
+                                                 const AttentionOptions& options) {
+  return Kept<std::vector<double>>(c, "bf16products reference",
+                                   [&] { return ProductsReference(c, in, options); });
+}
+
 // The BF16-product check of one case: flash and tiled, ring and flat, against the mode's
 // reference and against the exact outputs (`exact_flash`, `exact_tiled`) within
 // kProductsTolerance; ring and flat bit-identical within the mode.
@@ -403,7 +483,7 @@ void CheckProductsCase(const Case& c, const Inputs& in, const AttentionOptions& 
                        const std::vector<float>& exact_flash,
                        const std::vector<float>& exact_tiled) {
   const AttentionOptions options = WithBF16Products(exact_options);
-  const std::vector<double> ref = ProductsReference(c, in, options);
+  const std::vector<double>& ref = KeptProductsReference(c, in, options);
   const std::vector<float> a = RunKernel(c, in, flash_flat, options);
   const std::vector<float> b = RunKernel(c, in, flash_ring, options);
   const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
@@ -446,6 +526,30 @@ Inputs Int8ProductQueries(const Case& c, const Inputs& in, const AttentionOption
   return out;
 }
 
+// The int8 encoding of the kept inputs' history in `format` (Int8History::Of), made once per
+// sweep.
+const kvring::reference::Int8History& KeptInt8History(const Case& c, const Inputs& in,
+                                                      kvring::Format format) {
+  const std::string what = std::string("int8 history ") + kvring::ToString(format);
+  return Kept<kvring::reference::Int8History>(
+      c, what.c_str(), [&] { return kvring::reference::Int8History::Of(in.history, format); });
+}
+
+// The integer-product mode's reference of `c` over `q` (KeptInt8History): the float64
+// reference over the decoded values and the mode's quantized queries at scale 1, with
+// `options` as OptionsOf(c, in) gives them, in that mode; made once per sweep.
+const std::vector<double>& KeptInt8ProductsReference(const Case& c, const Inputs& in,
+                                                     const AttentionOptions& options,
+                                                     const kvring::reference::Int8History& q) {
+  const std::string what = std::string("int8products reference ") + kvring::ToString(q.format);
+  return Kept<std::vector<double>>(c, what.c_str(), [&] {
+    AttentionOptions unscaled = options;
+    unscaled.scale = 1.0f;
+    const kvring::reference::ReferenceKV decoded = q.Reference();
+    return Reference(c, Int8ProductQueries(c, in, options, q.format), unscaled, &decoded);
+  });
+}
+
 // The integer-product check of an int8 case (CheckInt8Case's storage `q` and its exact
 // outputs): flash and tiled, ring and flat, against the float64 reference over the decoded
 // values and the mode's quantized queries within kInt8ProductsTolerance (what is left is the
@@ -459,11 +563,7 @@ void CheckInt8ProductsCase(const Case& c, const Inputs& in, const AttentionOptio
                            const std::vector<float>& exact_tiled) {
   AttentionOptions options = exact_options;
   options.products = kvring::Products::kInt8;
-  const Inputs quantized = Int8ProductQueries(c, in, options, q.format);
-  AttentionOptions unscaled = options;
-  unscaled.scale = 1.0f;
-  const kvring::reference::ReferenceKV decoded = q.Reference();
-  const std::vector<double> ref = Reference(c, quantized, unscaled, &decoded);
+  const std::vector<double>& ref = KeptInt8ProductsReference(c, in, options, q);
   const std::vector<float> a = RunKernel(c, in, flash_flat, options);
   const std::vector<float> b = RunKernel(c, in, flash_ring, options);
   const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
@@ -489,9 +589,12 @@ void CheckInt8ProductsCase(const Case& c, const Inputs& in, const AttentionOptio
 void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& options,
                    uint64_t flat_slots, uint64_t ring_slots, kvring::Format format) {
   using kvring::reference::Int8Storage;
-  const kvring::reference::Int8History q = kvring::reference::Int8History::Of(in.history, format);
-  const kvring::reference::ReferenceKV decoded = q.Reference();
-  const std::vector<double> ref = Reference(c, in, options, &decoded);
+  const kvring::reference::Int8History& q = KeptInt8History(c, in, format);
+  const std::string name = kvring::ToString(format);
+  const std::vector<double>& ref = Kept<std::vector<double>>(c, (name + " reference").c_str(), [&] {
+    const kvring::reference::ReferenceKV decoded = q.Reference();
+    return Reference(c, in, options, &decoded);
+  });
   const auto flash_flat = Int8Storage<FlashLayout>::Make(q, flat_slots, c.EndPos());
   const auto flash_ring = Int8Storage<FlashLayout>::Make(q, ring_slots, c.EndPos());
   const auto tiled_flat = Int8Storage<Tiled>::Make(q, flat_slots, c.EndPos());
@@ -500,7 +603,6 @@ void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& opti
   const std::vector<float> b = RunKernel(c, in, flash_ring, options);
   const std::vector<float> t = RunKernel(c, in, tiled_flat, options);
   const std::vector<float> u = RunKernel(c, in, tiled_ring, options);
-  const std::string name = kvring::ToString(format);
   ExpectNearReference(c, a, ref, (name + " flash/flat").c_str());
   ExpectNearReference(c, t, ref, (name + " tiled/flat").c_str());
   EXPECT_TRUE(BitIdentical(a, b)) << name << " flash ring != flat: " << c.Name();
@@ -508,14 +610,21 @@ void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& opti
   CheckInt8ProductsCase(c, in, options, q, flash_flat, flash_ring, tiled_flat, tiled_ring, a, t);
 }
 
+// The reference of `c` over its kept inputs `in`, with `options` = OptionsOf(c, in), made once
+// per sweep.
+const std::vector<double>& KeptReference(const Case& c, const Inputs& in,
+                                         const AttentionOptions& options) {
+  return Kept<std::vector<double>>(c, "reference", [&] { return Reference(c, in, options); });
+}
+
 // The core check of one case: flash and tiled, ring and flat, against the reference; ring
 // and flat bit-identical; flash and tiled within the tolerance of each other; then the same
 // in the int8 format (CheckInt8Case).
 void CheckCase(const Case& c) {
   if (!CaseRunsHere()) return;
-  const Inputs in = MakeInputs(c);
+  const Inputs& in = KeptInputs(c);
   const AttentionOptions options = OptionsOf(c, in);
-  const std::vector<double> ref = Reference(c, in, options);
+  const std::vector<double>& ref = KeptReference(c, in, options);
   const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
   const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
   const auto flash_flat = Flat<FlashLayout>(c, in.history, flat_slots);
@@ -578,9 +687,9 @@ void CheckTileHeight(const Case& c) {
   // on AVX3_DL with AMX, the vdpbf16ps blocks of the BF16-product mode.
   kvring::detail::AvxVnniAllowed() = c.seed % 2 == 0;
   kvring::detail::AmxAllowed() = c.seed % 2 == 0;
-  const Inputs in = MakeInputs(c);
+  const Inputs& in = KeptInputs(c);
   const AttentionOptions options = OptionsOf(c, in);
-  const std::vector<double> ref = Reference(c, in, options);
+  const std::vector<double>& ref = KeptReference(c, in, options);
   const uint64_t flat_slots = (c.EndPos() + 31) / 32 * 32;
   const uint64_t ring_slots = c.RingSlots() < flat_slots ? c.RingSlots() : flat_slots;
   const auto flat = Flat<Layout>(c, in.history, flat_slots);
@@ -596,25 +705,21 @@ void CheckTileHeight(const Case& c) {
   const AttentionOptions products = WithBF16Products(options);
   RunTiled(flat.View(c.visibility), BatchOf(c, in, a.data()), products);
   RunTiled(ring.View(c.visibility), BatchOf(c, in, b.data()), products);
-  ExpectNearReference(c, a, ProductsReference(c, in, products), (what + " bf16products").c_str(),
-                      kProductsTolerance);
+  ExpectNearReference(c, a, KeptProductsReference(c, in, products),
+                      (what + " bf16products").c_str(), kProductsTolerance);
   EXPECT_TRUE(BitIdentical(a, b)) << what << " bf16products ring != flat: " << c.Name();
   // The integer-product mode on int8 (tiles of 8 take the f32 path, of 32 vpdpbusd where it
   // runs, their four dims 32 bytes apart), against its reference; ring and flat bit-identical.
   using kvring::reference::Int8Storage;
-  const kvring::reference::Int8History q = kvring::reference::Int8History::Of(in.history);
+  const kvring::reference::Int8History& q = KeptInt8History(c, in, kvring::Format::kInt8);
   const auto int8_flat = Int8Storage<Layout>::Make(q, flat_slots, c.EndPos());
   const auto int8_ring = Int8Storage<Layout>::Make(q, ring_slots, c.EndPos());
   AttentionOptions int8_products = options;
   int8_products.products = kvring::Products::kInt8;
   RunTiled(int8_flat.View(c.visibility), BatchOf(c, in, a.data()), int8_products);
   RunTiled(int8_ring.View(c.visibility), BatchOf(c, in, b.data()), int8_products);
-  AttentionOptions unscaled = int8_products;
-  unscaled.scale = 1.0f;
-  const kvring::reference::ReferenceKV decoded = q.Reference();
-  ExpectNearReference(
-      c, a, Reference(c, Int8ProductQueries(c, in, int8_products, q.format), unscaled, &decoded),
-      (what + " int8products").c_str(), kInt8ProductsTolerance);
+  ExpectNearReference(c, a, KeptInt8ProductsReference(c, in, int8_products, q),
+                      (what + " int8products").c_str(), kInt8ProductsTolerance);
   EXPECT_TRUE(BitIdentical(a, b)) << what << " int8products ring != flat: " << c.Name();
 }
 

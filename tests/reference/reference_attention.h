@@ -1,10 +1,11 @@
 // tests/reference/reference_attention.h: the float64 oracle of every attention kernel test.
 // Computes attention from the same BF16 K/V and the same queries the kernels see, in double,
 // straight from the definitions of docs/design.md and docs/attention.md (visibility asked of
-// kvring::Visibility). Slow and simple on purpose; allocates.
+// kvring::Visibility). Simple on purpose; allocates.
 #ifndef KVRING_TESTS_REFERENCE_REFERENCE_ATTENTION_H_
 #define KVRING_TESTS_REFERENCE_REFERENCE_ATTENTION_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +43,22 @@ inline std::vector<double> ReferenceAttention(const ReferenceKV& kv, const Visib
                                               const ReferenceOptions& options) {
   const uint32_t group = num_q_heads / kv.num_kv_heads;
   std::vector<double> out(size_t{num_queries} * num_q_heads * kv.v_head_dim, 0.0);
+  if (num_queries == 0) return out;
+  // K and V of every position a query can see, read once: [pos - lowest][kv_head][dim].
+  uint64_t lowest = first_q_pos;
+  for (uint32_t query = 0; query < num_queries; ++query) {
+    lowest = std::min(lowest, visibility.FirstVisible(first_q_pos + query));
+  }
+  const uint64_t end = first_q_pos + num_queries;
+  std::vector<float> k, v;
+  k.reserve((end - lowest) * kv.num_kv_heads * kv.head_dim);
+  v.reserve((end - lowest) * kv.num_kv_heads * kv.v_head_dim);
+  for (uint64_t pos = lowest; pos < end; ++pos) {
+    for (uint32_t kv_head = 0; kv_head < kv.num_kv_heads; ++kv_head) {
+      for (uint32_t dim = 0; dim < kv.head_dim; ++dim) k.push_back(kv.k(pos, kv_head, dim));
+      for (uint32_t dim = 0; dim < kv.v_head_dim; ++dim) v.push_back(kv.v(pos, kv_head, dim));
+    }
+  }
   std::vector<double> scores;
   for (uint32_t query = 0; query < num_queries; ++query) {
     const uint64_t q_pos = first_q_pos + query;
@@ -53,10 +70,9 @@ inline std::vector<double> ReferenceAttention(const ReferenceKV& kv, const Visib
       double max = -std::numeric_limits<double>::infinity();
       for (uint64_t pos = first; pos <= q_pos; ++pos) {
         if (!visibility.Visible(q_pos, pos)) continue;
+        const float* k_row = &k[((pos - lowest) * kv.num_kv_heads + kv_head) * kv.head_dim];
         double dot = 0.0;
-        for (uint32_t dim = 0; dim < kv.head_dim; ++dim) {
-          dot += double{q[dim]} * double{kv.k(pos, kv_head, dim)};
-        }
+        for (uint32_t dim = 0; dim < kv.head_dim; ++dim) dot += double{q[dim]} * double{k_row[dim]};
         double score = dot * options.scale;
         if (options.soft_cap > 0.0) score = options.soft_cap * std::tanh(score / options.soft_cap);
         scores.push_back(score);
@@ -72,9 +88,8 @@ inline std::vector<double> ReferenceAttention(const ReferenceKV& kv, const Visib
         if (!visibility.Visible(q_pos, pos)) continue;
         const double weight = std::exp(scores[i++] - max);
         denominator += weight;
-        for (uint32_t dim = 0; dim < kv.v_head_dim; ++dim) {
-          o[dim] += weight * double{kv.v(pos, kv_head, dim)};
-        }
+        const float* v_row = &v[((pos - lowest) * kv.num_kv_heads + kv_head) * kv.v_head_dim];
+        for (uint32_t dim = 0; dim < kv.v_head_dim; ++dim) o[dim] += weight * double{v_row[dim]};
       }
       for (uint32_t dim = 0; dim < kv.v_head_dim; ++dim) o[dim] /= denominator;
     }
