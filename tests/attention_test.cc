@@ -738,6 +738,7 @@ TEST(Attention, TileHeights8And32MatchReferenceOnEveryTarget) {
         c.first_q_pos = 301;
         c.num_queries = seed % 3 == 0 ? 40 : 1 + seed % 5;
         c.seed = seed++;
+        if (!CaseRunsHere()) continue;  // under emulation, a share of the cases (above)
         CheckTileHeight<8>(c);
         CheckTileHeight<32>(c);
       }
