@@ -305,7 +305,7 @@ Inputs MakeInputs(const Case& c) {
 // one type and one way of making it), made on the first target the sweep runs `c` on and kept
 // for the others until the sweep ends (ForEachTarget).
 template <typename T, typename Make>
-const T& Kept(const Case& c, const char* what, const Make& make) {
+const T& Kept(const Case& c, const std::string& what, const Make& make) {
   return CurrentMemo().Get<T>(c.Key() + " " + what, make);
 }
 
@@ -532,7 +532,7 @@ const kvring::reference::Int8History& KeptInt8History(const Case& c, const Input
                                                       kvring::Format format) {
   const std::string what = std::string("int8 history ") + kvring::ToString(format);
   return Kept<kvring::reference::Int8History>(
-      c, what.c_str(), [&] { return kvring::reference::Int8History::Of(in.history, format); });
+      c, what, [&] { return kvring::reference::Int8History::Of(in.history, format); });
 }
 
 // The integer-product mode's reference of `c` over `q` (KeptInt8History): the float64
@@ -542,7 +542,7 @@ const std::vector<double>& KeptInt8ProductsReference(const Case& c, const Inputs
                                                      const AttentionOptions& options,
                                                      const kvring::reference::Int8History& q) {
   const std::string what = std::string("int8products reference ") + kvring::ToString(q.format);
-  return Kept<std::vector<double>>(c, what.c_str(), [&] {
+  return Kept<std::vector<double>>(c, what, [&] {
     AttentionOptions unscaled = options;
     unscaled.scale = 1.0f;
     const kvring::reference::ReferenceKV decoded = q.Reference();
@@ -591,7 +591,7 @@ void CheckInt8Case(const Case& c, const Inputs& in, const AttentionOptions& opti
   using kvring::reference::Int8Storage;
   const kvring::reference::Int8History& q = KeptInt8History(c, in, format);
   const std::string name = kvring::ToString(format);
-  const std::vector<double>& ref = Kept<std::vector<double>>(c, (name + " reference").c_str(), [&] {
+  const std::vector<double>& ref = Kept<std::vector<double>>(c, name + " reference", [&] {
     const kvring::reference::ReferenceKV decoded = q.Reference();
     return Reference(c, in, options, &decoded);
   });
