@@ -291,7 +291,7 @@ void RegisterAll() {
     const uint64_t default_slots = backend == 0
                                        ? kvring::DefaultBlockSlots<kvring::FlashLayout>()
                                        : kvring::DefaultBlockSlots<kvring::TiledLayout<16>>();
-    for (uint64_t tiles : {1u, 2u, 3u, 4u, 5u, 8u, 16u}) {
+    for (uint64_t tiles : {1u, 2u, 3u, 4u, 5u, 8u, 16u, 32u, 64u}) {
       const uint64_t block_slots = tiles * tile;
       const std::string bm = std::string("BM_Decode/") + name + "/paged/D128/q8/kv4/queries1/" +
                              "positions32768/block" + std::to_string(block_slots);

@@ -334,11 +334,11 @@ TEST(PlanCli, PoolReportCountsGemma3_27BSequences) {
   const uint64_t budget = 20ull << 30;
   const uint64_t decode_rings = 52 * FlashSlots(1024 - 1 + 1) * slot;
   const uint64_t prefill_rings = 52 * FlashSlots(1024 - 1 + batch) * slot;
-  const uint64_t block = 10 * 96 * slot;  // flash blocks: three 32-slot tiles
+  const uint64_t block = 10 * 160 * slot;  // flash blocks: five 32-slot tiles
   const uint64_t kvcache = prefill_rings + 10 * FlashSlots(context) * slot;
   EXPECT_EQ(pool["usable_bytes"], budget);
   EXPECT_EQ(pool["layout"], "FlashLayout");
-  EXPECT_EQ(pool["block_slots"], 96);
+  EXPECT_EQ(pool["block_slots"], 160);
   EXPECT_EQ(pool["block_bytes"], block);
   EXPECT_EQ(pool["num_ring_layers"], 52);
   EXPECT_EQ(pool["num_paged_layers"], 10);
@@ -351,7 +351,7 @@ TEST(PlanCli, PoolReportCountsGemma3_27BSequences) {
   ASSERT_EQ(pool["lengths"].size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     const uint64_t length = lengths[i];
-    const uint64_t blocks = (length + 95) / 96;
+    const uint64_t blocks = (length + 159) / 160;
     // A KVCache planned at the length: sliding layers keep min(T, W - 1 + min(B, T)).
     const uint64_t sized_bytes =
         52 * FlashSlots(std::min(length, 1023 + std::min(batch, length))) * slot +
@@ -474,7 +474,7 @@ TEST(PlanCli, PoolReportWithoutRingsOrWithoutBlocks) {
       {"--preset", "llama-3.1-8b", "--json", "--memory", "59GiB", "--pool", "--mean-length", "8k"});
   ASSERT_EQ(paged.status, 0) << paged.err;
   const nlohmann::json pool = nlohmann::json::parse(paged.out)["pool"];
-  const uint64_t per_sequence = (8192 + 95) / 96 * 32 * 96 * 4096ull;
+  const uint64_t per_sequence = (8192 + 159) / 160 * 32 * 160 * 4096ull;
   EXPECT_EQ(pool["num_ring_layers"], 0);
   EXPECT_EQ(pool["decode_ring_bytes"], 0);
   EXPECT_EQ(pool["rings"].size(), 0u);

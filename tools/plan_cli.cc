@@ -70,7 +70,7 @@ against one KVCache per sequence, and a sequence's ring memory against vLLM's ru
                        1: 512:0.5,4096:0.3,32k:0.2
   --mean-length N      every sequence N tokens long (the list N:1)
   --block-slots N      positions per block of the pool's paged (global) layers: a multiple of
-                       the tile (default: the layout's, 96 for flash, 128 for tiled)
+                       the tile (default: the layout's, 160 for flash, 256 for tiled)
 Output:
   --sweep              bytes of the kvring plan and of a flat cache (in the same formats) at
                        contexts 1024, 2048, ... up to the context, one CSV line each

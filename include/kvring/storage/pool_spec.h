@@ -26,15 +26,16 @@ struct PoolSpec {
 };
 
 // Returns the block size a pool of `Layout` uses unless told otherwise, as measured (paged
-// decode at 32768 positions against flat storage, docs/benchmarks.md): flash 96 slots (three
-// 32-slot tiles, 1.01 of flat: an odd number of tiles, so that a block's K rows of
-// consecutive dims, 192 bytes apart, spread over the cache sets; 64 to 256 measure alike, 32
-// and 512 are slower), tiled 256 (0.99 of flat; a tiled tile's K is contiguous, and shorter
-// runs of tiles cut the hardware prefetcher's streams: 128 measured 1.08, 64 1.18, 16 1.72).
+// decode at 32768 positions against flat storage, docs/benchmarks.md): flash 160 slots (five
+// 32-slot tiles: 0.93-0.97 of flat on an Intel Xeon host, where 96 measured 1.03-1.09, 0.96 on
+// an AVX2 host, 0.89 on a Zen 5 host; an odd number of tiles, so that a block's K rows of
+// consecutive dims spread over the cache sets: 128 and 256 are slower), tiled 256 (0.99-1.09
+// of flat; a tiled tile's K is contiguous, and shorter runs of tiles cut the hardware
+// prefetcher's streams: 128 measured 1.08-1.14, 64 1.18-1.23, 16 1.40-1.72).
 template <typename Layout>
 constexpr uint64_t DefaultBlockSlots() {
   return Layout::kBackend == Backend::kFlash
-             ? 3 * Layout::kTileSlots
+             ? 5 * Layout::kTileSlots
              : (256 + Layout::kTileSlots - 1) / Layout::kTileSlots * Layout::kTileSlots;
 }
 
