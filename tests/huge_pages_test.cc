@@ -1,10 +1,8 @@
-// Tests of the pages of K/V storage (kvring/detail/aligned_buffer.h): a large buffer's pages
-// are committed only when written, even where the allocator holds memory freed before; with
-// huge pages (RuntimeSpec::huge_pages), buffers of a huge page or more start on a huge page
-// boundary, zeroed, advised for huge pages (Linux: "hg" in the mapping's VmFlags), and hold
-// what buffers without them hold; a KVCache (its rings, flat layers, copies and grown rings)
-// and a KVPool (its block store and rings) built with them store and read every row as the
-// same plan without them does.
+// Tests of huge pages for K/V storage (RuntimeSpec::huge_pages, kvring/detail/aligned_buffer.h):
+// buffers of a huge page or more start on a huge page boundary, zeroed, advised for huge
+// pages (Linux: "hg" in the mapping's VmFlags), and hold what buffers without them hold; a
+// KVCache (its rings, flat layers, copies and grown rings) and a KVPool (its block store and
+// rings) built with them store and read every row as the same plan without them does.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -79,48 +77,6 @@ std::string VmFlagsOf(const void* p) {
     return ::testing::AssertionFailure() << "its mapping is not advised: " << flags;
   }
   return ::testing::AssertionSuccess();
-}
-
-// How many of the base pages holding [p, p + bytes) are resident (mincore), or -1 where the
-// system cannot tell.
-long ResidentPages(const void* p, size_t bytes) {
-#if defined(__linux__)
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
-  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
-  std::vector<unsigned char> resident((end - begin + page - 1) / page);
-  if (::mincore(reinterpret_cast<void*>(begin), end - begin, resident.data()) != 0) return -1;
-  long count = 0;
-  for (const unsigned char bits : resident) count += bits & 1;
-  return count;
-#else
-  static_cast<void>(p);
-  static_cast<void>(bytes);
-  return -1;
-#endif
-}
-
-TEST(BufferPages, LargeBuffersAreCommittedOnlyWhenWritten) {
-  const int probe = 0;
-  if (ResidentPages(&probe, sizeof(probe)) < 0) GTEST_SKIP() << "mincore cannot tell here";
-  // Buffers of 16 and 32 MiB created and freed first: glibc then serves callocs of up to their
-  // size from the memory they held and clears it by writing (its mmap threshold rises).
-  for (const size_t mib : {16, 32}) {
-    ASSERT_FALSE(AlignedBuffer<uint8_t>::Zeroed(mib << 20).Failed());
-  }
-  using Buffer = AlignedBuffer<uint16_t>;
-  for (const size_t bytes :
-       {Buffer::kMapBytes, size_t{1} << 20, size_t{2} << 20, size_t{12} << 20}) {
-    SCOPED_TRACE(bytes);
-    Buffer buffer = Buffer::Zeroed(bytes / sizeof(uint16_t));
-    ASSERT_FALSE(buffer.Failed());
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % Buffer::kAlignment, 0u);
-    EXPECT_EQ(ResidentPages(buffer.data(), bytes), 0);
-    const std::vector<uint16_t> zeros(buffer.size(), 0);
-    EXPECT_EQ(std::memcmp(buffer.data(), zeros.data(), bytes), 0);
-    buffer.data()[buffer.size() - 1] = 3;
-    EXPECT_EQ(buffer.data()[buffer.size() - 1], 3);
-  }
 }
 
 TEST(HugePages, BuffersOfAHugePageOrMoreStartOnOneZeroedAndAdvised) {

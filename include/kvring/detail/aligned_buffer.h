@@ -1,7 +1,10 @@
 // kvring/detail/aligned_buffer.h: an owning, 64-byte aligned, zero-initialised array.
-// Internal to kvring's storage. Zeroing comes from the kernel (Linux: a buffer of kMapBytes or
-// more is mapped, its pages the kernel's zero pages until written, returned to the system when
-// the buffer is freed) or, for smaller buffers and elsewhere, from calloc.
+// Internal to kvring's storage. Zeroing comes from calloc (or from the kernel, for a buffer
+// mapped for huge pages): the pages of a buffer calloc maps are touched (and cost time) only
+// when written; memory calloc reuses (glibc: sizes below its mmap threshold, which a free of up
+// to 32 MiB raises) it clears, committing it at creation. Mapping every large buffer instead
+// made a cache's Copy, a pool's Fork and a ring's growth 2.3-3.6x slower (page faults on the
+// copy; docs/benchmarks.md), so calloc stays.
 #ifndef KVRING_DETAIL_ALIGNED_BUFFER_H_
 #define KVRING_DETAIL_ALIGNED_BUFFER_H_
 
@@ -45,11 +48,6 @@ template <typename T>
 class AlignedBuffer {
  public:
   static constexpr size_t kAlignment = 64;
-  // Buffers of at least this many bytes are mapped on Linux rather than taken from calloc:
-  // once glibc's mmap threshold has risen (a free of up to 32 MiB raises it), calloc serves
-  // such sizes from memory earlier buffers freed and clears it by writing, which commits every
-  // page of a cache at creation and keeps freed caches' pages in the process.
-  static constexpr size_t kMapBytes = size_t{128} << 10;
 
   AlignedBuffer() = default;
   AlignedBuffer(const AlignedBuffer&) = delete;
@@ -60,7 +58,7 @@ class AlignedBuffer {
     return *this;
   }
   ~AlignedBuffer() {
-#if defined(__linux__)
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (mapped_bytes_ != 0) {
       ::munmap(data_, mapped_bytes_);
       return;
@@ -70,13 +68,12 @@ class AlignedBuffer {
   }
 
   // Returns a buffer of `size` zeroed elements; empty (no allocation) for size 0; empty with
-  // Failed() true if the allocation fails or the byte count overflows. Its pages are committed
-  // when first written (kMapBytes). huge_pages: a buffer of at least one huge page
-  // (HugePageBytes()) is mapped starting on a huge page boundary and advised for transparent
-  // huge pages (Linux's madvise(MADV_HUGEPAGE), which the kernel honours when
-  // /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise"): its aligned huge
-  // pages are then committed whole on first write. Smaller buffers, and systems without
-  // transparent huge pages, allocate as without it.
+  // Failed() true if the allocation fails or the byte count overflows. huge_pages: a buffer
+  // of at least one huge page (HugePageBytes()) is mapped starting on a huge page boundary
+  // and advised for transparent huge pages (Linux's madvise(MADV_HUGEPAGE), which the kernel
+  // honours when /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise"): its
+  // aligned huge pages are then committed whole on first write. Smaller buffers, and systems
+  // without transparent huge pages, allocate as without it.
   static AlignedBuffer Zeroed(size_t size, bool huge_pages = false) {
     AlignedBuffer buffer;
     if (size == 0) return buffer;
@@ -84,9 +81,7 @@ class AlignedBuffer {
       buffer.failed_ = true;
       return buffer;
     }
-    if (huge_pages && buffer.Map(size, true)) return buffer;
-    // (A mapping that fails, as past the system's count of mappings, leaves calloc to try.)
-    if (size * sizeof(T) >= kMapBytes && buffer.Map(size, false)) return buffer;
+    if (huge_pages && buffer.MapHuge(size)) return buffer;
     buffer.raw_ = std::calloc(size * sizeof(T) + kAlignment, 1);
     if (buffer.raw_ == nullptr) {
       buffer.failed_ = true;
@@ -124,43 +119,37 @@ class AlignedBuffer {
   }
 
  private:
-  // Maps `size` zeroed elements, starting on a base page boundary, or with `huge` on a huge
-  // page boundary and advised for huge pages; returns false, holding nothing, when mapping
-  // failed, the system maps nothing here (not Linux), or, with `huge`, the buffer is smaller
-  // than a huge page or the system has none (the caller then allocates otherwise). The mapping
+  // Maps `size` zeroed elements starting on a huge page boundary and advises the mapping for
+  // huge pages; returns false, holding nothing, when the buffer is smaller than a huge page,
+  // the system has none, or mapping failed (the caller then allocates as usual). The mapping
   // ends at the last base page the elements touch: a partial huge page at the end stays in
   // base pages, and no memory past the buffer is ever committed.
-  bool Map(size_t size, bool huge) {
-#if defined(__linux__)
-    const size_t huge_bytes = huge ? HugePageBytes() : 0;
+  bool MapHuge(size_t size) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t huge = HugePageBytes();
     const size_t bytes = size * sizeof(T);
-    const long page_size = ::sysconf(_SC_PAGESIZE);
-    const size_t page = page_size > 0 ? static_cast<size_t>(page_size) : 0;
-    if (huge && (huge_bytes == 0 || bytes < huge_bytes)) return false;
-    if (page == 0 || bytes > SIZE_MAX - 2 * (huge_bytes + page)) return false;
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    if (huge == 0 || bytes < huge || bytes > SIZE_MAX - 2 * huge) return false;
     const size_t length = (bytes + page - 1) / page * page;
-    const size_t reserved = length + huge_bytes;  // room to move the start to a boundary
+    const size_t reserved = length + huge;  // room to move the start to a boundary
     void* mapped =
         ::mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mapped == MAP_FAILED) return false;
     const uintptr_t start = reinterpret_cast<uintptr_t>(mapped);
-    const uintptr_t aligned = huge ? (start + huge_bytes - 1) & ~uintptr_t{huge_bytes - 1} : start;
+    const uintptr_t aligned = (start + huge - 1) & ~uintptr_t{huge - 1};
     // The reserve's head before the boundary and its tail after the buffer go back.
     if (aligned > start) ::munmap(mapped, aligned - start);
     const size_t tail = start + reserved - (aligned + length);
     if (tail != 0) ::munmap(reinterpret_cast<void*>(aligned + length), tail);
-#if defined(MADV_HUGEPAGE)
     // (Advice only: without it, as on a kernel built without transparent huge pages, the
     // buffer still works, in base pages.)
-    advised_ = huge && ::madvise(reinterpret_cast<void*>(aligned), length, MADV_HUGEPAGE) == 0;
-#endif
+    advised_ = ::madvise(reinterpret_cast<void*>(aligned), length, MADV_HUGEPAGE) == 0;
     data_ = reinterpret_cast<T*>(aligned);
     size_ = size;
     mapped_bytes_ = length;
     return true;
 #else
     static_cast<void>(size);
-    static_cast<void>(huge);
     return false;
 #endif
   }
@@ -168,7 +157,7 @@ class AlignedBuffer {
   void* raw_ = nullptr;
   T* data_ = nullptr;
   size_t size_ = 0;
-  size_t mapped_bytes_ = 0;  // a mapping's length (data_ its start), else 0
+  size_t mapped_bytes_ = 0;  // a huge-page mapping's length (data_ its start), else 0
   bool advised_ = false;
   bool failed_ = false;
 };
