@@ -29,9 +29,9 @@ struct PoolSpec {
 // decode at 32768 positions against flat storage, docs/benchmarks.md): flash 160 slots (five
 // 32-slot tiles: 0.93-1.01 of flat on an Intel Xeon host, where 96 measured 1.03-1.09, 0.96 on
 // an AVX2 host, 0.89 on a Zen 5 host; an odd number of tiles, so that a block's K rows of
-// consecutive dims spread over the cache sets: 128 and 256 are slower), tiled 256 (0.99-1.09
+// consecutive dims spread over the cache sets: 128 and 256 are slower), tiled 256 (0.99-1.12
 // of flat; a tiled tile's K is contiguous, and shorter runs of tiles cut the hardware
-// prefetcher's streams: 128 measured 1.08-1.14, 64 1.18-1.23, 16 1.40-1.72).
+// prefetcher's streams: 128 measured 1.08-1.14, 64 1.14-1.23, 16 1.23-1.72).
 template <typename Layout>
 constexpr uint64_t DefaultBlockSlots() {
   return Layout::kBackend == Backend::kFlash
