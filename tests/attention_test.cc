@@ -50,6 +50,7 @@ HWY_AFTER_NAMESPACE();
 #include "kvring/detail/cpu_choice.h"
 #include "kvring/formats/hadamard.h"
 #include "kvring/views.h"
+#include "reference/best_target_share.h"
 #include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
 #include "reference/reference_attention.h"
@@ -148,19 +149,7 @@ bool CaseRunsHere() {
   return (share.cases++ + share.offset) % share.stride == 0;
 }
 
-// Whether case `index` of a test that runs on the best target only (the thread-count test)
-// runs in this process: all of them, unless KVRING_BEST_TARGET_SHARE="i/n" (the aarch64
-// preset's runs on CPUs of three vector lengths, each with a best target of its own, set
-// 0/3, 1/3 and 2/3) gives this run the cases whose index is i mod n, so that together the
-// runs check every case, each on one of their best targets.
-bool BestTargetCaseRunsHere(uint32_t index) {
-  const char* share = std::getenv("KVRING_BEST_TARGET_SHARE");
-  unsigned part = 0, parts = 1;
-  if (share == nullptr || std::sscanf(share, "%u/%u", &part, &parts) != 2 || parts == 0) {
-    return true;
-  }
-  return index % parts == part;
-}
+using kvring::testing::BestTargetCaseRunsHere;
 
 // Whether checks should take the short version of a long loop: the emulated targets (the
 // scalar fallbacks) and sweeps under emulation.
