@@ -319,6 +319,7 @@ void RegisterAll() {
 }  // namespace kvring_bench
 
 int main(int argc, char** argv) {
+  kvring_bench::ApplyPrefetchSwitch();
   kvring_bench::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -23,6 +23,15 @@ inline bool& AmxAllowed() {
   return allowed;
 }
 
+// Whether the attention kernels may prefetch ahead into L2 only (PREFETCHT1) on Intel x86
+// CPUs, where that measured faster than into L1 (docs/attention.md, "Prefetch"): benchmarks
+// turn it off to time the L1 prefetch on the same machine. Other CPUs always prefetch into L1.
+// Not thread-safe to change.
+inline bool& PrefetchToL2Allowed() {
+  static bool allowed = true;
+  return allowed;
+}
+
 }  // namespace detail
 }  // namespace kvring
 

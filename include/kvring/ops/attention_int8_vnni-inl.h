@@ -54,7 +54,7 @@ HWY_INLINE void AddTileSums(DF df, hn::Vec<DF> tile_sums, float correction, floa
 // Prefetches the lines of this tile's V that four scored dims from `dim` stand for.
 HWY_INLINE void PrefetchVDims4(const int8_t* v_now, size_t dim, const PrefetchShape& ps) {
   for (size_t byte = 0; byte < 4 * ps.v_bytes_per_dim; byte += 64) {
-    hwy::Prefetch(v_now + dim * ps.v_bytes_per_dim + byte);
+    PrefetchLine(v_now + dim * ps.v_bytes_per_dim + byte, ps.to_l2);
   }
 }
 
@@ -68,18 +68,20 @@ struct KLinePrefetch {
       : k(k_next),
         stride(ps.k_line_stride),
         lines(ps.k_lines),
-        per_group((ps.k_lines + groups - 1) / groups) {}
+        per_group((ps.k_lines + groups - 1) / groups),
+        to_l2(ps.to_l2) {}
 
   const int8_t* k = nullptr;  // null: no prefetching (a V pass's later row parts)
   size_t stride = 0;
   size_t lines = 0;
   size_t per_group = 0;
   size_t next = 0;
+  bool to_l2 = false;  // PrefetchShape::to_l2
 
   HWY_INLINE void Step() {
     if (k == nullptr) return;
     for (size_t end = next + per_group < lines ? next + per_group : lines; next < end; ++next) {
-      hwy::Prefetch(k + next * stride);
+      PrefetchLine(k + next * stride, to_l2);
     }
   }
 };

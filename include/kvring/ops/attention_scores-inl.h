@@ -18,6 +18,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
+#include "kvring/detail/cpu_choice.h"
 #include "kvring/kernel_limits.h"
 
 // After highway.h: the formats' traits, what a target's vectors allow.
@@ -71,6 +72,36 @@ using DV = hn::ScalableTag<float>;
 // arrive). Further ahead, in bursts, or with more arithmetic per prefetch ran slower: the
 // loops issue about as many instructions as the core takes.
 
+// Into which cache: on Intel CPUs the prefetches go to L2 only (PREFETCHT1), where a line
+// prefetched into L1 holds one of its few fill buffers until it arrives and a stream of such
+// prefetches stalls the loop issuing them. Measured on the Intel Xeon host (AVX3_DL and the
+// AVX2 kernels, docs/benchmarks.md): BF16 decode 4-15% faster (4096 and 32768 positions,
+// flash and tiled, ring and flat), flash int8 with integer products 15-20% faster at 32768;
+// tiled int8 (contiguous tiles, prefetched whole tiles ahead) 2-4% slower, so int8 keeps L1
+// there. AMD CPUs keep L1: before Zen 4 PREFETCHT1 fills L1 anyway, and Zen 4 is reported to
+// drop some PREFETCHT1s; not measured here.
+HWY_INLINE bool PrefetchAheadToL2() {
+#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+  static const bool intel = __builtin_cpu_is("intel");
+  return intel && detail::PrefetchToL2Allowed();
+#else
+  return false;
+#endif
+}
+
+// Prefetches the line at p for a read: into L2 only when to_l2 (PrefetchAheadToL2), else into
+// L1 as well.
+HWY_INLINE void PrefetchLine(const void* p, bool to_l2) {
+#if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+  if (to_l2) {
+    __builtin_prefetch(p, 0, 2);
+    return;
+  }
+#endif
+  static_cast<void>(to_l2);
+  hwy::Prefetch(p);
+}
+
 // One tile's K lines and V bytes, to spread the prefetch of one over the loop reading the
 // other. K line j of a tile: k + j * k_line_stride (flash: one line per dim row, rows
 // dim_stride apart; tiled: contiguous).
@@ -78,6 +109,7 @@ struct PrefetchShape {
   size_t k_line_stride = 0;    // elements between a tile's K lines
   size_t k_lines = 0;          // a tile's K lines
   size_t v_bytes_per_dim = 0;  // V bytes per scored dim (a tile's V bytes / head_dim, down)
+  bool to_l2 = false;          // PrefetchLine's cache (int8 tiled tiles: L1)
 
   // element_bytes: 2 for BF16, 1 for int8 (a 64-byte line holds 64 / element_bytes).
   PrefetchShape(size_t tile, size_t dim_stride, size_t head_dim, size_t v_head_dim,
@@ -86,13 +118,14 @@ struct PrefetchShape {
         // (Flash: a line per dim row, whose tile slice is at most a line.)
         k_lines(dim_stride == tile ? tile * head_dim * element_bytes / 64
                                    : head_dim * ((tile * element_bytes + 63) / 64)),
-        v_bytes_per_dim(tile * v_head_dim * element_bytes / head_dim) {}
+        v_bytes_per_dim(tile * v_head_dim * element_bytes / head_dim),
+        to_l2(PrefetchAheadToL2() && (element_bytes != 1 || dim_stride != tile)) {}
 };
 
 // Prefetches the line of this tile's V that scored dim `dim` stands for.
 template <typename T>
 HWY_INLINE void PrefetchV(const T* v_now, size_t dim, const PrefetchShape& ps) {
-  hwy::Prefetch(reinterpret_cast<const char*>(v_now) + dim * ps.v_bytes_per_dim);
+  PrefetchLine(reinterpret_cast<const char*>(v_now) + dim * ps.v_bytes_per_dim, ps.to_l2);
 }
 // Prefetches the line of the next tile's K that V element `element` of this tile (slot-major
 // index in the tile's V block) stands for: line element / (elements a line holds), if the K
@@ -100,7 +133,7 @@ HWY_INLINE void PrefetchV(const T* v_now, size_t dim, const PrefetchShape& ps) {
 template <typename T>
 HWY_INLINE void PrefetchK(const T* k_next, size_t element, const PrefetchShape& ps) {
   const size_t line = element / (64 / sizeof(T));
-  if (line < ps.k_lines) hwy::Prefetch(k_next + line * ps.k_line_stride);
+  if (line < ps.k_lines) PrefetchLine(k_next + line * ps.k_line_stride, ps.to_l2);
 }
 
 // FMA chains in flight that hide the FMA latency (two pipes, about four cycles each): blocks

@@ -188,7 +188,7 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
     const T* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
     const size_t index = static_cast<size_t>(index_of_offset[off]);
     for (size_t ch = 0; ch < kChunks; ++ch) {
-      if (off < fetch_end[ch]) hwy::Prefetch(reinterpret_cast<const T*>(fetch_at[ch]));
+      if (off < fetch_end[ch]) PrefetchLine(reinterpret_cast<const T*>(fetch_at[ch]), ps.to_l2);
       fetch_at[ch] += step;
     }
     VecArray<DF, kRows> pr;
