@@ -667,7 +667,7 @@ int main(int argc, char** argv) {
     kvring::detail::AmxAllowed() = false;
     std::fprintf(stderr, "KVRING_BENCH_NO_AMX=1: AMX not used\n");
   }
-  kvring_bench::ApplyPrefetchSwitch();
+  if (!kvring_bench::ApplyPrefetchSwitch()) return 2;
   // KVRING_BENCH_HUGE_PAGES=1 (bench/env.h): BM_Attention's RingKV and GlobalKV.
   if (kvring_bench::HugePages()) {
     std::fprintf(stderr, "KVRING_BENCH_HUGE_PAGES=1: BF16 K/V storage on huge pages\n");

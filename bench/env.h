@@ -20,12 +20,23 @@ inline bool EnvFlag(const char* name) {
 // (RuntimeSpec::huge_pages); the twins' buffers stay as they are.
 inline bool HugePages() { return EnvFlag("KVRING_BENCH_HUGE_PAGES"); }
 
-// KVRING_BENCH_PREFETCH_L1=1: the attention kernels prefetch into L1 on Intel CPUs too
-// (detail::PrefetchToL2Allowed), to time both choices on one machine. Call at the start of main.
-inline void ApplyPrefetchSwitch() {
-  if (!EnvFlag("KVRING_BENCH_PREFETCH_L1")) return;
-  kvring::detail::PrefetchToL2Allowed() = false;
-  std::fprintf(stderr, "KVRING_BENCH_PREFETCH_L1=1: attention prefetches into L1\n");
+// KVRING_BENCH_PREFETCH=l1 or l2: where the attention kernels' prefetches put their lines on
+// x86 whatever the CPU (detail::PrefetchChoice; unset: L2 on Intel, L1 on others), to time both
+// choices on one machine. Call at the start of main; any other value is refused (returns false).
+inline bool ApplyPrefetchSwitch() {
+  const char* value = std::getenv("KVRING_BENCH_PREFETCH");
+  if (value == nullptr) return true;
+  if (std::strcmp(value, "l1") == 0) {
+    kvring::detail::PrefetchChoice() = kvring::detail::PrefetchCache::kL1;
+  } else if (std::strcmp(value, "l2") == 0) {
+    kvring::detail::PrefetchChoice() = kvring::detail::PrefetchCache::kL2;
+  } else {
+    std::fprintf(stderr, "KVRING_BENCH_PREFETCH='%s': expected l1 or l2\n", value);
+    return false;
+  }
+  std::fprintf(stderr, "KVRING_BENCH_PREFETCH=%s: attention prefetches into %s\n", value,
+               value[1] == '1' ? "L1" : "L2 only");
+  return true;
 }
 
 }  // namespace kvring_bench

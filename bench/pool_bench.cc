@@ -319,7 +319,7 @@ void RegisterAll() {
 }  // namespace kvring_bench
 
 int main(int argc, char** argv) {
-  kvring_bench::ApplyPrefetchSwitch();
+  if (!kvring_bench::ApplyPrefetchSwitch()) return 2;
   kvring_bench::RegisterAll();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

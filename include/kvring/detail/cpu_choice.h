@@ -23,13 +23,14 @@ inline bool& AmxAllowed() {
   return allowed;
 }
 
-// Whether the attention kernels may prefetch ahead into L2 only (PREFETCHT1) on Intel x86
-// CPUs, where that measured faster than into L1 (docs/attention.md, "Prefetch"): benchmarks
-// turn it off to time the L1 prefetch on the same machine. Other CPUs always prefetch into L1.
+// Where the attention kernels' software prefetches put the lines they fetch ahead on x86:
+// kAuto, L2 only (PREFETCHT1) on Intel CPUs, where that measured faster, and L1 as well on the
+// others (docs/attention.md, "Kernels"); benchmarks force either to time both on one machine.
 // Not thread-safe to change.
-inline bool& PrefetchToL2Allowed() {
-  static bool allowed = true;
-  return allowed;
+enum class PrefetchCache { kAuto, kL1, kL2 };
+inline PrefetchCache& PrefetchChoice() {
+  static PrefetchCache choice = PrefetchCache::kAuto;
+  return choice;
 }
 
 }  // namespace detail

@@ -72,7 +72,8 @@ using DV = hn::ScalableTag<float>;
 // arrive). Further ahead, in bursts, or with more arithmetic per prefetch ran slower: the
 // loops issue about as many instructions as the core takes.
 
-// Into which cache: on Intel CPUs the prefetches go to L2 only (PREFETCHT1), where a line
+// Into which cache (detail::PrefetchChoice): on Intel CPUs the prefetches go to L2 only
+// (PREFETCHT1), where a line
 // prefetched into L1 holds one of its few fill buffers until it arrives and a stream of such
 // prefetches stalls the loop issuing them. Measured on the Intel Xeon host (AVX3_DL and the
 // AVX2 kernels, docs/benchmarks.md): BF16 decode 4-15% faster (4096 and 32768 positions,
@@ -83,7 +84,8 @@ using DV = hn::ScalableTag<float>;
 HWY_INLINE bool PrefetchAheadToL2() {
 #if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
   static const bool intel = __builtin_cpu_is("intel");
-  return intel && detail::PrefetchToL2Allowed();
+  const detail::PrefetchCache choice = detail::PrefetchChoice();
+  return choice == detail::PrefetchCache::kAuto ? intel : choice == detail::PrefetchCache::kL2;
 #else
   return false;
 #endif
