@@ -72,15 +72,15 @@ using DV = hn::ScalableTag<float>;
 // arrive). Further ahead, in bursts, or with more arithmetic per prefetch ran slower: the
 // loops issue about as many instructions as the core takes.
 
-// Into which cache (detail::PrefetchChoice): on Intel CPUs the prefetches go to L2 only
-// (PREFETCHT1), where a line
-// prefetched into L1 holds one of its few fill buffers until it arrives and a stream of such
+// Into which cache (detail::PrefetchChoice): on Intel CPUs L2 only (PREFETCHT1). A line
+// prefetched into L1 holds one of its few fill buffers until it arrives, and a stream of such
 // prefetches stalls the loop issuing them. Measured on the Intel Xeon host (AVX3_DL and the
-// AVX2 kernels, docs/benchmarks.md): BF16 decode 4-15% faster (4096 and 32768 positions,
+// AVX2 kernels, docs/benchmarks.md): BF16 decode 4-20% faster (4096 and 32768 positions,
 // flash and tiled, ring and flat), flash int8 with integer products 15-20% faster at 32768;
-// tiled int8 (contiguous tiles, prefetched whole tiles ahead) 2-4% slower, so int8 keeps L1
-// there. AMD CPUs keep L1: before Zen 4 PREFETCHT1 fills L1 anyway, and Zen 4 is reported to
-// drop some PREFETCHT1s; not measured here.
+// tiled int8 (contiguous tiles, prefetched whole tiles ahead) 2-4% slower: tiled int8 keeps
+// L1. AMD CPUs keep L1, not measured here: AMD documents PREFETCHT1 as filling L2 only from
+// Zen 4 on (before, it fills L1 as PREFETCHT0 does), and Zen 4 is reported to drop some of
+// them.
 HWY_INLINE bool PrefetchAheadToL2() {
 #if HWY_ARCH_X86 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
   static const bool intel = __builtin_cpu_is("intel");
