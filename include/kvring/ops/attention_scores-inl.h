@@ -74,9 +74,9 @@ using DV = hn::ScalableTag<float>;
 
 // Into which cache (detail::PrefetchChoice): on Intel CPUs L2 only (PREFETCHT1). A line
 // prefetched into L1 holds one of its few fill buffers until it arrives, and a stream of such
-// prefetches stalls the loop issuing them. Measured on the Intel Xeon host (AVX3_DL and the
-// AVX2 kernels, docs/benchmarks.md): BF16 decode 4-20% faster (4096 and 32768 positions,
-// flash and tiled, ring and flat), flash int8 with integer products 15-20% faster at 32768;
+// prefetches stalls the loop issuing them. Measured on the Intel Xeon host (docs/benchmarks.md):
+// BF16 decode 4-20% faster on AVX3_DL (4096 and 32768 positions, flash and tiled, ring and
+// flat), 0-5% on the AVX2 kernels; flash int8 integer products 10-20% faster at 32768;
 // tiled int8 (contiguous tiles, prefetched whole tiles ahead) 2-4% slower: tiled int8 keeps
 // L1. AMD CPUs keep L1, not measured here: AMD documents PREFETCHT1 as filling L2 only from
 // Zen 4 on (before, it fills L1 as PREFETCHT0 does), and Zen 4 is reported to drop some of
