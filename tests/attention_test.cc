@@ -216,6 +216,7 @@ struct Case {
   bool bf16_queries = false;
   float query_scale = 1.0f;  // multiplies the random queries (large scores)
   uint64_t extra_ring_slots = 0;
+  uint64_t split_positions = 0;  // 0: AttentionOptions' default
   uint32_t seed = 1;
 
   uint32_t VHeadDim() const {
@@ -229,13 +230,14 @@ struct Case {
            Describe(visibility) + " q=" + std::to_string(first_q_pos) + "+" +
            std::to_string(num_queries) + " cap=" + std::to_string(soft_cap) +
            " sinks=" + std::to_string(sinks) + " bf16q=" + std::to_string(bf16_queries) +
-           " seed=" + std::to_string(seed) + (latent_v_dims != 0 ? " latent" : "");
+           " seed=" + std::to_string(seed) + (latent_v_dims != 0 ? " latent" : "") +
+           (split_positions != 0 ? " split=" + std::to_string(split_positions) : "");
   }
   // Every field, floats exactly: what the sweep's memo keys the case's values by (Kept). A new
   // field goes in here too (and in AttentionSweeps.SweepMemoKeysEveryFieldOfACase).
   std::string Key() const {
     char text[320];
-    std::snprintf(text, sizeof(text), "%u %u %u %u %u %d %llu %llu %u %a %d %d %a %llu %u",
+    std::snprintf(text, sizeof(text), "%u %u %u %u %u %d %llu %llu %u %a %d %d %a %llu %llu %u",
                   head_dim, v_head_dim, latent_v_dims, num_kv_heads, group,
                   static_cast<int>(visibility.kind),
                   static_cast<unsigned long long>(visibility.span),  // NOLINT(runtime/int)
@@ -243,6 +245,7 @@ struct Case {
                   num_queries, static_cast<double>(soft_cap), sinks ? 1 : 0, bf16_queries ? 1 : 0,
                   static_cast<double>(query_scale),
                   static_cast<unsigned long long>(extra_ring_slots),  // NOLINT(runtime/int)
+                  static_cast<unsigned long long>(split_positions),   // NOLINT(runtime/int)
                   seed);
     return text;
   }
@@ -308,7 +311,7 @@ const Inputs& KeptInputs(const Case& c) {
 TEST(AttentionSweeps, SweepMemoKeysEveryFieldOfACase) {
   Case base;
   base.visibility = Sliding(64);
-  std::vector<Case> changed(15, base);
+  std::vector<Case> changed(16, base);
   changed[0].head_dim = 32;
   changed[1].v_head_dim = 32;
   changed[2].latent_v_dims = 16;
@@ -324,6 +327,7 @@ TEST(AttentionSweeps, SweepMemoKeysEveryFieldOfACase) {
   changed[12].query_scale = std::nextafter(1.0f, 2.0f);
   changed[13].extra_ring_slots = 32;
   changed[14].seed = 2;
+  changed[15].split_positions = 512;
   std::set<std::string> keys = {base.Key()};
   for (const Case& c : changed) EXPECT_TRUE(keys.insert(c.Key()).second) << c.Key();
   kvring::reference::SweepMemo memo;
@@ -342,6 +346,7 @@ AttentionOptions OptionsOf(const Case& c, const Inputs& in) {
   options.soft_cap = c.soft_cap;
   options.sinks = c.sinks ? in.sinks.data() : nullptr;
   options.latent_v_dims = c.latent_v_dims;
+  if (c.split_positions != 0) options.split_positions = c.split_positions;
   return options;
 }
 
@@ -735,8 +740,12 @@ TEST(Attention, TileHeights8And32MatchReferenceOnEveryTarget) {
   });
 }
 
+// On a slow target (SlowTarget) the two longest cases take a short version of the same
+// structure: the prefill batch half as long (10 query blocks instead of 19, the last partial),
+// the decode a quarter as long with splits a quarter as long (3 KV splits and their merge).
 TEST(Attention, WindowsChunksAndBatchesMatchReferenceOnEveryTarget) {
-  ForEachTarget([](int64_t) {
+  ForEachTarget([](int64_t target) {
+    const bool slow = SlowTarget(target);
     std::vector<Case> cases;
     const uint64_t windows[] = {1, 7, 128, 512, 1024, 4096};
     uint32_t seed = 100;
@@ -768,10 +777,11 @@ TEST(Attention, WindowsChunksAndBatchesMatchReferenceOnEveryTarget) {
       c.num_kv_heads = 1;
       c.group = 2;
       c.visibility = Global();
-      c.num_queries = 600;
+      c.num_queries = slow ? 300 : 600;
       c.seed = seed++;
       cases.push_back(c);
       c.visibility = Sliding(7);  // and over a wrapped small ring
+      c.num_queries = 600;
       c.first_q_pos = 1000;
       c.seed = seed++;
       cases.push_back(c);
@@ -782,7 +792,8 @@ TEST(Attention, WindowsChunksAndBatchesMatchReferenceOnEveryTarget) {
       c.num_kv_heads = 2;
       c.group = 4;
       c.visibility = Global();
-      c.first_q_pos = 5000;
+      c.first_q_pos = slow ? 1250 : 5000;
+      c.split_positions = slow ? 512 : 0;  // 3 splits either way (2048 by default)
       c.num_queries = 1;
       c.seed = seed++;
       cases.push_back(c);
@@ -794,8 +805,11 @@ TEST(Attention, WindowsChunksAndBatchesMatchReferenceOnEveryTarget) {
   });
 }
 
+// On a slow target (SlowTarget) the global variants read 350 positions instead of 700 (the
+// sliding ones read 300 either way; their rings wrap twice).
 TEST(Attention, SoftCapSinksAndBF16QueriesMatchReferenceOnEveryTarget) {
-  ForEachTarget([](int64_t) {
+  ForEachTarget([](int64_t target) {
+    const bool slow = SlowTarget(target);
     uint32_t seed = 200;
     for (int variant = 0; variant < 8; ++variant) {
       Case c;
@@ -804,7 +818,7 @@ TEST(Attention, SoftCapSinksAndBF16QueriesMatchReferenceOnEveryTarget) {
       c.num_kv_heads = 2;
       c.group = variant < 4 ? 2 : 8;
       c.visibility = variant % 3 == 0 ? Global() : Sliding(300);
-      c.first_q_pos = 700;
+      c.first_q_pos = slow && variant % 3 == 0 ? 350 : 700;
       c.num_queries = variant % 4 == 0 ? 1 : 9;
       c.soft_cap = (variant & 1) != 0 ? 5.0f : 0.0f;
       c.query_scale = c.soft_cap > 0 ? 4.0f : 1.0f;

@@ -44,12 +44,12 @@ struct ModelConfig {
   bool hybrid = false;
 };
 
-// --hidden and --mlp, the model's widths, multiples of 64 (MatMul takes multiples of 16): a
-// narrower model runs the same cache checks in less time (the examples' tests under
-// emulation, where the model's products take most of it).
+// --hidden and --mlp, the model's widths, multiples of 16 (what MatMul takes): a narrower
+// model runs the same cache checks in less time (the examples' tests under emulation, where
+// the model's products took most of it).
 inline void AddWidthOptions(Options* options, ModelConfig* c) {
-  options->Number("hidden", &c->hidden, "model width (256), a multiple of 64", 64, 4096, 64);
-  options->Number("mlp", &c->mlp, "MLP width (512), a multiple of 64", 64, 16384, 64);
+  options->Number("hidden", &c->hidden, "model width (256), a multiple of 16", 16, 4096, 16);
+  options->Number("mlp", &c->mlp, "MLP width (512), a multiple of 16", 16, 16384, 16);
 }
 
 // ---------------------------------------------------------------------------------------------
