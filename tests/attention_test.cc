@@ -1,7 +1,9 @@
 // Tests of kvring/ops/attention-inl.h (and views.h, attention.h, ops/bf16_convert-inl.h) on every
 // compiled Highway target, against the float64 reference of tests/reference/, over K/V
-// appended into RingKV and GlobalKV. With attention_tile_heights.cc (tile heights 8 and 32),
-// the test translation units that instantiate the kernels for all targets (foreach_target).
+// appended into RingKV and GlobalKV. The kernels of FlashLayout and TiledLayout<16> are
+// kvring::kernels' (kvring/dispatch.h, the test pins each target in turn), those of tile
+// heights 8 and 32 attention_tile_heights.cc's; this unit compiles per target only the BF16
+// conversion it tests.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -25,9 +27,7 @@
 #define HWY_TARGET_INCLUDE "tests/attention_test.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kvring/ops/attention-inl.h"
 #include "kvring/ops/bf16_convert-inl.h"
-#include "reference/attention_wrappers-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring_test {
@@ -48,12 +48,14 @@ HWY_AFTER_NAMESPACE();
 #include "gtest/gtest.h"
 #include "kvring/attention.h"
 #include "kvring/detail/cpu_choice.h"
+#include "kvring/dispatch.h"
 #include "kvring/formats/hadamard.h"
 #include "kvring/views.h"
 #include "reference/best_target_share.h"
 #include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
 #include "reference/reference_attention.h"
+#include "reference/started_threads.h"
 #include "reference/sweep_memo.h"
 
 namespace kvring_test {
@@ -165,10 +167,15 @@ void ForEachTarget(const Body& body) {
   uint32_t place = 0;
   CurrentMemo().Clear();
   for (const int64_t target : SweptTargets()) {
+    if ((kvring::CompiledTargets() & target) == 0) {  // a call would find no kernel
+      ADD_FAILURE() << "kvring::kernels did not compile " << hwy::TargetName(target);
+      continue;
+    }
     CurrentSweep() = SweepShare{stride, (first + place++) % stride, 0};
     kvring::detail::AvxVnniAllowed() = true;
     kvring::detail::AmxAllowed() = true;
     hwy::SetSupportedTargetsForTest(target);
+    EXPECT_STREQ(kvring::DispatchedTargetName(), hwy::TargetName(target));  // runs it
     SCOPED_TRACE(hwy::TargetName(target));
     body(target);
   }
@@ -191,6 +198,8 @@ TEST(AttentionTargets, SweepsRunOnTheExpectedTargets) {
   const char* expected = std::getenv("KVRING_EXPECTED_TARGETS");
   if (expected != nullptr) EXPECT_EQ(offered, expected);
   EXPECT_FALSE(swept.empty()) << "KVRING_SWEEP_TARGETS names none of " << offered;
+  // kvring::kernels, which runs most of the sweeps, compiled exactly this unit's targets.
+  EXPECT_EQ(kvring::CompiledTargets(), HWY_TARGETS);
 }
 
 Visibility Global() { return Visibility{AttentionKind::kGlobal, 0}; }
@@ -405,14 +414,24 @@ kvring::GlobalKV<Layout> Flat(const Case& c, const History& history, uint64_t nu
       history, kvring::reference::SpecOf(history, num_slots, c.Keep(), c.EndPos()), c.EndPos());
 }
 
+// Runs attention (kvring::kernels, on the target dispatch chooses or a sweep pins) on the
+// calling thread or on `num_threads` threads started for the call; aborts if it is refused.
+template <class Layout>
+void DispatchAttention(const kvring::KVView<Layout>& kv, const kvring::AttentionBatch& batch,
+                       const AttentionOptions& options, uint32_t num_threads) {
+  kvring::AttentionWorkspace workspace;
+  const kvring::TaskRunner runner = num_threads > 1 ? kvring_testing::StartedThreads(&num_threads)
+                                                    : kvring::TaskRunner::Inline();
+  kvring_testing::ExpectAttended(kvring::Attention(kv, batch, options, workspace, runner));
+}
+
 // Returns the kernel's output for `c` over `kv`'s view (kv: a RingKV or GlobalKV).
 template <typename KV>
 std::vector<float> RunKernel(const Case& c, const Inputs& in, const KV& kv,
                              const AttentionOptions& options, uint32_t num_threads = 1) {
   std::vector<float> out(size_t{c.num_queries} * c.NumQHeads() * c.VHeadDim(),
                          std::numeric_limits<float>::quiet_NaN());
-  kvring_testing::DispatchAttention(kv.View(c.visibility), BatchOf(c, in, out.data()), options,
-                                    num_threads);
+  DispatchAttention(kv.View(c.visibility), BatchOf(c, in, out.data()), options, num_threads);
   return out;
 }
 
@@ -1374,7 +1393,7 @@ TEST(Attention, BF16OutputIsTheRoundedF32Output) {
     std::vector<BF16> bf16(f32.size());
     kvring::AttentionBatch batch = BatchOf(c, in, nullptr);
     batch.out_bf16 = bf16.data();
-    kvring_testing::DispatchAttention(ring.View(c.visibility), batch, options, 1);
+    DispatchAttention(ring.View(c.visibility), batch, options, 1);
     for (size_t i = 0; i < f32.size(); ++i) {
       ASSERT_EQ(bf16[i].bits, kvring::BF16FromF32(f32[i]).bits) << i;
     }
@@ -1412,12 +1431,12 @@ TEST(Attention, ARowsBitsDoNotDependOnTheOtherRowsOfItsCall) {
           batch.queries_f32 = in.queries.data() + j * q_row;
           batch.first_q_pos = c.first_q_pos + j;
           batch.num_queries = 1;
-          kvring_testing::DispatchAttention(flash.View(c.visibility), batch, options, 1);
+          DispatchAttention(flash.View(c.visibility), batch, options, 1);
           EXPECT_EQ(
               std::memcmp(alone.data(), flash_batch.data() + j * out_row, out_row * sizeof(float)),
               0)
               << "flash query " << j << " alone != in the batch: " << c.Name();
-          kvring_testing::DispatchAttention(tiled.View(c.visibility), batch, options, 1);
+          DispatchAttention(tiled.View(c.visibility), batch, options, 1);
           EXPECT_EQ(
               std::memcmp(alone.data(), tiled_batch.data() + j * out_row, out_row * sizeof(float)),
               0)
@@ -1495,9 +1514,9 @@ TEST(Attention, FusedQKVRowsAndStridedOutputsGiveThePackedRowsBits) {
           batch.q_row_stride = fused_row;
           batch.out_row_stride = out_stride;
           if (layout == 0) {
-            kvring_testing::DispatchAttention(flash.View(c.visibility), batch, options, 1);
+            DispatchAttention(flash.View(c.visibility), batch, options, 1);
           } else {
-            kvring_testing::DispatchAttention(tiled.View(c.visibility), batch, options, 1);
+            DispatchAttention(tiled.View(c.visibility), batch, options, 1);
           }
           for (size_t t = 0; t < num_queries; ++t) {
             ASSERT_EQ(std::memcmp(strided.data() + t * out_stride, packed.data() + t * out_row,

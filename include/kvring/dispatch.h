@@ -7,6 +7,7 @@
 #define KVRING_DISPATCH_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kvring/attention.h"
 #include "kvring/kv_view.h"
@@ -74,6 +75,10 @@ Result AttentionMany(const AttentionEntry<Layout>* entries, size_t num_entries,
 
 // Returns the name of the Highway target the calls above run on ("AVX3_DL", "AVX2", ...).
 const char* DispatchedTargetName();
+
+// Returns the Highway targets the dispatch unit compiled, as a mask of HWY_* target bits
+// (hwy::TargetName names each): the calls above run the best of them the CPU supports.
+int64_t CompiledTargets();
 
 }  // namespace kvring
 

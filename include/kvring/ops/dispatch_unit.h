@@ -81,6 +81,8 @@ const char* DispatchedTargetName() {
   return hwy::TargetName(hwy::SupportedAndGeneratedTargets()[0]);
 }
 
+int64_t CompiledTargets() { return HWY_TARGETS; }
+
 }  // namespace kvring
 #endif  // HWY_ONCE
 
