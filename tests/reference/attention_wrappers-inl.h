@@ -1,9 +1,10 @@
 // tests/reference/attention_wrappers-inl.h: per-target wrappers around
-// kvring::HWY_NAMESPACE::Attention for the two layouts the attention tests and benchmarks run
-// (FlashLayout, TiledLayout<16>), as plain functions HWY_EXPORT can name, on the calling
-// thread, a kvring::ThreadPool or threads started per call through a TaskRunner of the test's
-// own (what an engine with its own pool does). Include after hwy/foreach_target.h; call
-// kvring_testing::DispatchAttention (defined at the end, once per translation unit).
+// kvring::HWY_NAMESPACE::Attention for the layouts the attention benchmark runs (FlashLayout,
+// TiledLayout<16>; the tests call kvring::kernels' instead), as plain functions HWY_EXPORT can
+// name, on the calling thread, a kvring::ThreadPool or threads started per call through a
+// TaskRunner of the benchmark's own (what an engine with its own pool does). Include after
+// hwy/foreach_target.h; call kvring_testing::DispatchAttention (defined at the end, once per
+// translation unit).
 
 // Per-target include guard (the toggle pattern of kvring/ops/attention-inl.h).
 #if defined(KVRING_TESTS_REFERENCE_ATTENTION_WRAPPERS_INL_H_) == defined(HWY_TARGET_TOGGLE)
