@@ -1,7 +1,8 @@
 // tests/attention_tile_heights.h: attention over TiledLayout<8> and TiledLayout<32> views by
 // dynamic dispatch, for the tile-height tests of attention_test.cc. Defined per Highway target in
-// attention_tile_heights.cc, a translation unit of its own: the kernels of these two layouts
-// compile there while attention_test.cc compiles those of FlashLayout and TiledLayout<16>.
+// attention_tile_heights.cc, a translation unit (and CMake object library) of its own: the
+// kernels of these two layouts compile there while kvring::kernels compiles those of
+// FlashLayout and TiledLayout<16>.
 #ifndef KVRING_TESTS_ATTENTION_TILE_HEIGHTS_H_
 #define KVRING_TESTS_ATTENTION_TILE_HEIGHTS_H_
 
