@@ -22,7 +22,7 @@ function(kvring_host_targets unrunnable)
     message(STATUS "kvring: HWY_DISABLED_TARGETS for this machine (the targets it cannot run): "
                    "${mask}")
   endif()
-  # (A build tree configured before held a second value here: the first is this one.)
+  # The first value: build trees configured before 2026-12-05 cached a second one after it.
   list(GET KVRING_HOST_DISABLED_TARGETS 0 first)
   set(${unrunnable} "${first}" PARENT_SCOPE)
 endfunction()
