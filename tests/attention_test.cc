@@ -420,8 +420,8 @@ template <class Layout>
 void DispatchAttention(const kvring::KVView<Layout>& kv, const kvring::AttentionBatch& batch,
                        const AttentionOptions& options, uint32_t num_threads) {
   kvring::AttentionWorkspace workspace;
-  const kvring::TaskRunner runner = num_threads > 1 ? kvring_testing::StartedThreads(&num_threads)
-                                                    : kvring::TaskRunner::Inline();
+  const kvring::TaskRunner runner =
+      num_threads > 1 ? kvring_testing::StartedThreads(&num_threads) : kvring::TaskRunner::Inline();
   kvring_testing::ExpectAttended(kvring::Attention(kv, batch, options, workspace, runner));
 }
 
