@@ -164,7 +164,6 @@ KVRING_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(const int8_t* const* q,
       for (size_t i = 0; i < kVectors; ++i) acc[s][r][i] = _mm512_setzero_si512();
     }
   }
-  KVRING_UNROLL
   for (size_t dim0 = 0; dim0 < head_dim; dim0 += 4 * kAtOnce) {
     KVRING_UNROLL
     for (size_t s = 0; s < kAtOnce; ++s) {
