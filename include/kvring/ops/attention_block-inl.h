@@ -141,13 +141,19 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
   }
 }
 
-// Calls fn(std::integral_constant<size_t, kRows>(), block) with the num_real (1 to 8) rows
-// at `rows` as a register block of kRows rows, num_real rounded up to a power of two: `block`
-// is `rows` itself, or `padded` (8 entries) whose extra rows repeat the last real query and
-// accumulate into `dummy_acc`; the real rows' states are copied back afterwards.
-template <class Fn>
+// Calls fn(std::integral_constant<size_t, kRows>(), block) with the num_real (1 to kMaxRows,
+// at most 8) rows at `rows` as a register block of kRows rows, num_real rounded up to a power
+// of two: `block` is `rows` itself, or `padded` (8 entries) whose extra rows repeat the last
+// real query and accumulate into `dummy_acc`; the real rows' states are copied back
+// afterwards. Blocks wider than kMaxRows (the target's TileShape::kMaxRegRows) are never
+// instantiated: their code would be dead, and the 4- and 8-row blocks are the costliest to
+// compile.
+template <size_t kMaxRows, class Fn>
 HWY_INLINE void WithRegisterBlock(Row* rows, size_t num_real, Row* padded, float* dummy_acc,
                                   const Fn& fn) {
+  static_assert(kMaxRows == 1 || kMaxRows == 2 || kMaxRows == 4 || kMaxRows == 8,
+                "register blocks are a power of two rows, at most 8");
+  KVRING_DASSERT(num_real >= 1 && num_real <= kMaxRows);
   size_t k_rows = 1;
   while (k_rows < num_real) k_rows *= 2;
   Row* block = rows;
@@ -158,20 +164,16 @@ HWY_INLINE void WithRegisterBlock(Row* rows, size_t num_real, Row* padded, float
     }
     block = padded;
   }
-  switch (k_rows) {
-    case 1:
-      fn(std::integral_constant<size_t, 1>(), block);
-      break;
-    case 2:
-      fn(std::integral_constant<size_t, 2>(), block);
-      break;
-    case 4:
-      fn(std::integral_constant<size_t, 4>(), block);
-      break;
-    default:
-      fn(std::integral_constant<size_t, 8>(), block);
-      break;
+  if constexpr (kMaxRows >= 8) {
+    if (k_rows == 8) fn(std::integral_constant<size_t, 8>(), block);
   }
+  if constexpr (kMaxRows >= 4) {
+    if (k_rows == 4) fn(std::integral_constant<size_t, 4>(), block);
+  }
+  if constexpr (kMaxRows >= 2) {
+    if (k_rows == 2) fn(std::integral_constant<size_t, 2>(), block);
+  }
+  if (k_rows == 1) fn(std::integral_constant<size_t, 1>(), block);
   if (block == padded) {
     for (size_t r = 0; r < num_real; ++r) rows[r] = padded[r];
   }

@@ -284,17 +284,17 @@ class ItemRunner {
     return tile;
   }
 
-  // Runs fn(k_rows, block, num_real) for each register block of the walk's rows [begin, end)
-  // (all of them by default).
+  // Runs fn(k_rows, block, num_real) on each register block of rows [begin, end) (default: all).
   template <class Fn>
   HWY_INLINE void ForEachBlock(const Walk& walk, const Fn& fn, size_t begin = 0,
                                size_t end = ~size_t{0}) {
     Row padded[8];
     if (end > walk.rows_here) end = walk.rows_here;
-    for (size_t r0 = begin; r0 < end; r0 += Shape::kMaxRegRows) {
-      const size_t num_real = end - r0 < Shape::kMaxRegRows ? end - r0 : Shape::kMaxRegRows;
-      WithRegisterBlock(walk.rows + r0, num_real, padded, dummy_acc_,
-                        [&](auto k_rows, Row* block) { fn(k_rows, block, num_real); });
+    constexpr size_t kMax = Shape::kMaxRegRows;
+    for (size_t r0 = begin; r0 < end; r0 += kMax) {
+      const size_t num_real = end - r0 < kMax ? end - r0 : kMax;
+      WithRegisterBlock<kMax>(walk.rows + r0, num_real, padded, dummy_acc_,
+                              [&](auto k_rows, Row* block) { fn(k_rows, block, num_real); });
     }
   }
 
