@@ -53,6 +53,20 @@ struct TileRows {
   }
 };
 
+// The V pass of one row over a tile it sees only in part, offsets [lo_off, hi_off]
+// (AccumulateTile<1, true>): out of line, one copy per tile height and element type for every
+// register block width that calls it (such tiles are the first and last of a row's range).
+template <uint64_t kTile, typename T>
+HWY_NOINLINE void AccumulatePartOfTile(const T* HWY_RESTRICT v_tile,
+                                       const float* HWY_RESTRICT v_scales, size_t v_stride,
+                                       const T* k_next, const PrefetchShape& ps, size_t v_head_dim,
+                                       const float* HWY_RESTRICT p,
+                                       const int32_t* HWY_RESTRICT index_of_offset, float* acc,
+                                       float correction, int32_t lo_off, int32_t hi_off) {
+  AccumulateTile<1, true, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p,
+                                 index_of_offset, &acc, &correction, lo_off, hi_off);
+}
+
 // Scores, softmax and V accumulation of one register block of kRows rows over one tile.
 // `rows` has kRows entries; entries past num_real are padding (they repeat a real row's
 // query and write to a scratch accumulator nobody reads). `scored`: `scores` already holds
@@ -135,9 +149,9 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
   // never enters its accumulator (the order over the visible ones is the full path's).
   for (size_t r = 0; r < num_real; ++r) {
     if (!seen.active[r]) continue;
-    AccumulateTile<1, true, kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p[r],
-                                   index_of_offset, &acc[r], &correction[r], seen.lo_off[r],
-                                   seen.hi_off[r]);
+    AccumulatePartOfTile<kTile>(v_tile, v_scales, v_stride, k_next, ps, v_head_dim, p[r],
+                                index_of_offset, acc[r], correction[r], seen.lo_off[r],
+                                seen.hi_off[r]);
   }
 }
 
