@@ -47,12 +47,11 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace attention_internal {
 
-// One item of stored elements T (BF16, or int8 with scales), reading K and V from k_base and
-// v_base (v_base null for a latent view): its rows, its scratch (the layout
-// AttentionWork::ScratchLayout() gives), and its walk over the tiles. kPath: kF32 (the exact
-// mode, or the BF16-product mode on the widening path, chosen at run time), kBF16Native (on
-// vdpbf16ps: PathOf gave it), kInt8 (the integer-product mode of int8 layers) or kInt8AvxVnni
-// (that mode on AVX-VNNI).
+// One item of stored elements T (BF16, or int8 with scales), reading K and V from k_base and v_base
+// (v_base null for a latent view): its rows, its scratch (the layout AttentionWork::ScratchLayout()
+// gives), and its walk over the tiles. kPath: kF32 (the exact mode, or the BF16-product mode on the
+// widening path, chosen at run time), kBF16Native (on vdpbf16ps: PathOf gave it), kInt8 (the
+// integer-product mode of int8 layers) or kInt8AvxVnni (that mode on AVX-VNNI).
 template <ProductPath kPath, class Layout, typename T>
 class ItemRunner {
  public:
@@ -394,7 +393,7 @@ class ItemRunner {
   }
 
   // Runs every register block over two consecutive tiles whose scores pair dims
-  // (TwoTileScoresPaired), scoring both at once; each row still takes tile after tile.
+  // (TwoTileScoresPaired), the first block prefetching their V; rows take tile after tile.
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (kPairDims<kTile> && Element::kPairedScores) {
@@ -404,7 +403,8 @@ class ItemRunner {
         const float* q[kRows];
         for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
         const BF16* k_tiles[2] = {first.k, second.k};
-        const BF16* v_now[2] = {first.v, second.v};
+        const bool lead = block == walk.rows;  // (the others read the tiles it prefetched)
+        const BF16* v_now[2] = {lead ? first.v : nullptr, lead ? second.v : nullptr};
         float* out[2] = {scores_, second_scores};
         TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);
         BlockOver<kRows>(walk, first, scores_, true, block, num_real);

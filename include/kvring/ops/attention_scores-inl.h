@@ -168,13 +168,52 @@ constexpr bool kPairDims =
 
 #if HWY_TARGET != HWY_SCALAR
 
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// Which BF16 of a 16-position tile's dims d and d + 1 (d's 16 positions, then d + 1's) each
+// f32 lane of LoadDimPair's vectors takes, in the upper half of the lane (the even 16-bit
+// words are zeroed): lane j < 8 position 2j, lane j >= 8 position 2(j - 8) + 1.
+alignas(64) static constexpr uint16_t kDimPairFirst[32] = {0,  0, 0,  2, 0,  4,  0, 6,  0, 8, 0,
+                                                           10, 0, 12, 0, 14, 0,  1, 0,  3, 0, 5,
+                                                           0,  7, 0,  9, 0,  11, 0, 13, 0, 15};
+alignas(64) static constexpr uint16_t kDimPairSecond[32] = {
+    0, 16, 0, 18, 0, 20, 0, 22, 0, 24, 0, 26, 0, 28, 0, 30,
+    0, 17, 0, 19, 0, 21, 0, 23, 0, 25, 0, 27, 0, 29, 0, 31};
+
+// The K of a 16-position tile's dims d and d + 1 at `p` as one f32 vector per dim, the
+// positions in the lanes where LoadPairs puts them (even positions, then odd): dim d's in
+// `first`, d + 1's in `second`. One zero-masked vpermw each.
+HWY_INLINE void LoadDimPair(const BF16* HWY_RESTRICT p, hn::Vec512<float>& first,
+                            hn::Vec512<float>& second) {
+  const __m512i bits = _mm512_loadu_si512(p);
+  constexpr __mmask32 kUpperWords = 0xAAAAAAAAu;
+  first.raw = _mm512_castsi512_ps(
+      _mm512_maskz_permutexvar_epi16(kUpperWords, _mm512_load_si512(kDimPairFirst), bits));
+  second.raw = _mm512_castsi512_ps(
+      _mm512_maskz_permutexvar_epi16(kUpperWords, _mm512_load_si512(kDimPairSecond), bits));
+}
+#endif
+
+// Whether TileScoresPaired multiplies one dim per vector (LoadDimPair, 16-lane AVX-512
+// vectors) rather than a dim pair per vector (LoadPairs).
+template <class DF>
+constexpr bool kScoreByDim =
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    hn::MaxLanes(DF()) == 16;
+#else
+    false;
+#endif
+
 // TileScores for kTiles tiles whose dims are kTile BF16 apart (the tiled layout) and
-// kPairDims: one full vector holds a tile's K of dims d and d + 1, multiplied by q[d] in its
-// lower half and q[d + 1] in its upper half; each partial sum (kDimSplit) folds its halves
-// before the partial sums add. Half the FMAs of half-width vectors. Building that q vector
-// costs two broadcasts and a shuffle per row and dim pair: two tiles at once share it (each
-// tile's bits are the same as alone). Tile t's scores go to scores[t]; v_now[t] is its V, to
-// prefetch meanwhile (see PrefetchShape).
+// kPairDims: a full vector covers a tile's K of dims d and d + 1. Two forms, the same bits:
+// on AVX-512 with 16-position tiles, one vector per dim (LoadDimPair), multiplied by the
+// broadcast q[d] and q[d + 1]; elsewhere one vector of both dims per half of the positions
+// (LoadPairs), multiplied by a q vector of q[d] in its lower half and q[d + 1] in its upper
+// half, which costs two broadcasts and a shuffle per row and dim pair (on Intel AVX-512 the
+// shuffle takes an FMA port: tiled decode GQA 16/2 took 1.13x the time it takes by dim with one
+// V prefetch per dim pair, docs/benchmarks.md). Each lane sums one dim's products in the order of
+// the dims; each partial sum (kDimSplit) adds its dim d and d + 1 sums, then the partial sums add
+// in order. Tile t's scores go to scores[t] (each tile's bits the same as alone); v_now[t] is its
+// V, to prefetch meanwhile (see PrefetchShape).
 template <size_t kRows, size_t kTiles, uint64_t kTile>
 HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
                                  const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
@@ -184,8 +223,12 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
   const typename Shape::DK dh;
   const hn::Twice<typename Shape::DK> df;
   using V = hn::Vec<decltype(df)>;
+  constexpr bool kByDim = kScoreByDim<decltype(df)>;
+  const size_t v_bytes = ps.v_bytes_per_dim;  // (locals: not reloaded after each store)
+  const bool to_l2 = ps.to_l2;
   constexpr size_t kAtOnce = AtOnce(kRows * kTiles * 2);
-  // acc: partial sum s, row r, tile t, even/odd half e at ((s * kRows + r) * kTiles + t) * 2 + e.
+  // acc: partial sum s, row r, tile t, half e (even/odd positions; by dim: dims d, d + 1) at
+  // ((s * kRows + r) * kTiles + t) * 2 + e.
   const auto at = [](size_t s, size_t r, size_t t, size_t e) {
     return ((s * kRows + r) * kTiles + t) * 2 + e;
   };
@@ -198,21 +241,35 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
         VecArray<decltype(df), kTiles> even, odd;
         for (size_t t = 0; t < kTiles; ++t) {
           if (v_now[t] != nullptr) {
-            PrefetchV(v_now[t], dim, ps);
-            PrefetchV(v_now[t], dim + 1, ps);
+            // (Where a dim stands for half a line or less, the even dims' lines, at most a
+            // line apart, cover the V lines.)
+            const char* v_line = reinterpret_cast<const char*>(v_now[t]) + dim * v_bytes;
+            PrefetchLine(v_line, to_l2);
+            if (v_bytes > 32) PrefetchLine(v_line + v_bytes, to_l2);
           }
           V e, o;
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+          if constexpr (kByDim) {
+            LoadDimPair(k_tiles[t] + dim * kTile, e, o);
+          } else {
+            LoadPairs(df, k_tiles[t] + dim * kTile, e, o);
+          }
+#else
           LoadPairs(df, k_tiles[t] + dim * kTile, e, o);
+#endif
           even.Set(df, t, e);
           odd.Set(df, t, o);
         }
         for (size_t r = 0; r < kRows; ++r) {
-          const V qd = hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
+          // By dim: even, odd = dims d, d + 1. Else halves of both dims: one q vector.
+          const V q0 = kByDim ? hn::Set(df, q[r][dim])
+                              : hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
+          const V q1 = kByDim ? hn::Set(df, q[r][dim + 1]) : q0;
           for (size_t t = 0; t < kTiles; ++t) {
             acc.Set(df, at(s, r, t, 0),
-                    hn::MulAdd(qd, even.Get(df, t), acc.Get(df, at(s, r, t, 0))));
+                    hn::MulAdd(q0, even.Get(df, t), acc.Get(df, at(s, r, t, 0))));
             acc.Set(df, at(s, r, t, 1),
-                    hn::MulAdd(qd, odd.Get(df, t), acc.Get(df, at(s, r, t, 1))));
+                    hn::MulAdd(q1, odd.Get(df, t), acc.Get(df, at(s, r, t, 1))));
           }
         }
       }
@@ -222,7 +279,14 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
       for (size_t r = 0; r < kRows; ++r) {
         for (size_t e = 0; e < 2; ++e) {
           float* HWY_RESTRICT out = scores[t] + r * kTile + e * Shape::kLanes;
+          // Dim d's sum of these positions, plus dim d + 1's.
           const auto folded = [&](size_t s) {
+            if constexpr (kByDim) {
+              const V d0 = acc.Get(df, at(s, r, t, 0));
+              const V d1 = acc.Get(df, at(s, r, t, 1));
+              return e == 0 ? hn::Add(hn::LowerHalf(dh, d0), hn::LowerHalf(dh, d1))
+                            : hn::Add(hn::UpperHalf(dh, d0), hn::UpperHalf(dh, d1));
+            }
             const V v = acc.Get(df, at(s, r, t, e));
             return hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v));
           };
@@ -236,13 +300,21 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
   }
 }
 
-// Scores of two tiles for kRows rows (TileScoresPaired), in register blocks of at most four
-// rows so that the accumulators of both tiles stay in registers.
+// Scores of two tiles for kRows rows (TileScoresPaired). By dim (kScoreByDim), tile after
+// tile for all the rows, so that each K vector serves every row (measured on Intel AVX-512,
+// 8 rows over L1-resident tiles: 0.65 of the FMA twin, against 0.51 for the pair form's two
+// tiles at once in blocks of four rows, and 0.35 by dim in that shape). Else in register blocks
+// of at most four rows so that the accumulators of both tiles stay in registers.
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
                                     const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
                                     const BF16* const* v_now, const PrefetchShape& ps,
                                     float* const* HWY_RESTRICT scores) {
+  if constexpr (kScoreByDim<hn::Twice<typename TileShape<kTile>::DK>>) {
+    TileScoresPaired<kRows, 1, kTile>(q, k_tiles, head_dim, v_now, ps, scores);
+    TileScoresPaired<kRows, 1, kTile>(q, k_tiles + 1, head_dim, v_now + 1, ps, scores + 1);
+    return;
+  }
   constexpr size_t kPart = kRows < 4 ? kRows : 4;
   const BF16* const none[2] = {nullptr, nullptr};
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
