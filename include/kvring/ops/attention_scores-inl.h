@@ -172,12 +172,14 @@ constexpr bool kPairDims =
 // Which BF16 of a 16-position tile's dims d and d + 1 (d's 16 positions, then d + 1's) each
 // f32 lane of LoadDimPair's vectors takes, in the upper half of the lane (the even 16-bit
 // words are zeroed): lane j < 8 position 2j, lane j >= 8 position 2(j - 8) + 1.
-alignas(64) static constexpr uint16_t kDimPairFirst[32] = {0,  0, 0,  2, 0,  4,  0, 6,  0, 8, 0,
-                                                           10, 0, 12, 0, 14, 0,  1, 0,  3, 0, 5,
-                                                           0,  7, 0,  9, 0,  11, 0, 13, 0, 15};
+// clang-format off
+alignas(64) static constexpr uint16_t kDimPairFirst[32] = {
+    0, 0,  0, 2,  0, 4,  0, 6,  0, 8,  0, 10, 0, 12, 0, 14,
+    0, 1,  0, 3,  0, 5,  0, 7,  0, 9,  0, 11, 0, 13, 0, 15};
 alignas(64) static constexpr uint16_t kDimPairSecond[32] = {
     0, 16, 0, 18, 0, 20, 0, 22, 0, 24, 0, 26, 0, 28, 0, 30,
     0, 17, 0, 19, 0, 21, 0, 23, 0, 25, 0, 27, 0, 29, 0, 31};
+// clang-format on
 
 // The K of a 16-position tile's dims d and d + 1 at `p` as one f32 vector per dim, the
 // positions in the lanes where LoadPairs puts them (even positions, then odd): dim d's in
@@ -210,10 +212,11 @@ constexpr bool kScoreByDim =
 // (LoadPairs), multiplied by a q vector of q[d] in its lower half and q[d + 1] in its upper
 // half, which costs two broadcasts and a shuffle per row and dim pair (on Intel AVX-512 the
 // shuffle takes an FMA port: tiled decode GQA 16/2 took 1.13x the time it takes by dim with one
-// V prefetch per dim pair, docs/benchmarks.md). Each lane sums one dim's products in the order of
-// the dims; each partial sum (kDimSplit) adds its dim d and d + 1 sums, then the partial sums add
-// in order. Tile t's scores go to scores[t] (each tile's bits the same as alone); v_now[t] is its
-// V, to prefetch meanwhile (see PrefetchShape).
+// V prefetch per dim pair, docs/benchmarks.md). Either way a lane adds the same products in the
+// same order: each partial sum (kDimSplit) sums dim d's and dim d + 1's products apart, in the
+// order of the dims, then adds the two; the partial sums add in order. Tile t's scores go to
+// scores[t] (each tile's bits the same as alone); v_now[t] is its V, to prefetch meanwhile (see
+// PrefetchShape).
 template <size_t kRows, size_t kTiles, uint64_t kTile>
 HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
                                  const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
