@@ -277,19 +277,25 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
         }
       }
     }
-    // Each partial sum folds its halves, then adds to the total in order.
+    // Each partial sum adds its dim d and d + 1 sums (by dim: its two vectors, whose lanes
+    // hold the tile's positions in the scores' order; else each vector's halves), then adds
+    // to the total in order.
     for (size_t t = 0; t < kTiles; ++t) {
       for (size_t r = 0; r < kRows; ++r) {
+        if constexpr (kByDim) {
+          float* HWY_RESTRICT out = scores[t] + r * kTile;
+          const auto folded = [&](size_t s) {
+            return hn::Add(acc.Get(df, at(s, r, t, 0)), acc.Get(df, at(s, r, t, 1)));
+          };
+          V sum = folded(0);
+          if (s0 != 0) sum = hn::Add(hn::LoadU(df, out), sum);
+          for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, folded(s));
+          hn::StoreU(sum, df, out);
+          continue;
+        }
         for (size_t e = 0; e < 2; ++e) {
           float* HWY_RESTRICT out = scores[t] + r * kTile + e * Shape::kLanes;
-          // Dim d's sum of these positions, plus dim d + 1's.
           const auto folded = [&](size_t s) {
-            if constexpr (kByDim) {
-              const V d0 = acc.Get(df, at(s, r, t, 0));
-              const V d1 = acc.Get(df, at(s, r, t, 1));
-              return e == 0 ? hn::Add(hn::LowerHalf(dh, d0), hn::LowerHalf(dh, d1))
-                            : hn::Add(hn::UpperHalf(dh, d0), hn::UpperHalf(dh, d1));
-            }
             const V v = acc.Get(df, at(s, r, t, e));
             return hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v));
           };
