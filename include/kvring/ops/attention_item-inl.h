@@ -393,7 +393,7 @@ class ItemRunner {
   }
 
   // Runs every register block over two consecutive tiles whose scores pair dims
-  // (TwoTileScoresPaired), the first block prefetching their V; rows take tile after tile.
+  // (TwoTileScoresPaired); only the first block prefetches their V. Rows take tile after tile.
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (kPairDims<kTile> && Element::kPairedScores) {
@@ -403,7 +403,7 @@ class ItemRunner {
         const float* q[kRows];
         for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
         const BF16* k_tiles[2] = {first.k, second.k};
-        const bool lead = block == walk.rows;  // (the others read the tiles it prefetched)
+        const bool lead = block[0].q == walk.rows[0].q;  // (`block` may be the padded copy)
         const BF16* v_now[2] = {lead ? first.v : nullptr, lead ? second.v : nullptr};
         float* out[2] = {scores_, second_scores};
         TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);

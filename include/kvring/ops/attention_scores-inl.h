@@ -227,7 +227,7 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
   const hn::Twice<typename Shape::DK> df;
   using V = hn::Vec<decltype(df)>;
   constexpr bool kByDim = kScoreByDim<decltype(df)>;
-  const size_t v_bytes = ps.v_bytes_per_dim;  // (locals: not reloaded after each store)
+  const size_t v_bytes = ps.v_bytes_per_dim;  // (locals: the loop reloaded them from `ps`)
   const bool to_l2 = ps.to_l2;
   constexpr size_t kAtOnce = AtOnce(kRows * kTiles * 2);
   // acc: partial sum s, row r, tile t, half e (even/odd positions; by dim: dims d, d + 1) at
