@@ -6,6 +6,7 @@
 #include "kvring/io/state_io.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -1023,6 +1024,70 @@ TEST(StateIO, FilesRoundTripThroughATemporaryName) {
   EXPECT_EQ(std::fopen((path + ".tmp").c_str(), "rb"), nullptr);
   ASSERT_TRUE(LoadStateFile(path, kModel, &loaded).ok());
   std::remove(path.c_str());
+}
+
+// FileSink gathers what it is given into whole 2 MiB pieces (the last excepted): pieces of
+// every size, on both sides of the piece boundaries and straight through (several whole
+// pieces at once), reach the file as the same bytes in the same order.
+TEST(StateIO, FileSinkWritesTheBytesItIsGivenInOrder) {
+  const std::string path = ::testing::TempDir() + "kvring_file_sink_test.bin";
+  const uint64_t piece = FileSink::kFilePiece;
+  const std::vector<uint64_t> sizes = {
+      1, 100,  ByteSink::kMaxWrite, 3 * piece + 17, piece - 5, 7, 2 * piece, piece, 0, piece - 1,
+      1, 12345};
+  uint64_t total = 0;
+  for (uint64_t size : sizes) total += size;
+  std::vector<uint8_t> bytes(total);
+  uint32_t seed = 12345;
+  for (uint8_t& byte : bytes) {
+    seed = seed * 1664525u + 1013904223u;
+    byte = static_cast<uint8_t>(seed >> 24);
+  }
+  FileSink sink;
+  ASSERT_TRUE(sink.Open(path).ok());
+  uint64_t at = 0;
+  for (uint64_t size : sizes) {
+    ASSERT_TRUE(sink.Write(bytes.data() + at, size).ok()) << size;
+    at += size;
+  }
+  ASSERT_TRUE(sink.Finish().ok());
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  ASSERT_NE(file, nullptr);
+  std::vector<uint8_t> read(total + 1);
+  EXPECT_EQ(std::fread(read.data(), 1, read.size(), file), total);
+  std::fclose(file);
+  read.resize(total);
+  EXPECT_TRUE(read == bytes);
+  // A sink destroyed unfinished leaves neither the temporary file nor a file at the path.
+  std::remove(path.c_str());
+  {
+    FileSink unfinished;
+    ASSERT_TRUE(unfinished.Open(path).ok());
+    ASSERT_TRUE(unfinished.Write(bytes.data(), piece + 3).ok());
+  }
+  EXPECT_EQ(std::fopen((path + ".tmp").c_str(), "rb"), nullptr);
+  EXPECT_EQ(std::fopen(path.c_str(), "rb"), nullptr);
+  // A write the system refuses (the temporary name made a link to /dev/full: no space) is
+  // reported by that Write or, for bytes still gathered, by Finish, which leaves no file.
+  if (::symlink("/dev/full", (path + ".tmp").c_str()) == 0) {
+    FileSink full;
+    ASSERT_TRUE(full.Open(path).ok());
+    EXPECT_TRUE(full.Write(bytes.data(), 10).ok());  // gathered, not yet written
+    EXPECT_EQ(full.Finish(), Status::kIOError);
+    EXPECT_EQ(std::fopen(path.c_str(), "rb"), nullptr);
+    ASSERT_EQ(::symlink("/dev/full", (path + ".tmp").c_str()), 0);
+    FileSink whole;
+    ASSERT_TRUE(whole.Open(path).ok());
+    EXPECT_EQ(whole.Write(bytes.data(), 2 * piece), Status::kIOError);
+    EXPECT_EQ(whole.Write(bytes.data(), 1), Status::kIOError);  // and stays refused
+    EXPECT_EQ(whole.Finish(), Status::kIOError);
+    EXPECT_EQ(std::fopen(path.c_str(), "rb"), nullptr);
+    std::remove((path + ".tmp").c_str());
+  }
+  // Writing to a sink that is not open is refused.
+  FileSink closed;
+  EXPECT_EQ(closed.Write(bytes.data(), 1), Status::kIOError);
+  EXPECT_EQ(closed.Finish(), Status::kIOError);
 }
 
 }  // namespace
