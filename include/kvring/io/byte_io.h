@@ -168,7 +168,7 @@ class SliceSource final : public ByteSource {
 // (FileSource) takes a whole folio per page fault. Written as the writer's 128 KiB pieces, the
 // file was cached in folios of at most that size and its first pass took a fault per 64 KiB:
 // on a virtual machine whose faults cost ~30 us, a 292 MiB load from the page cache took
-// 166 ms instead of 50 (docs/benchmarks.md).
+// 166-198 ms instead of 36-44 (docs/benchmarks.md).
 class FileSink final : public ByteSink {
  public:
   static constexpr uint64_t kFilePiece = uint64_t{2} << 20;
