@@ -2,7 +2,7 @@
 // pool sequences load back bit for bit into every layout, into caches and pools, and keep
 // appending as the original does; more than 30 distinct bad states are refused with a
 // message naming what differs while the destination keeps every row; files go through a
-// temporary name.
+// temporary name, and FileSink writes every byte it is given, in order, or says it failed.
 #include "kvring/io/state_io.h"
 
 #include <gtest/gtest.h>
@@ -1031,6 +1031,7 @@ TEST(StateIO, FilesRoundTripThroughATemporaryName) {
 // pieces at once), reach the file as the same bytes in the same order.
 TEST(StateIO, FileSinkWritesTheBytesItIsGivenInOrder) {
   const std::string path = ::testing::TempDir() + "kvring_file_sink_test.bin";
+  std::remove((path + ".tmp").c_str());  // (a link an interrupted run left)
   const uint64_t piece = FileSink::kFilePiece;
   const std::vector<uint64_t> sizes = {
       1, 100,  ByteSink::kMaxWrite, 3 * piece + 17, piece - 5, 7, 2 * piece, piece, 0, piece - 1,
