@@ -66,6 +66,12 @@ constexpr Pattern kPatterns[] = {
     {"qwen3-next-80b-a3b", 48, 0, 0, 12, 0, 0, 2, 256, 0, 262144, 0, 0, 36},
     {"mimo-v2-flash", 48, 39, 0, 9, 0, 128, 8, 192, 0, 262144, 4, 192},
     {"kimi-linear-48b-a3b", 27, 0, 0, 7, 0, 0, 0, 0, 576, 1048576, 0, 0, 20},
+    // EXAONE 4.0: global iff (i + 1) % 4 == 0; Nemotron-H: full at the pattern's 4 '*' (24
+    // Mamba2 layers, 24 MLP blocks without state); Jamba: full iff i % 8 == 4.
+    {"exaone-4.0-32b", 64, 48, 0, 16, 0, 4096, 8, 128, 0, 131072},
+    {"smollm3-3b", 36, 0, 0, 36, 0, 0, 4, 128, 0, 65536},
+    {"nemotron-h-8b", 52, 0, 0, 4, 0, 0, 8, 128, 0, 8192, 0, 0, 24},
+    {"jamba-1.5-mini", 32, 0, 0, 4, 0, 0, 8, 128, 0, 262144, 0, 0, 28},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
@@ -182,6 +188,20 @@ TEST(ModelPresets, Gemma3_270MAt8192Is39MiB) {
   EXPECT_EQ(plan.Layer(0).num_slots, 1056u);
   EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), 39 * kMiB - 15 * kKiB);
   EXPECT_EQ(plan.TotalBytes(), (15 * 1056 + 3 * 8224) * kKiB);
+}
+
+TEST(ModelPresets, NemotronH8BAndJambaStatesAreTheirFamiliesFormulas) {
+  // Nemotron-H-8B: 24 Mamba2 layers, each a conv state of (conv_kernel 4 - 1) x (128 heads x 64
+  // + 2 x n_groups 8 x state 128) BF16 elements and a recurrent state of 128 x 64 x 128 F32
+  // elements: 61,440 + 4,194,304 bytes; 4 full layers of 8 x 128, 4 KiB a position each.
+  const LayerPlan nemotron = PlanPreset("nemotron-h-8b", 8192, 512);
+  EXPECT_EQ(nemotron.StateBytes(), 24 * (3 * 10240 * 2 + 4 * kMiB));
+  EXPECT_EQ(nemotron.ContextTokenBytes(), 4 * 4 * kKiB);
+  EXPECT_EQ(nemotron.TotalBytes() - nemotron.PaddingBytes(), 4 * 8192 * 4 * kKiB);
+  // Jamba 1.5 Mini: 28 Mamba layers of 3 x 8192 and 8192 x 16 BF16 elements (48 + 256 KiB).
+  const LayerPlan jamba = PlanPreset("jamba-1.5-mini", 4096, 512);
+  EXPECT_EQ(jamba.StateBytes(), 28 * 304 * kKiB);
+  EXPECT_EQ(jamba.TotalBytes() - jamba.PaddingBytes(), 4 * 4096 * 4 * kKiB);
 }
 
 TEST(ModelPresets, EveryPresetPlansAtSmallAndFullContext) {

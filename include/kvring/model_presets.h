@@ -145,6 +145,39 @@ inline ModelPreset KimiLinear48B() {
   return preset;
 }
 
+// Nemotron-H-8B-Base-8K: hybrid_override_pattern "M-M-M-M*-..." of 52 layers: 24 Mamba2
+// layers ('M'), 4 full layers of 8 KV heads of 128 ('*'), 24 MLP blocks without a sequence
+// mixer ('-'). A Mamba2 layer keeps a conv state of 3 x (128 x 64 + 2 x 8 x 128) BF16 elements
+// and a recurrent state of 128 x 64 x 128 F32 elements (the class's mamba_ssm_cache_dtype).
+inline ModelPreset NemotronH8B() {
+  const StateSpec mamba2{3 * (128 * 64 + 2 * 8 * 128), Format::kBF16, 128 * 64 * 128, Format::kF32};
+  const char* pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
+  ModelPreset preset{"nemotron-h-8b",
+                     8192,
+                     {},
+                     "Mamba2 layers: conv 30720 BF16 and recurrent 1048576 F32 elements; MLP "
+                     "blocks hold nothing"};
+  for (const char* c = pattern; *c != '\0'; ++c) {
+    preset.layers.push_back(*c == '*'   ? LayerSpec::Global(8, 128)
+                            : *c == 'M' ? LayerSpec::Recurrent(mamba2)
+                                        : LayerSpec::Recurrent(StateSpec{}));
+  }
+  return preset;
+}
+
+// AI21-Jamba-1.5-Mini: 32 layers, full attention (8 KV heads of 128) where i % 8 == 4
+// (attn_layer_offset 4, attn_layer_period 8), Mamba (1) layers elsewhere, each keeping a conv
+// state of 3 x 8192 and a recurrent state of 8192 x 16 BF16 elements.
+inline ModelPreset Jamba15Mini() {
+  const StateSpec mamba{3 * 8192, Format::kBF16, 8192 * 16, Format::kBF16};
+  ModelPreset preset{
+      "jamba-1.5-mini", 262144, {}, "Mamba layers: conv 24576 and recurrent 131072 BF16 elements"};
+  for (size_t i = 0; i < 32; ++i) {
+    preset.layers.push_back(i % 8 == 4 ? LayerSpec::Global(8, 128) : LayerSpec::Recurrent(mamba));
+  }
+  return preset;
+}
+
 }  // namespace detail
 
 // Returns every preset, in a stable order. Allocates; cost O(total layers).
@@ -185,6 +218,13 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Qwen3Next80B());
   presets.push_back(detail::MimoV2Flash());
   presets.push_back(detail::KimiLinear48B());
+  presets.push_back(
+      {"exaone-4.0-32b", 131072,
+       EveryNthGlobal(64, 4, LayerSpec::Sliding(4096, 8, 128), LayerSpec::Global(8, 128)),
+       "global layers use no RoPE"});
+  presets.push_back(AllGlobal("smollm3-3b", 36, 4, 128, 65536));
+  presets.push_back(detail::NemotronH8B());
+  presets.push_back(detail::Jamba15Mini());
   return presets;
 }
 
