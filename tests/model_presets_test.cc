@@ -72,6 +72,7 @@ constexpr Pattern kPatterns[] = {
     {"smollm3-3b", 36, 0, 0, 36, 0, 0, 4, 128, 0, 65536},
     {"nemotron-h-8b", 52, 0, 0, 4, 0, 0, 8, 128, 0, 8192, 0, 0, 24},
     {"jamba-1.5-mini", 32, 0, 0, 4, 0, 0, 8, 128, 0, 262144, 0, 0, 28},
+    {"lfm2-1.2b", 16, 0, 0, 6, 0, 0, 8, 64, 0, 128000, 0, 0, 10},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
@@ -190,7 +191,7 @@ TEST(ModelPresets, Gemma3_270MAt8192Is39MiB) {
   EXPECT_EQ(plan.TotalBytes(), (15 * 1056 + 3 * 8224) * kKiB);
 }
 
-TEST(ModelPresets, NemotronH8BAndJambaStatesAreTheirFamiliesFormulas) {
+TEST(ModelPresets, NemotronJambaAndLfm2StatesAreTheirFamiliesFormulas) {
   // Nemotron-H-8B: 24 Mamba2 layers, each a conv state of (conv_kernel 4 - 1) x (128 heads x 64
   // + 2 x n_groups 8 x state 128) BF16 elements and a recurrent state of 128 x 64 x 128 F32
   // elements: 61,440 + 4,194,304 bytes; 4 full layers of 8 x 128, 4 KiB a position each.
@@ -202,6 +203,11 @@ TEST(ModelPresets, NemotronH8BAndJambaStatesAreTheirFamiliesFormulas) {
   const LayerPlan jamba = PlanPreset("jamba-1.5-mini", 4096, 512);
   EXPECT_EQ(jamba.StateBytes(), 28 * 304 * kKiB);
   EXPECT_EQ(jamba.TotalBytes() - jamba.PaddingBytes(), 4 * 4096 * 4 * kKiB);
+  // LFM2-1.2B: 10 conv layers of (3 - 1) x 2048 BF16 elements, no recurrent state; 6 full
+  // layers of 8 x 64, 2 KiB a position each.
+  const LayerPlan lfm2 = PlanPreset("lfm2-1.2b", 4096, 512);
+  EXPECT_EQ(lfm2.StateBytes(), 10 * 8 * kKiB);
+  EXPECT_EQ(lfm2.TotalBytes() - lfm2.PaddingBytes(), 6 * 4096 * 2 * kKiB);
 }
 
 TEST(ModelPresets, EveryPresetPlansAtSmallAndFullContext) {

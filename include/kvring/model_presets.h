@@ -178,6 +178,17 @@ inline ModelPreset Jamba15Mini() {
   return preset;
 }
 
+// LFM2-1.2B: 16 layers, full attention (8 KV heads of 64) at full_attn_idxs 2, 5, 8, 10, 12
+// and 14, short-convolution layers elsewhere, each keeping a conv state of (conv_L_cache 3 - 1)
+// x 2048 BF16 elements and no recurrent state.
+inline ModelPreset Lfm2_1_2B() {
+  const StateSpec conv{2 * 2048, Format::kBF16, 0, Format::kBF16};
+  ModelPreset preset{"lfm2-1.2b", 128000, std::vector<LayerSpec>(16, LayerSpec::Recurrent(conv)),
+                     "conv layers: 4096 BF16 elements of conv state, no recurrent state"};
+  for (size_t i : {2, 5, 8, 10, 12, 14}) preset.layers[i] = LayerSpec::Global(8, 64);
+  return preset;
+}
+
 }  // namespace detail
 
 // Returns every preset, in a stable order. Allocates; cost O(total layers).
@@ -225,6 +236,7 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(AllGlobal("smollm3-3b", 36, 4, 128, 65536));
   presets.push_back(detail::NemotronH8B());
   presets.push_back(detail::Jamba15Mini());
+  presets.push_back(detail::Lfm2_1_2B());
   return presets;
 }
 
