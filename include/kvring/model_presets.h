@@ -233,7 +233,8 @@ inline std::vector<ModelPreset> ModelPresets() {
       {"exaone-4.0-32b", 131072,
        EveryNthGlobal(64, 4, LayerSpec::Sliding(4096, 8, 128), LayerSpec::Global(8, 128)),
        "global layers use no RoPE"});
-  presets.push_back(AllGlobal("smollm3-3b", 36, 4, 128, 65536));
+  presets.push_back({"smollm3-3b", 65536, std::vector<LayerSpec>(36, LayerSpec::Global(4, 128)),
+                     "every 4th layer uses no RoPE (no_rope_layers)"});
   presets.push_back(detail::NemotronH8B());
   presets.push_back(detail::Jamba15Mini());
   presets.push_back(detail::Lfm2_1_2B());
