@@ -73,6 +73,7 @@ constexpr Pattern kPatterns[] = {
     {"nemotron-h-8b", 52, 0, 0, 4, 0, 0, 8, 128, 0, 8192, 0, 0, 24},
     {"jamba-1.5-mini", 32, 0, 0, 4, 0, 0, 8, 128, 0, 262144, 0, 0, 28},
     {"lfm2-1.2b", 16, 0, 0, 6, 0, 0, 8, 64, 0, 128000, 0, 0, 10},
+    {"falcon-h1-7b", 44, 0, 0, 44, 0, 0, 2, 128, 0, 262144},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
@@ -191,7 +192,7 @@ TEST(ModelPresets, Gemma3_270MAt8192Is39MiB) {
   EXPECT_EQ(plan.TotalBytes(), (15 * 1056 + 3 * 8224) * kKiB);
 }
 
-TEST(ModelPresets, NemotronJambaAndLfm2StatesAreTheirFamiliesFormulas) {
+TEST(ModelPresets, HybridPresetsStatesAreTheirFamiliesFormulas) {
   // Nemotron-H-8B: 24 Mamba2 layers, each a conv state of (conv_kernel 4 - 1) x (128 heads x 64
   // + 2 x n_groups 8 x state 128) BF16 elements and a recurrent state of 128 x 64 x 128 F32
   // elements: 61,440 + 4,194,304 bytes; 4 full layers of 8 x 128, 4 KiB a position each.
@@ -208,6 +209,11 @@ TEST(ModelPresets, NemotronJambaAndLfm2StatesAreTheirFamiliesFormulas) {
   const LayerPlan lfm2 = PlanPreset("lfm2-1.2b", 4096, 512);
   EXPECT_EQ(lfm2.StateBytes(), 10 * 8 * kKiB);
   EXPECT_EQ(lfm2.TotalBytes() - lfm2.PaddingBytes(), 6 * 4096 * 2 * kKiB);
+  // Falcon-H1-7B: every one of 44 layers keeps K/V (2 x 128, 1 KiB a position) and a Mamba2
+  // state of 3 x (3072 + 2 x 256) and 3072 x 256 BF16 elements (21 KiB + 1.5 MiB).
+  const LayerPlan falcon = PlanPreset("falcon-h1-7b", 4096, 512);
+  EXPECT_EQ(falcon.StateBytes(), 44 * (21 * kKiB + 3 * kMiB / 2));
+  EXPECT_EQ(falcon.TotalBytes() - falcon.PaddingBytes(), 44 * 4096 * kKiB);
 }
 
 TEST(ModelPresets, EveryPresetPlansAtSmallAndFullContext) {

@@ -189,6 +189,17 @@ inline ModelPreset Lfm2_1_2B() {
   return preset;
 }
 
+// Falcon-H1-7B: 44 layers, each full attention (2 KV heads of 128) beside a Mamba2 mixer of
+// 24 heads of 128 that keeps a conv state of 3 x (3072 + 2 x 256) and a recurrent state of
+// 3072 x 256 BF16 elements.
+inline ModelPreset FalconH1_7B() {
+  const StateSpec mamba2{3 * (3072 + 2 * 256), Format::kBF16, 3072 * 256, Format::kBF16};
+  return {"falcon-h1-7b", 262144,
+          std::vector<LayerSpec>(44, LayerSpec::Global(2, 128).WithState(mamba2)),
+          "every layer also keeps a Mamba2 state (conv 10752 and recurrent 786432 BF16 "
+          "elements)"};
+}
+
 }  // namespace detail
 
 // Returns every preset, in a stable order. Allocates; cost O(total layers).
@@ -238,6 +249,7 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::NemotronH8B());
   presets.push_back(detail::Jamba15Mini());
   presets.push_back(detail::Lfm2_1_2B());
+  presets.push_back(detail::FalconH1_7B());
   return presets;
 }
 
