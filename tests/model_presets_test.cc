@@ -74,6 +74,7 @@ constexpr Pattern kPatterns[] = {
     {"jamba-1.5-mini", 32, 0, 0, 4, 0, 0, 8, 128, 0, 262144, 0, 0, 28},
     {"lfm2-1.2b", 16, 0, 0, 6, 0, 0, 8, 64, 0, 128000, 0, 0, 10},
     {"falcon-h1-7b", 44, 0, 0, 44, 0, 0, 2, 128, 0, 262144},
+    {"qwen3.6-35b-a3b", 40, 0, 0, 10, 0, 0, 2, 256, 0, 262144, 0, 0, 30},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
@@ -214,6 +215,11 @@ TEST(ModelPresets, HybridPresetsStatesAreTheirFamiliesFormulas) {
   const LayerPlan falcon = PlanPreset("falcon-h1-7b", 4096, 512);
   EXPECT_EQ(falcon.StateBytes(), 44 * (21 * kKiB + 3 * kMiB / 2));
   EXPECT_EQ(falcon.TotalBytes() - falcon.PaddingBytes(), 44 * 4096 * kKiB);
+  // Qwen3.6-35B-A3B: 30 Gated DeltaNet layers of 3 x 8192 BF16 and 32 x 128 x 128 F32 elements
+  // (48 KiB + 2 MiB); 10 full layers of 2 x 256, 2 KiB a position each.
+  const LayerPlan qwen = PlanPreset("qwen3.6-35b-a3b", 4096, 512);
+  EXPECT_EQ(qwen.StateBytes(), 30 * (48 * kKiB + 2 * kMiB));
+  EXPECT_EQ(qwen.TotalBytes() - qwen.PaddingBytes(), 10 * 4096 * 2 * kKiB);
 }
 
 TEST(ModelPresets, EveryPresetPlansAtSmallAndFullContext) {

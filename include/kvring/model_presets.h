@@ -200,6 +200,17 @@ inline ModelPreset FalconH1_7B() {
           "elements)"};
 }
 
+// Qwen3.6-35B-A3B (qwen3_5_moe): Gated DeltaNet layers with every 4th layer full (2 KV heads of
+// 256); each linear layer keeps a conv state of 3 x (2 x 16 x 128 + 32 x 128) BF16 elements and
+// a recurrent state of 32 x 128 x 128 F32 elements (the file's mamba_ssm_dtype).
+inline ModelPreset Qwen36_35B() {
+  const StateSpec gdn{3 * (2 * 16 * 128 + 32 * 128), Format::kBF16, 32 * 128 * 128, Format::kF32};
+  return {"qwen3.6-35b-a3b", 262144,
+          EveryNthGlobal(40, 4, LayerSpec::Recurrent(gdn), LayerSpec::Global(2, 256)),
+          "linear layers: Gated DeltaNet states (conv 24576 BF16 and recurrent 524288 F32 "
+          "elements), no K/V"};
+}
+
 }  // namespace detail
 
 // Returns every preset, in a stable order. Allocates; cost O(total layers).
@@ -250,6 +261,7 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Jamba15Mini());
   presets.push_back(detail::Lfm2_1_2B());
   presets.push_back(detail::FalconH1_7B());
+  presets.push_back(detail::Qwen36_35B());
   return presets;
 }
 
