@@ -262,6 +262,8 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Lfm2_1_2B());
   presets.push_back(detail::FalconH1_7B());
   presets.push_back(detail::Qwen36_35B());
+  presets.push_back({"glm-4.6", 202752, std::vector<LayerSpec>(92, LayerSpec::Global(8, 128)),
+                     "the MTP layer (num_nextn_predict_layers 1) is not among the 92"});
   return presets;
 }
 
