@@ -76,6 +76,7 @@ constexpr Pattern kPatterns[] = {
     {"falcon-h1-7b", 44, 0, 0, 44, 0, 0, 2, 128, 0, 262144},
     {"qwen3.6-35b-a3b", 40, 0, 0, 10, 0, 0, 2, 256, 0, 262144, 0, 0, 30},
     {"glm-4.6", 92, 0, 0, 92, 0, 0, 8, 128, 0, 202752},
+    {"glm-4.7-flash", 47, 0, 0, 47, 0, 0, 0, 0, 576, 202752},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {

@@ -264,6 +264,8 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Qwen36_35B());
   presets.push_back({"glm-4.6", 202752, std::vector<LayerSpec>(92, LayerSpec::Global(8, 128)),
                      "the MTP layer (num_nextn_predict_layers 1) is not among the 92"});
+  presets.push_back({"glm-4.7-flash", 202752, std::vector<LayerSpec>(47, LayerSpec::Latent(576)),
+                     "MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per position"});
   return presets;
 }
 
