@@ -77,6 +77,7 @@ constexpr Pattern kPatterns[] = {
     {"qwen3.6-35b-a3b", 40, 0, 0, 10, 0, 0, 2, 256, 0, 262144, 0, 0, 30},
     {"glm-4.6", 92, 0, 0, 92, 0, 0, 8, 128, 0, 202752},
     {"glm-4.7-flash", 47, 0, 0, 47, 0, 0, 0, 0, 576, 202752},
+    {"deepseek-v3.2-exp", 61, 0, 0, 61, 0, 0, 0, 0, 576, 163840},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
@@ -182,6 +183,14 @@ TEST(ModelPresets, Llama31MatchesHuggingFaceFigures) {
 TEST(ModelPresets, DeepSeekV3MatchesLlamaCppMlaFigure) {
   const LayerPlan plan = PlanPreset("deepseek-v3", 32768, 512, ElementType::kF16);
   EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), 2196 * kMiB);
+}
+
+TEST(ModelPresets, DeepSeekV32ExpCountsItsIndexerKeys) {
+  // 61 layers of a 576-element latent and a 128-element indexer key, BF16: 1408 bytes a
+  // position and layer, apart from padding.
+  const LayerPlan plan = PlanPreset("deepseek-v3.2-exp", 32768, 512);
+  EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), 61 * uint64_t{32768} * (576 + 128) * 2);
+  EXPECT_EQ(plan.ContextTokenBytes(), 61u * 1408);
 }
 
 TEST(ModelPresets, Gemma3_270MAt8192Is39MiB) {

@@ -234,7 +234,7 @@ TEST(PlanCli, ListPresetsNamesEveryModel) {
                            "mimo-v2-flash", "kimi-linear-48b-a3b", "exaone-4.0-32b",
                            "smollm3-3b",    "nemotron-h-8b",       "jamba-1.5-mini",
                            "lfm2-1.2b",     "falcon-h1-7b",        "qwen3.6-35b-a3b",
-                           "glm-4.6",       "glm-4.7-flash"}) {
+                           "glm-4.6",       "glm-4.7-flash",       "deepseek-v3.2-exp"}) {
     EXPECT_NE(run.out.find(name), std::string::npos) << name;
   }
 }
