@@ -251,6 +251,8 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back({"deepseek-v3.2-exp", 163840,
                      std::vector<LayerSpec>(61, LayerSpec::Latent(576).WithIndexer(128)),
                      "MLA with DSA: a 128-element indexer key per position beside the latent"});
+  presets.push_back({"kimi-k2-instruct", 131072, std::vector<LayerSpec>(61, LayerSpec::Latent(576)),
+                     "MLA (DeepSeek V3's, 64 heads): kv_lora_rank 512 + qk_rope_head_dim 64"});
   presets.push_back(detail::Qwen3Next80B());
   presets.push_back(detail::MimoV2Flash());
   presets.push_back(detail::KimiLinear48B());
