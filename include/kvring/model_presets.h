@@ -260,6 +260,9 @@ inline std::vector<ModelPreset> ModelPresets() {
       {"exaone-4.0-32b", 131072,
        EveryNthGlobal(64, 4, LayerSpec::Sliding(4096, 8, 128), LayerSpec::Global(8, 128)),
        "global layers use no RoPE"});
+  presets.push_back(
+      {"trinity-nano-preview", 131072,
+       EveryNthGlobal(56, 4, LayerSpec::Sliding(2048, 2, 128), LayerSpec::Global(2, 128)), ""});
   presets.push_back({"smollm3-3b", 65536, std::vector<LayerSpec>(36, LayerSpec::Global(4, 128)),
                      "every 4th layer uses no RoPE (no_rope_layers)"});
   presets.push_back(detail::NemotronH8B());
