@@ -108,15 +108,17 @@ inline ModelPreset GptOss(const char* name, size_t num_layers) {
           "learned attention sinks: one logit per query head, no KV"};
 }
 
-// Qwen3-Next-80B-A3B: Gated DeltaNet layers with every 4th layer full (2 KV heads of 256);
-// each linear layer keeps a conv state of 3 x (2 x 16 x 128 + 32 x 128) elements and a
-// recurrent state of 32 x 128 x 128, BF16 (the file names no mamba_ssm_dtype).
-inline ModelPreset Qwen3Next80B() {
-  const StateSpec gdn{3 * (2 * 16 * 128 + 32 * 128), Format::kBF16, 32 * 128 * 128, Format::kBF16};
-  return {"qwen3-next-80b-a3b", 262144,
-          EveryNthGlobal(48, 4, LayerSpec::Recurrent(gdn), LayerSpec::Global(2, 256)),
-          "linear layers: Gated DeltaNet states (conv 24576 and recurrent 524288 BF16 elements), "
-          "no K/V"};
+// Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5 and 3.6): every 4th layer full (2 KV heads of
+// 256), the others linear, each keeping a conv state of 3 x (2 x 16 x 128 + 32 x 128) BF16
+// elements and a recurrent state of 32 x 128 x 128 in `recurrent` (the file's mamba_ssm_dtype:
+// F32 in Qwen3.6's; Qwen3-Next's names none, so BF16).
+inline ModelPreset GatedDeltaNet(const char* name, size_t num_layers, Format recurrent) {
+  const StateSpec gdn{3 * (2 * 16 * 128 + 32 * 128), Format::kBF16, 32 * 128 * 128, recurrent};
+  return {name, 262144,
+          EveryNthGlobal(num_layers, 4, LayerSpec::Recurrent(gdn), LayerSpec::Global(2, 256)),
+          std::string("linear layers: Gated DeltaNet states (conv 24576 BF16 and recurrent "
+                      "524288 ") +
+              (recurrent == Format::kF32 ? "F32" : "BF16") + " elements), no K/V"};
 }
 
 // MiMo-V2-Flash: layer 0 and every 6th layer full (4 KV heads), the others sliding over 128
@@ -200,17 +202,6 @@ inline ModelPreset FalconH1_7B() {
           "elements)"};
 }
 
-// Qwen3.6-35B-A3B (qwen3_5_moe): Gated DeltaNet layers with every 4th layer full (2 KV heads of
-// 256); each linear layer keeps a conv state of 3 x (2 x 16 x 128 + 32 x 128) BF16 elements and
-// a recurrent state of 32 x 128 x 128 F32 elements (the file's mamba_ssm_dtype).
-inline ModelPreset Qwen36_35B() {
-  const StateSpec gdn{3 * (2 * 16 * 128 + 32 * 128), Format::kBF16, 32 * 128 * 128, Format::kF32};
-  return {"qwen3.6-35b-a3b", 262144,
-          EveryNthGlobal(40, 4, LayerSpec::Recurrent(gdn), LayerSpec::Global(2, 256)),
-          "linear layers: Gated DeltaNet states (conv 24576 BF16 and recurrent 524288 F32 "
-          "elements), no K/V"};
-}
-
 }  // namespace detail
 
 // Returns every preset, in a stable order. Allocates; cost O(total layers).
@@ -253,7 +244,7 @@ inline std::vector<ModelPreset> ModelPresets() {
                      "MLA with DSA: a 128-element indexer key per position beside the latent"});
   presets.push_back({"kimi-k2-instruct", 131072, std::vector<LayerSpec>(61, LayerSpec::Latent(576)),
                      "MLA (DeepSeek V3's, 64 heads): kv_lora_rank 512 + qk_rope_head_dim 64"});
-  presets.push_back(detail::Qwen3Next80B());
+  presets.push_back(detail::GatedDeltaNet("qwen3-next-80b-a3b", 48, Format::kBF16));
   presets.push_back(detail::MimoV2Flash());
   presets.push_back(detail::KimiLinear48B());
   presets.push_back(
@@ -269,7 +260,7 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Jamba15Mini());
   presets.push_back(detail::Lfm2_1_2B());
   presets.push_back(detail::FalconH1_7B());
-  presets.push_back(detail::Qwen36_35B());
+  presets.push_back(detail::GatedDeltaNet("qwen3.6-35b-a3b", 40, Format::kF32));
   presets.push_back({"glm-4.6", 202752, std::vector<LayerSpec>(92, LayerSpec::Global(8, 128)),
                      "the MTP layer (num_nextn_predict_layers 1) is not among the 92"});
   presets.push_back({"glm-4.7-flash", 202752, std::vector<LayerSpec>(47, LayerSpec::Latent(576)),
