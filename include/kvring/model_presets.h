@@ -187,7 +187,8 @@ inline ModelPreset Lfm2_1_2B() {
   const StateSpec conv{2 * 2048, Format::kBF16, 0, Format::kBF16};
   ModelPreset preset{"lfm2-1.2b", 128000, std::vector<LayerSpec>(16, LayerSpec::Recurrent(conv)),
                      "conv layers: 4096 BF16 elements of conv state, no recurrent state"};
-  for (size_t i : {2, 5, 8, 10, 12, 14}) preset.layers[i] = LayerSpec::Global(8, 64);
+  constexpr size_t kFullLayers[] = {2, 5, 8, 10, 12, 14};
+  for (size_t i : kFullLayers) preset.layers[i] = LayerSpec::Global(8, 64);
   return preset;
 }
 
