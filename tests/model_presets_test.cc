@@ -75,6 +75,7 @@ constexpr Pattern kPatterns[] = {
     {"jamba-1.5-mini", 32, 0, 0, 4, 0, 0, 8, 128, 0, 262144, 0, 0, 28},
     {"lfm2-1.2b", 16, 0, 0, 6, 0, 0, 8, 64, 0, 128000, 0, 0, 10},
     {"falcon-h1-7b", 44, 0, 0, 44, 0, 0, 2, 128, 0, 262144},
+    {"granite-4.0-h-1b", 40, 0, 0, 4, 0, 0, 4, 128, 0, 131072, 0, 0, 36},
     {"qwen3.6-35b-a3b", 40, 0, 0, 10, 0, 0, 2, 256, 0, 262144, 0, 0, 30},
     {"glm-4.6", 92, 0, 0, 92, 0, 0, 8, 128, 0, 202752},
     {"glm-4.7-flash", 47, 0, 0, 47, 0, 0, 0, 0, 576, 202752},
@@ -228,6 +229,11 @@ TEST(ModelPresets, HybridPresetsStatesAreTheirFamiliesFormulas) {
   const LayerPlan falcon = PlanPreset("falcon-h1-7b", 4096, 512);
   EXPECT_EQ(falcon.StateBytes(), 44 * (21 * kKiB + 3 * kMiB / 2));
   EXPECT_EQ(falcon.TotalBytes() - falcon.PaddingBytes(), 44 * 4096 * kKiB);
+  // Granite-4.0-H-1B: 36 Mamba2 layers of 3 x (2 x 1536 + 2 x 128) and 48 x 64 x 128 BF16
+  // elements (19.5 KiB + 768 KiB); 4 full layers of 4 x 128, 2 KiB a position each.
+  const LayerPlan granite = PlanPreset("granite-4.0-h-1b", 4096, 512);
+  EXPECT_EQ(granite.StateBytes(), 36 * (3 * 3328 * 2 + 768 * kKiB));
+  EXPECT_EQ(granite.TotalBytes() - granite.PaddingBytes(), 4 * 4096 * 2 * kKiB);
   // Qwen3.6-35B-A3B: 30 Gated DeltaNet layers of 3 x 8192 BF16 and 32 x 128 x 128 F32 elements
   // (48 KiB + 2 MiB); 10 full layers of 2 x 256, 2 KiB a position each.
   const LayerPlan qwen = PlanPreset("qwen3.6-35b-a3b", 4096, 512);

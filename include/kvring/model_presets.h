@@ -203,6 +203,19 @@ inline ModelPreset FalconH1_7B() {
           "elements)"};
 }
 
+// Granite-4.0-H-1B: 40 layers, full attention (4 KV heads of 128) at layers 5, 15, 25 and 35,
+// Mamba2 layers elsewhere, each keeping a conv state of 3 x (2 x 1536 + 2 x 128) and a
+// recurrent state of 48 x 64 x 128 BF16 elements (the file names no mamba_ssm_dtype).
+inline ModelPreset Granite4H1B() {
+  const StateSpec mamba2{3 * (2 * 1536 + 2 * 128), Format::kBF16, 48 * 64 * 128, Format::kBF16};
+  ModelPreset preset{"granite-4.0-h-1b", 131072,
+                     std::vector<LayerSpec>(40, LayerSpec::Recurrent(mamba2)),
+                     "Mamba2 layers: conv 9984 and recurrent 393216 BF16 elements"};
+  constexpr size_t kFullLayers[] = {5, 15, 25, 35};
+  for (size_t i : kFullLayers) preset.layers[i] = LayerSpec::Global(4, 128);
+  return preset;
+}
+
 }  // namespace detail
 
 // Returns every preset, in a stable order. Allocates; cost O(total layers).
@@ -261,6 +274,7 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Jamba15Mini());
   presets.push_back(detail::Lfm2_1_2B());
   presets.push_back(detail::FalconH1_7B());
+  presets.push_back(detail::Granite4H1B());
   presets.push_back(detail::GatedDeltaNet("qwen3.6-35b-a3b", 40, Format::kF32));
   presets.push_back({"glm-4.6", 202752, std::vector<LayerSpec>(92, LayerSpec::Global(8, 128)),
                      "the MTP layer (num_nextn_predict_layers 1) is not among the 92"});
