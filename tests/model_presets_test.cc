@@ -69,6 +69,7 @@ constexpr Pattern kPatterns[] = {
     // EXAONE 4.0: global iff (i + 1) % 4 == 0; Nemotron-H: full at the pattern's 4 '*' (24
     // Mamba2 layers, 24 MLP blocks without state); Jamba: full iff i % 8 == 4.
     {"exaone-4.0-32b", 64, 48, 0, 16, 0, 4096, 8, 128, 0, 131072},
+    {"olmo-3-7b", 32, 24, 0, 8, 0, 4096, 32, 128, 0, 65536},
     {"trinity-nano-preview", 56, 42, 0, 14, 0, 2048, 2, 128, 0, 131072},
     {"smollm3-3b", 36, 0, 0, 36, 0, 0, 4, 128, 0, 65536},
     {"nemotron-h-8b", 52, 0, 0, 4, 0, 0, 8, 128, 0, 8192, 0, 0, 24},

@@ -266,6 +266,10 @@ inline std::vector<ModelPreset> ModelPresets() {
        EveryNthGlobal(64, 4, LayerSpec::Sliding(4096, 8, 128), LayerSpec::Global(8, 128)),
        "global layers use no RoPE"});
   presets.push_back(
+      {"olmo-3-7b", 65536,
+       EveryNthGlobal(32, 4, LayerSpec::Sliding(4096, 32, 128), LayerSpec::Global(32, 128)),
+       "YaRN on the global layers only"});
+  presets.push_back(
       {"trinity-nano-preview", 131072,
        EveryNthGlobal(56, 4, LayerSpec::Sliding(2048, 2, 128), LayerSpec::Global(2, 128)), ""});
   presets.push_back({"smollm3-3b", 65536, std::vector<LayerSpec>(36, LayerSpec::Global(4, 128)),
