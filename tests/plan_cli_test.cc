@@ -330,6 +330,40 @@ TEST(PlanCli, PoolReportCountsAHybridModelsRecurrentStates) {
             std::string::npos);
 }
 
+TEST(PlanCli, StageStatesKeepsOneMoreCopyOfEachState) {
+  // LFM2 1.2B: 10 short-convolution layers, 6 full; rollback 2: 3 copies of each state, 4
+  // staged.
+  const auto plan = [](bool staged) {
+    std::vector<std::string> args = {"--preset", "lfm2-1.2b", "--json", "--rollback", "2"};
+    if (staged) args.push_back("--stage-states");
+    const CliRun run = RunCli(args);
+    EXPECT_EQ(run.status, 0) << run.err;
+    return nlohmann::json::parse(run.out);
+  };
+  const nlohmann::json plain = plan(false), staged = plan(true);
+  EXPECT_EQ(plain["stage_states"], false);
+  EXPECT_EQ(staged["stage_states"], true);
+  const uint64_t plain_states = plain["state_bytes"], staged_states = staged["state_bytes"];
+  ASSERT_GT(plain_states, 0u);
+  EXPECT_EQ(staged_states * 3, plain_states * 4);
+  EXPECT_EQ(staged["total_bytes"], plain["total_bytes"]);  // the K/V is the same
+  size_t state_layers = 0;
+  for (const auto& layer : staged["layers"]) {
+    if (layer["state_copies"] == 0) continue;
+    ++state_layers;
+    EXPECT_EQ(layer["state_copies"], 4);
+  }
+  EXPECT_EQ(state_layers, 10u);
+  const CliRun text = RunCli({"--preset", "lfm2-1.2b", "--rollback", "2", "--stage-states"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("in 10 layers (4 copies each: rollback 2 + 1 + 1 staged;"),
+            std::string::npos)
+      << text.out;
+  const CliRun bad = RunCli({"--preset", "lfm2-1.2b", "--stage-states=1"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_EQ(bad.err, "kvring-plan: option --stage-states takes no value\n");
+}
+
 TEST(PlanCli, PoolReportCountsGemma3_27BSequences) {
   const CliRun run =
       RunCli({"--json", "--memory", "20GiB", "--pool", "--lengths", "512:0.5,4096:0.3,32768:0.2"});

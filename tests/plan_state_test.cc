@@ -23,13 +23,15 @@ StateSpec DeltaNetState() {
   return state;
 }
 
-LayerPlan Build(const std::vector<LayerSpec>& layers, uint64_t context, uint64_t rollback) {
+LayerPlan Build(const std::vector<LayerSpec>& layers, uint64_t context, uint64_t rollback,
+                bool stage_states = false) {
   LayerPlan::Builder builder;
   for (const LayerSpec& spec : layers) builder.AddLayer(spec);
   RuntimeSpec runtime;
   runtime.context = context;
   runtime.batch = 16;
   runtime.rollback = rollback;
+  runtime.stage_states = stage_states;
   Expected<LayerPlan> plan = builder.SetRuntime(runtime).Build();
   EXPECT_TRUE(plan.ok()) << plan.error().message;
   return plan.ok() ? plan.value() : LayerPlan();
@@ -42,38 +44,41 @@ TEST(PlanState, RecurrentLayersCountTheirStatesApartFromTheKV) {
   const std::vector<LayerSpec> layers = {recurrent, recurrent, recurrent, LayerSpec::Global(2, 64),
                                          LayerSpec::Recurrent({})};
   const uint64_t one_copy = 3 * 96 * 2 + 4 * 16 * 16 * 4;  // 576 + 4096 bytes
-  for (const uint64_t rollback : {uint64_t{0}, uint64_t{3}}) {
-    SCOPED_TRACE(rollback);
-    const LayerPlan plan = Build(layers, 1024, rollback);
-    ASSERT_EQ(plan.NumLayers(), 5u);
-    EXPECT_TRUE(plan.HasStateLayers());
-    EXPECT_EQ(plan.NumOwningLayers(), 1u);
-    for (size_t i = 0; i < 3; ++i) {
-      const LayerInfo& layer = plan.Layer(i);
-      EXPECT_FALSE(layer.OwnsKV());
-      EXPECT_EQ(layer.bytes, 0u);
-      EXPECT_EQ(layer.capacity, 0u);
-      EXPECT_EQ(layer.conv_state_bytes, 576u);
-      EXPECT_EQ(layer.recurrent_state_bytes, 4096u);
-      EXPECT_EQ(layer.state_copies, rollback + 1);
-      EXPECT_EQ(layer.state_bytes, one_copy * (rollback + 1));
+  // Staged (RuntimeSpec::stage_states), each state layer keeps one copy more.
+  for (const uint64_t rollback : {uint64_t{0}, uint64_t{3}})
+    for (const bool staged : {false, true}) {
+      SCOPED_TRACE(std::to_string(rollback) + (staged ? " staged" : ""));
+      const LayerPlan plan = Build(layers, 1024, rollback, staged);
+      const uint64_t copies = rollback + 1 + (staged ? 1 : 0);
+      ASSERT_EQ(plan.NumLayers(), 5u);
+      EXPECT_TRUE(plan.HasStateLayers());
+      EXPECT_EQ(plan.NumOwningLayers(), 1u);
+      for (size_t i = 0; i < 3; ++i) {
+        const LayerInfo& layer = plan.Layer(i);
+        EXPECT_FALSE(layer.OwnsKV());
+        EXPECT_EQ(layer.bytes, 0u);
+        EXPECT_EQ(layer.capacity, 0u);
+        EXPECT_EQ(layer.conv_state_bytes, 576u);
+        EXPECT_EQ(layer.recurrent_state_bytes, 4096u);
+        EXPECT_EQ(layer.state_copies, copies);
+        EXPECT_EQ(layer.state_bytes, one_copy * copies);
+      }
+      EXPECT_FALSE(plan.Layer(4).OwnsKV());
+      EXPECT_FALSE(plan.Layer(4).HasState());
+      EXPECT_EQ(plan.Layer(4).state_bytes, 0u);
+      // The K/V: one global layer of 2 x 64, 512 bytes a position, 1024 positions plus the
+      // flash padding (1024 slots are 32 tiles, even: one tile more).
+      EXPECT_EQ(plan.TotalBytes(), 1056u * 512u);
+      EXPECT_EQ(plan.StateBytes(), 3 * one_copy * copies);
+      // The states do not grow with the context; the capacity report counts them.
+      EXPECT_EQ(plan.BytesAtContext(1024), plan.TotalBytes() + plan.StateBytes());
+      EXPECT_EQ(plan.BytesAtContext(1), 32u * 512u + plan.StateBytes());
+      MemoryBudget budget;
+      budget.device_bytes = 10 * (plan.TotalBytes() + plan.StateBytes()) + 1;
+      const CapacityReport report = plan.Capacity(budget, 1024);
+      EXPECT_EQ(report.bytes_per_sequence, plan.TotalBytes() + plan.StateBytes());
+      EXPECT_EQ(report.max_sequences, 10u);
     }
-    EXPECT_FALSE(plan.Layer(4).OwnsKV());
-    EXPECT_FALSE(plan.Layer(4).HasState());
-    EXPECT_EQ(plan.Layer(4).state_bytes, 0u);
-    // The K/V: one global layer of 2 x 64, 512 bytes a position, 1024 positions plus the
-    // flash padding (1024 slots are 32 tiles, even: one tile more).
-    EXPECT_EQ(plan.TotalBytes(), 1056u * 512u);
-    EXPECT_EQ(plan.StateBytes(), 3 * one_copy * (rollback + 1));
-    // The states do not grow with the context; the capacity report counts them.
-    EXPECT_EQ(plan.BytesAtContext(1024), plan.TotalBytes() + plan.StateBytes());
-    EXPECT_EQ(plan.BytesAtContext(1), 32u * 512u + plan.StateBytes());
-    MemoryBudget budget;
-    budget.device_bytes = 10 * (plan.TotalBytes() + plan.StateBytes()) + 1;
-    const CapacityReport report = plan.Capacity(budget, 1024);
-    EXPECT_EQ(report.bytes_per_sequence, plan.TotalBytes() + plan.StateBytes());
-    EXPECT_EQ(report.max_sequences, 10u);
-  }
 }
 
 TEST(PlanState, AHybridLayerAttendsAndHoldsAState) {

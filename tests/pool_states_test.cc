@@ -27,16 +27,20 @@ StateSpec SmallState() {
 }
 
 // Two recurrent layers, a sliding layer with a state of its own (window 8) and a global
-// layer (paged in a pool).
+// layer (paged in a pool); `staged`: RuntimeSpec::stage_states.
 template <typename Layout>
-LayerPlan HybridPlan() {
+LayerPlan HybridPlan(bool staged = false) {
   LayerPlan::Builder builder;
   builder.AddLayer(LayerSpec::Recurrent(SmallState()));
   builder.AddLayer(LayerSpec::Recurrent(SmallState()));
   builder.AddLayer(LayerSpec::Sliding(8, 1, 16).WithState(SmallState()));
   builder.AddLayer(LayerSpec::Global(1, 16));
-  Expected<LayerPlan> plan =
-      builder.SetContext(256).SetBatch(4).SetRollback(kRollback).SetLayout<Layout>().Build();
+  Expected<LayerPlan> plan = builder.SetContext(256)
+                                 .SetBatch(4)
+                                 .SetRollback(kRollback)
+                                 .SetStageStates(staged)
+                                 .SetLayout<Layout>()
+                                 .Build();
   EXPECT_TRUE(plan.ok()) << plan.error().message;
   return plan.value();
 }
@@ -82,9 +86,11 @@ void Step(KVPool<Layout>* pool, SequenceId id, uint32_t seed, uint64_t pos, uint
 }
 
 template <typename Layout>
-KVPool<Layout> MakePool(const LayerPlan& plan, uint64_t budget = 4 << 20) {
+KVPool<Layout> MakePool(const LayerPlan& plan, uint64_t budget = 4 << 20,
+                        uint64_t block_slots = 0) {
   PoolSpec spec;
   spec.budget_bytes = budget;
+  spec.block_slots = block_slots;
   spec.max_sequences = 8;
   Expected<KVPool<Layout>> pool = KVPool<Layout>::Create(plan, spec);
   EXPECT_TRUE(pool.ok()) << pool.error().message;
@@ -155,6 +161,44 @@ TEST(PoolStates, ABudgetWithoutRoomForTheStatesRefusesTheFork) {
   EXPECT_EQ(forked, Status::kPoolExhausted) << forked.Message();
   EXPECT_EQ(pool.Usage().live_sequences, 1u);
   EXPECT_EQ(pool.Usage().state_bytes, plan.StateBytes());
+}
+
+TEST(PoolStates, StagedStatesSurviveAStepWhoseAppendIsRefused) {
+  // A step whose global append is refused (no block left) after the state layers wrote their
+  // states: staged, AbandonStep leaves the sequence at the state it started from, and the
+  // step runs again once another sequence frees its block.
+  const LayerPlan plan = HybridPlan<FlashLayout>(/*staged=*/true);
+  EXPECT_EQ(plan.StateBytes(), 3 * (kRollback + 2) * (120u + 128u));
+  const KVPool<FlashLayout> probe = MakePool<FlashLayout>(plan, 4 << 20, 32);
+  const uint64_t rings = probe.RingBytesFor(plan.Runtime().batch);
+  // Two sequences and two blocks of 32 slots.
+  KVPool<FlashLayout> pool =
+      MakePool<FlashLayout>(plan, 2 * (rings + plan.StateBytes() + probe.Usage().block_bytes), 32);
+  SequenceId a, b;
+  ASSERT_TRUE(pool.AddSequence(&a).ok());
+  ASSERT_TRUE(pool.AddSequence(&b).ok());
+  EXPECT_EQ(pool.Usage().state_bytes, 2 * plan.StateBytes());
+  for (uint64_t pos = 0; pos < 32; pos += 4) Step(&pool, a, 1, pos, 4);
+  Step(&pool, b, 2, 0, 4);
+  ASSERT_EQ(pool.Usage().blocks_in_use, 2u);
+  // The step from 32: states written, the sliding layer appended, the global one refused.
+  for (size_t layer = 0; layer < 3; ++layer) {
+    for (uint64_t n = 33; n <= 36; ++n) WriteState(*pool.StateAfter(a, layer, n), 9, layer, n);
+  }
+  std::vector<float> rows(4 * 16, 0.5f);
+  ASSERT_TRUE(pool.AppendF32(a, 2, 32, rows.data(), rows.data(), 4).ok());
+  EXPECT_EQ(pool.AppendF32(a, 3, 32, rows.data(), rows.data(), 4), Status::kPoolExhausted);
+  EXPECT_EQ(pool.AbandonStep(a).EndPos(), 32u);
+  for (size_t layer = 0; layer < 3; ++layer) {
+    EXPECT_TRUE(HoldsState(pool.State(a, layer), 1, layer, 32)) << layer;
+  }
+  ASSERT_TRUE(pool.Free(b).ok());
+  Step(&pool, a, 1, 32, 4);
+  EXPECT_EQ(*pool.EndPos(a), 36u);
+  for (size_t layer = 0; layer < 3; ++layer) {
+    EXPECT_TRUE(HoldsState(pool.State(a, layer), 1, layer, 36)) << layer;
+  }
+  EXPECT_EQ(*pool.RollbackLimit(a), kRollback);
 }
 
 TEST(PoolStates, ForksCopyTheStatesAndRollbackTakesThemBackWithTheKV) {

@@ -1,10 +1,12 @@
 // Tests of recurrent states in a KVCache (issue 17): a hybrid model's state layers keep
 // rollback + 1 zeroed, 64-byte aligned slots beside the attention layers' K/V; the engine reads
 // the current state and writes each position's state where kvring says; Rollback makes an
-// earlier state current with the K/V, all or nothing; Copy, Clear and the refusals. The
-// "engine" here is a toy recurrence whose every state is known.
+// earlier state current with the K/V, all or nothing; staged states (one slot more) survive an
+// abandoned step; Copy, Clear and the refusals. The "engine" here is a toy recurrence whose every
+// state is known.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -281,6 +283,104 @@ TEST(RecurrentState, HybridLayersKeepTheirKVAndAStateThatRollBackTogether) {
   EXPECT_NE(closed.error().message.find("before the next step begins"), std::string::npos)
       << closed.error().message;
   EXPECT_TRUE(HoldsState(*cache.State(1, 11), 1, 111));
+}
+
+// Recurrent layers around two global ones (rollback `rollback`, RuntimeSpec::stage_states
+// `staged`), so that a step can fail between its appends: a forward pass that fails at layer
+// 4 after layer 2 appended leaves the step unfinished, for AbandonStep to take back.
+LayerPlan TwoOwnerPlan(uint64_t rollback, bool staged) {
+  LayerPlan::Builder builder;
+  for (size_t layer = 0; layer < 5; ++layer) {
+    builder.AddLayer(layer == 2 || layer == 4 ? LayerSpec::Global(1, 16)
+                                              : LayerSpec::Recurrent(SmallState()));
+  }
+  Expected<LayerPlan> plan = builder.SetContext(256)
+                                 .SetBatch(16)
+                                 .SetRollback(rollback)
+                                 .SetStageStates(staged)
+                                 .SetLayout<FlashLayout>()
+                                 .Build();
+  EXPECT_TRUE(plan.ok()) << plan.error().message;
+  return plan.value();
+}
+
+// A forward pass of `count` positions from `pos` through TwoOwnerPlan's layers: each state
+// layer reads its current state (checked) and writes the state after every position (as
+// state `n + shift` of the toy recurrence), each global layer appends. `fail`: the pass stops
+// before layer 4's append.
+void TwoOwnerStep(KVCache<FlashLayout>* cache, uint64_t pos, uint64_t count, uint64_t shift,
+                  bool fail) {
+  std::vector<float> k(count * 16, 0.25f), v(count * 16, -0.25f);
+  for (size_t layer = 0; layer < 5; ++layer) {
+    if (layer == 2 || layer == 4) {
+      if (fail && layer == 4) return;
+      ASSERT_TRUE(cache->AppendF32(layer, pos, k.data(), v.data(), count).ok());
+      continue;
+    }
+    Expected<StateSlot> current = cache->State(layer, pos);
+    ASSERT_TRUE(current.ok()) << current.error().message;
+    ASSERT_TRUE(pos == 0 ? current->recurrent[0] == 0 : HoldsState(*current, layer, pos));
+    for (uint64_t n = pos + 1; n <= pos + count; ++n) {
+      Expected<StateSlot> slot = cache->StateAfter(layer, n);
+      ASSERT_TRUE(slot.ok()) << slot.error().message;
+      WriteState(*slot, layer, n + shift);
+    }
+  }
+}
+
+TEST(RecurrentState, StagedStatesSurviveAnAbandonedStepOfAnyLength) {
+  // An engine whose forward pass fails part way (an append refused, an error of its own)
+  // abandons the step after some state layers wrote theirs. The states it starts from are
+  // still held if the step was no longer than the rollback; with stage_states at any length,
+  // at the cost of one more state per layer. Without it a longer step overwrote them: State
+  // then refuses (the sequence must be recomputed), never hands out the abandoned step's.
+  for (const uint64_t rollback : {uint64_t{0}, uint64_t{2}}) {
+    for (const bool staged : {false, true}) {
+      for (const uint64_t count : {uint64_t{1}, rollback + 1, uint64_t{9}}) {
+        SCOPED_TRACE("rollback " + std::to_string(rollback) + (staged ? " staged" : "") +
+                     ", a step of " + std::to_string(count));
+        const LayerPlan plan = TwoOwnerPlan(rollback, staged);
+        EXPECT_EQ(plan.StateBytes(), 3 * (rollback + (staged ? 2 : 1)) * (120u + 128u));
+        Expected<KVCache<FlashLayout>> created = KVCache<FlashLayout>::Create(plan);
+        ASSERT_TRUE(created.ok()) << created.error().message;
+        KVCache<FlashLayout> cache = std::move(created).value();
+        EXPECT_EQ(cache.AllocatedBytes(), plan.TotalBytes() + plan.StateBytes());
+        TwoOwnerStep(&cache, 0, 5, 0, false);
+        // Staged, the slot a step writes is never the one it starts from.
+        if (staged) EXPECT_NE(cache.StateAfter(0, 6)->recurrent, cache.State(0)->recurrent);
+        TwoOwnerStep(&cache, 5, count, 100, /*fail=*/true);
+        ASSERT_EQ(cache.EndPos(), 5u);
+        ASSERT_EQ(cache.AbandonStep().EndPos(), 5u);
+        const bool survives = staged || count <= rollback;
+        for (size_t layer : {size_t{0}, size_t{1}, size_t{3}}) {
+          Expected<StateSlot> state = cache.State(layer);
+          ASSERT_EQ(state.ok(), survives) << layer;
+          if (survives) {
+            EXPECT_TRUE(HoldsState(*state, layer, 5)) << layer;
+          } else {
+            EXPECT_NE(state.error().message.find("or was overwritten since"), std::string::npos)
+                << state.error().message;
+          }
+        }
+        if (!survives) continue;
+        // A step abandoned before its first append (its state layers ran first): the states
+        // it wrote are forgotten, the sequence stays where it is.
+        for (uint64_t n = 6; n <= 5 + count; ++n) WriteState(*cache.StateAfter(0, n), 0, n + 100);
+        ASSERT_EQ(cache.AbandonStep().EndPos(), 5u);
+        EXPECT_FALSE(cache.State(0, 6).ok());
+        EXPECT_TRUE(HoldsState(*cache.State(0), 0, 5));
+        // The step again, whole: it continues from the state after 5 (checked in the pass),
+        // and a rollback reaches as far back as the plan's, its states every position's.
+        TwoOwnerStep(&cache, 5, count, 0, false);
+        ASSERT_EQ(cache.EndPos(), 5 + count);
+        const uint64_t back = std::min(rollback, count);
+        ASSERT_TRUE(cache.Rollback(back).ok());
+        for (size_t layer : {size_t{0}, size_t{1}, size_t{3}}) {
+          EXPECT_TRUE(HoldsState(*cache.State(layer), layer, 5 + count - back)) << layer;
+        }
+      }
+    }
+  }
 }
 
 TEST(RecurrentState, APlanOfRecurrentLayersOnlyIsRefused) {

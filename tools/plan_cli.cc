@@ -45,6 +45,8 @@ Runtime:
                        file's max_position_embeddings)
   --batch N            largest append batch (default 512, capped by the context)
   --rollback N         rollback headroom in tokens (default 0)
+  --stage-states       one more copy of each recurrent state, so that an abandoned step
+                       leaves a hybrid model's sequence whole at any step length
   --sequences N        number of sequences (default 1)
   --backend B          flash or tiled (default flash)
   --tile-rows N        tile height of the tiled backend: 8, 16, 32 or 64 (default 16)
@@ -279,6 +281,8 @@ std::string ParseArgs(const std::vector<std::string>& args, Options* options) {
       options->has_batch = true;
     } else if (name == "--rollback") {
       error = size(&options->runtime.rollback);
+    } else if (name == "--stage-states") {
+      error = flag(&options->runtime.stage_states);
     } else if (name == "--sequences") {
       error = size(&options->runtime.num_sequences);
     } else if (name == "--tile-rows") {
@@ -976,10 +980,12 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
   if (plan.HasStateLayers()) {
     size_t state_layers = 0;
     for (const LayerInfo& layer : plan.Layers()) state_layers += layer.HasState();
+    const uint64_t copies = runtime.rollback + (runtime.stage_states ? 2 : 1);
     out += Format("recurrent state, per sequence: %s in %zu layers (%" PRIu64
-                  " cop%s each: rollback %" PRIu64 " + 1; it does not grow with the context)\n",
-                  FormatBytes(plan.StateBytes()).c_str(), state_layers, runtime.rollback + 1,
-                  runtime.rollback == 0 ? "y" : "ies", runtime.rollback);
+                  " cop%s each: rollback %" PRIu64 " + 1%s; it does not grow with the context)\n",
+                  FormatBytes(plan.StateBytes()).c_str(), state_layers, copies,
+                  copies == 1 ? "y" : "ies", runtime.rollback,
+                  runtime.stage_states ? " + 1 staged" : "");
     out += Format("K/V and state, per sequence: %s\n",
                   FormatBytes(plan.TotalBytes() + plan.StateBytes()).c_str());
   }
@@ -1020,6 +1026,7 @@ nlohmann::ordered_json JsonHead(const Model& model, const RuntimeSpec& runtime,
   if (with_context) json["context"] = runtime.context;
   json["batch"] = runtime.batch;
   json["rollback"] = runtime.rollback;
+  json["stage_states"] = runtime.stage_states;
   json["backend"] = ToString(runtime.backend);
   json["tile_rows"] = runtime.backend == Backend::kTiled ? runtime.tile_rows : 0;
   json["dtype"] = options.dtype;

@@ -147,7 +147,7 @@ inline Result ReadRecurrentStates(StateReader* reader, const LayerPlan& plan, ui
   if (states->Empty()) return Status::kOk;
   states->Clear();
   return ReadRecurrentSections(reader, reader->Size() - RecurrentSectionsBytes(plan), plan,
-                               [&](size_t layer) { return states->Write(layer, end); });
+                               [&](size_t layer) { return states->Write(layer, end, end); });
 }
 
 }  // namespace detail

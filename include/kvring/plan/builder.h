@@ -53,6 +53,10 @@ class LayerPlan::Builder {
     runtime_.rollback = rollback;
     return *this;
   }
+  Builder& SetStageStates(bool stage_states) {
+    runtime_.stage_states = stage_states;
+    return *this;
+  }
   // Chooses the backend and tile height of `Layout` (FlashLayout or TiledLayout<kTileRows>),
   // the layout the cache is then created with: KVCache<Layout>::Create(plan). Reads only
   // Layout::kBackend and, for the tiled backend, Layout::kRows, so that this header needs no

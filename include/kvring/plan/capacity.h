@@ -60,8 +60,8 @@ inline uint64_t IndexerSlotBytes(const LayerSpec& spec, Format element_type) {
   return spec.indexer_dim == 0 ? 0 : RowBytes(format, spec.indexer_dim);
 }
 
-// Sets `layer`'s state bytes (one copy of each state, rollback + 1 copies) from its spec and
-// adds them to *total; false when a count overflows 64 bits.
+// Sets `layer`'s state bytes (one copy of each state; rollback + 1 copies, one more with
+// stage_states) from its spec and adds them to *total; false when a count overflows 64 bits.
 template <typename Info>
 bool PlanState(const RuntimeSpec& runtime, Info* layer, uint64_t* total) {
   const StateSpec& state = layer->spec.state;
@@ -71,7 +71,8 @@ bool PlanState(const RuntimeSpec& runtime, Info* layer, uint64_t* total) {
                     &layer->conv_state_bytes) &&
          CheckedMul(state.recurrent_elements, ElementBytes(state.recurrent_format),
                     &layer->recurrent_state_bytes) &&
-         CheckedAdd(runtime.rollback, uint64_t{1}, &layer->state_copies) &&
+         CheckedAdd(runtime.rollback, uint64_t{runtime.stage_states ? 2u : 1u},
+                    &layer->state_copies) &&
          CheckedAdd(layer->conv_state_bytes, layer->recurrent_state_bytes, &one_copy) &&
          CheckedMul(one_copy, layer->state_copies, &layer->state_bytes) &&
          CheckedAdd(*total, layer->state_bytes, total);

@@ -41,7 +41,7 @@ struct LayerInfo {
   // Recurrent state (spec.state), one copy: conv and recurrent state bytes in their formats.
   uint64_t conv_state_bytes = 0;
   uint64_t recurrent_state_bytes = 0;
-  uint64_t state_copies = 0;  // rollback + 1 for a layer with a state, else 0
+  uint64_t state_copies = 0;  // rollback + 1 (+ 1 staged) with a state, else 0
   uint64_t state_bytes = 0;   // (conv_state_bytes + recurrent_state_bytes) * state_copies
 
   // Whether the layer holds K/V buffers of its own (an attending owner).
@@ -94,7 +94,7 @@ class LayerPlan {
 
   // Bytes of one sequence's K/V: the sum of every owning layer's bytes, padding included.
   uint64_t TotalBytes() const { return total_bytes_; }
-  // Bytes of one sequence's recurrent states (every layer's state_bytes, rollback copies
+  // Bytes of one sequence's recurrent states (every layer's state_bytes, every copy
   // included), apart from the K/V: they do not grow with the context.
   uint64_t StateBytes() const { return state_bytes_; }
   // Whether some layer has no attention or holds a recurrent state (a hybrid model).

@@ -17,7 +17,8 @@ inline constexpr int32_t kOwnsKV = -1;
 // A layer's per-sequence recurrent memory (Mamba's, Gated DeltaNet's, lightning attention's,
 // a short convolution's): a conv state and a recurrent state of fixed element counts, each in
 // BF16 or F32, that never grow with the context. A plan keeps rollback + 1 copies of each
-// (the state after each of the last rollback positions, and the current one).
+// (the state after each of the last rollback positions, and the current one), and one more
+// with RuntimeSpec::stage_states.
 struct StateSpec {
   uint64_t conv_elements = 0;
   Format conv_format = Format::kBF16;
@@ -160,6 +161,11 @@ struct RuntimeSpec {
   // page is committed whole on first write: a flash layout's buffer, whose every position
   // touches every dim row, is then resident from its first append. Ignored off Linux.
   bool huge_pages = false;
+  // Layers with a recurrent state keep one more copy of it, so that a step writes its states
+  // beside the one it starts from and an abandoned step (a refused append, a failed forward
+  // pass) leaves the sequence whole at any step length; costs one state per such layer and
+  // sequence (docs/api.md, "Recurrent states").
+  bool stage_states = false;
 };
 
 }  // namespace kvring

@@ -233,9 +233,13 @@ class KVCache {
   // Abandons an unfinished step: every owning layer ahead of the lowest one goes back to its
   // end, the last position every owner reached (a step refused part way leaves the owners at
   // different ends, where Rollback is refused). The rows before it stay bit-identical.
-  // Between steps it changes nothing. Returns the end after the call. O(layers).
+  // Between steps it only forgets the states written past the end (a step abandoned before
+  // its first append). Returns the end after the call. O(layers).
   RollbackResult AbandonStep() {
-    if (!step_.InStep()) return RollbackResult(Status::kOk, step_.HighEnd());
+    if (!step_.InStep()) {
+      states_.ForgetAfter(step_.HighEnd());
+      return RollbackResult(Status::kOk, step_.HighEnd());
+    }
     const uint64_t end = StepOf().low_end;
     for (size_t layer : table_.Owners()) {
       detail::LayerStorage<Layout>& storage = StorageOf(layer);
@@ -316,8 +320,9 @@ class KVCache {
   }
 
   // Returns the state of `layer` after EndPos() positions (the one its next position continues
-  // from; zeros for a new sequence), as spans to read and update in place; the engine reads it
-  // before writing the states of the positions it appends. An Error (naming the layer) for a
+  // from; zeros for a new sequence), as spans to read; the engine reads it before writing the
+  // states of the positions it appends (StateAfter: with rollback 0 and no stage_states, the
+  // same slot, updated in place; staged, never this one). An Error (naming the layer) for a
   // layer without a state, or when that state was not written (StateAfter) or was overwritten
   // since: never a stale state.
   Expected<StateSlot> State(size_t layer) { return states_.Current(layer, EndPos()); }
@@ -334,10 +339,12 @@ class KVCache {
   // complete): a position of the current step or of the next (the start of the current or
   // last step < num_positions <= the context). A later Rollback(n) makes the state after
   // EndPos() - n the current one, so with speculative decoding write every position's state
-  // (the plan keeps rollback + 1 slots; a slot is reused num_positions apart by rollback + 1).
+  // (the plan keeps rollback + 1 slots, the oldest state's reused first; one more with
+  // RuntimeSpec::stage_states, where a step never overwrites the state it starts from).
   // An Error outside that range or for a layer without a state.
   Expected<StateSlot> StateAfter(size_t layer, uint64_t num_positions) {
-    return states_.After(layer, num_positions, step_.StepStart(), plan_.Runtime().context);
+    return states_.After(layer, num_positions, step_.StepStart(),
+                         step_.StartOfStepAt(num_positions), plan_.Runtime().context);
   }
 
   // Returns the bytes of every K and V buffer and int8 scale (for each owning layer num_slots x

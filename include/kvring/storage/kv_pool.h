@@ -350,13 +350,17 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   // its end, the last position every owner reached (a step refused part way, for example by
   // kPoolExhausted, leaves the owners at different ends, where Rollback, Fork and shrinking
   // Resize are refused). Releases the blocks past that end (Reserve again before retrying the
-  // step); the rows before it stay bit-identical. Between steps it changes nothing. Returns
-  // the end after the call; kUnknownSequence for an id not live. O(layers).
+  // step); the rows before it stay bit-identical. Between steps it only forgets the states
+  // written past the end (a step abandoned before its first append). Returns the end after
+  // the call; kUnknownSequence for an id not live. O(layers).
   RollbackResult AbandonStep(SequenceId id) {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return RollbackResult(known, 0);
     Sequence& sequence = sequences_.Get(id);
-    if (!sequence.step.InStep()) return RollbackResult(Status::kOk, sequence.step.HighEnd());
+    if (!sequence.step.InStep()) {
+      sequence.states.ForgetAfter(sequence.step.HighEnd());
+      return RollbackResult(Status::kOk, sequence.step.HighEnd());
+    }
     const uint64_t end = sequence.AbandonStep(table_, &paged_);
     sequences_.EndViews(id, ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end);
@@ -386,6 +390,7 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
     if (!known.ok()) return NotLive(known);
     Sequence& sequence = sequences_.Get(id);
     return sequence.states.After(layer, num_positions, sequence.step.StepStart(),
+                                 sequence.step.StartOfStepAt(num_positions),
                                  plan_.Runtime().context);
   }
 

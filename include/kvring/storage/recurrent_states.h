@@ -1,9 +1,10 @@
 // kvring/storage/recurrent_states.h: the recurrent states of one sequence's layers that hold
 // one (LayerSpec::state: Gated DeltaNet, Mamba, ...), as a KVCache keeps them: per such layer
-// rollback + 1 slots of a conv state and a recurrent state, zeroed and 64-byte aligned, the
-// state after n positions in slot n % (rollback + 1). Each slot remembers which n it holds, so
-// that a read of a state that was not written, or a rollback to one that was overwritten, is
-// refused instead of trusted. Storage only: the engine computes the states.
+// rollback + 1 slots of a conv state and a recurrent state (one more with
+// RuntimeSpec::stage_states), zeroed and 64-byte aligned. Each slot remembers which n it holds
+// the state after, so that a read of a state that was not written, or a rollback to one that
+// was overwritten, is refused instead of trusted; a new state takes the slot of the oldest
+// (staged: never the one its step starts from). Storage only: the engine computes the states.
 #ifndef KVRING_STORAGE_RECURRENT_STATES_H_
 #define KVRING_STORAGE_RECURRENT_STATES_H_
 
@@ -45,9 +46,11 @@ class RecurrentStates {
   static Expected<RecurrentStates> Create(const LayerPlan& plan) {
     RecurrentStates states;
     states.slot_of_layer_.assign(plan.NumLayers(), kNone);
-    states.copies_ = plan.Runtime().rollback + 1;
+    states.copies_ = plan.Runtime().rollback + (plan.Runtime().stage_states ? 2 : 1);
+    states.staged_ = plan.Runtime().stage_states;
     for (const LayerInfo& layer : plan.Layers()) {
       if (!layer.HasState()) continue;
+      KVRING_DASSERT(layer.state_copies == states.copies_);
       Layer entry;
       entry.conv_bytes = layer.conv_state_bytes;
       entry.recurrent_bytes = layer.recurrent_state_bytes;
@@ -81,15 +84,16 @@ class RecurrentStates {
   // The calls of a cache or a pool sequence at `end` positions (EndPos), for `layer`:
   // Current returns its state after `end` (KVCache::State), After the slot of its state after
   // `num_positions` for the engine to write (KVCache::StateAfter: step_start < num_positions
-  // <= context, step_start the start of the current or last step). Errors name the layer or
-  // the range.
+  // <= context, step_start the start of the current or last step; a staged layer keeps the
+  // state after `keep`, the start of the step that writes it: StepRule::StartOfStepAt).
+  // Errors name the layer or the range.
   Expected<StateSlot> Current(size_t layer, uint64_t end) {
     const Error bad = CheckLayer(layer);
     if (!bad.field.empty()) return bad;
     return Read(layer, end);
   }
   Expected<StateSlot> After(size_t layer, uint64_t num_positions, uint64_t step_start,
-                            uint64_t context) {
+                            uint64_t keep, uint64_t context) {
     const Error bad = CheckLayer(layer);
     if (!bad.field.empty()) return bad;
     if (num_positions <= step_start || num_positions > context) {
@@ -102,15 +106,25 @@ class RecurrentStates {
                                           "begins)")
                             : std::string())};
     }
-    return Write(layer, num_positions);
+    return Write(layer, num_positions, keep);
   }
 
   // Returns the slot of the state after `num_positions` positions of `layer` and marks it as
-  // holding that state: the engine writes it now. (The caller checks the position.)
-  StateSlot Write(size_t layer, uint64_t num_positions) {
+  // holding that state: the engine writes it now. The slot that holds it already, else the
+  // oldest (one never written or forgotten first), but with stage_states never the one that
+  // holds the state after `keep` positions. (The caller checks the position.)
+  StateSlot Write(size_t layer, uint64_t num_positions, uint64_t keep) {
     Layer& entry = layers_[slot_of_layer_[layer]];
-    const uint64_t slot = num_positions % copies_;
-    entry.stamps[slot] = num_positions;
+    uint64_t slot = Find(entry, num_positions);
+    if (slot == kNoSlot) {
+      for (uint64_t i = 0; i < copies_; ++i) {
+        if (staged_ && entry.stamps[i] == keep) continue;
+        // kUnwritten + 1 wraps to 0: a slot that holds nothing is the oldest.
+        if (slot == kNoSlot || entry.stamps[i] + 1 < entry.stamps[slot] + 1) slot = i;
+      }
+      KVRING_DASSERT(slot != kNoSlot);  // (staged: at least two slots, one kept)
+      entry.stamps[slot] = num_positions;
+    }
     return SlotOf(entry, slot);
   }
 
@@ -118,8 +132,8 @@ class RecurrentStates {
   // holds another (never written, or overwritten since).
   Expected<StateSlot> Read(size_t layer, uint64_t num_positions) {
     Layer& entry = layers_[slot_of_layer_[layer]];
-    const uint64_t slot = num_positions % copies_;
-    if (entry.stamps[slot] != num_positions) {
+    const uint64_t slot = Find(entry, num_positions);
+    if (slot == kNoSlot) {
       return Error{LayerField(layer, "state"),
                    LayerField(layer, "state") + ": the state after " +
                        std::to_string(num_positions) +
@@ -134,8 +148,7 @@ class RecurrentStates {
   size_t FirstNotHolding(uint64_t num_positions) const {
     for (size_t layer = 0; layer < slot_of_layer_.size(); ++layer) {
       if (slot_of_layer_[layer] == kNone) continue;
-      const Layer& entry = layers_[slot_of_layer_[layer]];
-      if (entry.stamps[num_positions % copies_] != num_positions) return layer;
+      if (Find(layers_[slot_of_layer_[layer]], num_positions) == kNoSlot) return layer;
     }
     return kAllHeld;
   }
@@ -159,8 +172,9 @@ class RecurrentStates {
   // (FirstNotHolding), to read: saving it.
   StateSlot Held(size_t layer, uint64_t num_positions) const {
     const Layer& entry = layers_[slot_of_layer_[layer]];
-    KVRING_DASSERT(entry.stamps[num_positions % copies_] == num_positions);
-    return SlotOf(const_cast<Layer&>(entry), num_positions % copies_);
+    const uint64_t slot = Find(entry, num_positions);
+    KVRING_DASSERT(slot != kNoSlot);
+    return SlotOf(const_cast<Layer&>(entry), slot);
   }
 
   // Returns kOk if every layer holds the state after `num_positions` positions (a rollback's
@@ -199,6 +213,7 @@ class RecurrentStates {
   bool CopyTo(RecurrentStates* copy) const {
     copy->slot_of_layer_ = slot_of_layer_;
     copy->copies_ = copies_;
+    copy->staged_ = staged_;
     copy->layers_.clear();
     for (const Layer& entry : layers_) {
       Layer duplicate;
@@ -225,6 +240,7 @@ class RecurrentStates {
 
  private:
   static constexpr size_t kNone = ~size_t{0};
+  static constexpr uint64_t kNoSlot = ~uint64_t{0};
 
   // A layer's slots as described (copyable), and the layer: its slots' description and their
   // bytes.
@@ -241,6 +257,14 @@ class RecurrentStates {
   };
 
   static uint64_t RoundUp64(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+  // The slot of `entry` that holds the state after `num_positions` positions, or kNoSlot.
+  uint64_t Find(const Slots& entry, uint64_t num_positions) const {
+    for (uint64_t i = 0; i < copies_; ++i) {
+      if (entry.stamps[i] == num_positions) return i;
+    }
+    return kNoSlot;
+  }
 
   Error CheckLayer(size_t layer) const {
     if (HasState(layer)) return Error{};
@@ -264,6 +288,7 @@ class RecurrentStates {
   std::vector<size_t> slot_of_layer_;
   std::vector<Layer> layers_;
   uint64_t copies_ = 1;
+  bool staged_ = false;  // RuntimeSpec::stage_states: a step keeps the state it starts from
 };
 
 }  // namespace detail

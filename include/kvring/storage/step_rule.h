@@ -61,6 +61,12 @@ class StepRule {
   // Where the current step began, or the last one while no other has begun (the end itself
   // after a Reset): the positions after it are the step's.
   uint64_t StepStart() const { return step_start_; }
+  // The end the step that writes the state after `num_positions` positions starts from: the
+  // current or last step's start, or between steps, for a position past the furthest end, that
+  // end (a next step whose state layers run before its first append).
+  uint64_t StartOfStepAt(uint64_t num_positions) const {
+    return !InStep() && num_positions > high_end_ ? high_end_ : step_start_;
+  }
 
   // Returns kOk if an owner at `pos` (its end) may append `num_tokens`, else kWrongPosition:
   // inside a step, an owner already at the furthest end, or an append that would pass it.
