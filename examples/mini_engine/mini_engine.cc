@@ -260,12 +260,25 @@ class Engine {
     return Status::kOk;
   }
 
+  // Makes the next forward pass fail at `layer`, before its append: a simulated error of the
+  // engine's own, after the layers before it appended their K/V and wrote their states.
+  // Forward then abandons the step (KVCache::AbandonStep) and runs it again.
+  void FailNextPassAt(size_t layer) { fail_at_ = layer; }
+  // The passes abandoned after such a failure, each run again.
+  uint64_t Abandoned() const { return abandoned_; }
+
   // Runs num_tokens tokens at Pos(): appends their K/V to every owning layer and writes their
   // logits, [num_tokens][vocab].
   Status Forward(const int32_t* tokens, uint64_t num_tokens, std::vector<float>* logits) {
     const Span span{pos_, num_tokens};
+    bool failed = false;
     const auto attend = [&](size_t layer, const float* q, const float* k, const float* v,
                             float* attn) {
+      if (layer == fail_at_) {
+        fail_at_ = kNoLayer;
+        failed = true;
+        return Status::kBadArgument;
+      }
       if (mini_engine::IsRecurrent(model_.config, layer)) return Recur(layer, q, num_tokens, attn);
       if (k != nullptr) {
         // K/V of this layer's new positions, [n][kv_head][head_dim]: kvring rounds them to
@@ -282,8 +295,14 @@ class Engine {
       }
       return attended.status();
     };
-    const Status status =
-        mini_engine::Forward(model_, tokens, &span, 1, attend, &activations_, logits);
+    Status status = mini_engine::Forward(model_, tokens, &span, 1, attend, &activations_, logits);
+    if (failed) {
+      // Every owning layer back to the step's start, the states the step wrote forgotten;
+      // staged (RuntimeSpec::stage_states), the ones it started from are still held.
+      if (cache_.AbandonStep().EndPos() != pos_) return Status::kBadArgument;
+      ++abandoned_;
+      status = mini_engine::Forward(model_, tokens, &span, 1, attend, &activations_, logits);
+    }
     if (status == Status::kOk) pos_ += num_tokens;
     return status;
   }
@@ -316,6 +335,9 @@ class Engine {
   std::vector<float> conv_, state_;  // a recurrent layer's state while a step runs
   Meter* meter_;
   Progress* progress_;
+  static constexpr size_t kNoLayer = ~size_t{0};
+  size_t fail_at_ = kNoLayer;  // FailNextPassAt
+  uint64_t abandoned_ = 0;
   uint64_t pos_ = 0;
   std::vector<float> last_logits_;
 };
@@ -382,6 +404,9 @@ int Run(const Config& config) {
   kvring::LayerPlan::Builder builder;
   for (const kvring::LayerSpec& spec : LayerSpecs(config.model)) builder.AddLayer(spec);
   builder.SetContext(context).SetBatch(config.batch).SetRollback(config.draft);
+  // A hybrid model's states: one copy more, so that a step abandoned part way leaves the
+  // sequence whole at any length (checked in 4).
+  builder.SetStageStates(config.model.hybrid);
   builder.SetLayout<Layout>();
   const kvring::Format format = config.format == "int8"    ? kvring::Format::kInt8
                                 : config.format == "int8h" ? kvring::Format::kInt8Hadamard
@@ -476,10 +501,31 @@ int Run(const Config& config) {
     checks.ExpectStatus(flat.Decode(config.decode, &ref_tokens, &ref_logits), "flat decode");
   }
 
-  // 4. The same on kvring's rings, with a snapshot taken after the prompt.
+  // 4. The same on kvring's rings, with a snapshot taken after the prompt. A hybrid model's
+  //    second prefill chunk fails at the last owning layer, after the recurrent layers wrote
+  //    its states: the engine abandons the step and runs it again.
   std::vector<int32_t> tokens;
   std::vector<float> logits;
-  checks.ExpectStatus(ring.Prefill(prompt, config.batch), "ring prefill");
+  size_t last_owner = 0;
+  for (const kvring::LayerInfo& layer : plan->Layers()) {
+    if (layer.OwnsKV()) last_owner = layer.index;
+  }
+  if (config.model.hybrid && prompt.size() > config.batch) {
+    const auto second = prompt.begin() + static_cast<std::ptrdiff_t>(config.batch);
+    checks.ExpectStatus(ring.Prefill({prompt.begin(), second}, config.batch),
+                        "ring prefill, first chunk");
+    ring.FailNextPassAt(last_owner);
+    checks.ExpectStatus(ring.Prefill({second, prompt.end()}, config.batch),
+                        "ring prefill, the rest");
+    const uint64_t chunk = std::min<uint64_t>(config.batch, prompt.size() - config.batch);
+    checks.Expect(ring.Abandoned() == 1,
+                  "a prefill chunk of " + std::to_string(chunk) + " positions failed at layer " +
+                      std::to_string(last_owner) +
+                      " after the recurrent layers wrote its states: abandoned, its start's "
+                      "states still held (staged), and run again");
+  } else {
+    checks.ExpectStatus(ring.Prefill(prompt, config.batch), "ring prefill");
+  }
   kvring::Expected<kvring::KVCache<Layout>> snapshot = ring.Cache().Copy();
   if (!snapshot.ok()) {
     std::fprintf(stderr, "mini_engine: %s\n", snapshot.error().message.c_str());
