@@ -60,6 +60,7 @@ constexpr Pattern kPatterns[] = {
     {"gpt-oss-120b", 36, 18, 0, 18, 0, 128, 8, 64, 0, 131072},
     {"command-r7b", 32, 24, 0, 8, 0, 4096, 8, 128, 0, 8192},
     {"qwen3-8b", 36, 0, 0, 36, 0, 0, 8, 128, 0, 40960},
+    {"qwen2-vl-2b-instruct", 28, 0, 0, 28, 0, 0, 2, 128, 0, 32768},
     {"deepseek-v3", 61, 0, 0, 61, 0, 0, 0, 0, 576, 163840},
     // Qwen3-Next: full iff (i + 1) % 4 == 0; MiMo-V2-Flash: full at 0 and (i + 1) % 6 == 0;
     // Kimi Linear: latent at layer numbers 4, 8, ..., 24, 27.

@@ -251,6 +251,7 @@ inline std::vector<ModelPreset> ModelPresets() {
       {"command-r7b", 8192,
        EveryNthGlobal(32, 4, LayerSpec::Sliding(4096, 8, 128), LayerSpec::Global(8, 128)), ""});
   presets.push_back(AllGlobal("qwen3-8b", 36, 8, 128, 40960));
+  presets.push_back(AllGlobal("qwen2-vl-2b-instruct", 28, 2, 128, 32768));
   presets.push_back({"deepseek-v3", 163840, std::vector<LayerSpec>(61, LayerSpec::Latent(576)),
                      "MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per position"});
   presets.push_back({"deepseek-v3.2-exp", 163840,
