@@ -155,7 +155,7 @@ class RecurrentStates {
 
   // Returns the largest r <= `limit` such that every layer holds the states after end - n for
   // every n <= r (how far a rollback from `end` may go, as the states go); sets *layer to the
-  // first layer that stops it (unchanged if none does). O(limit x layers).
+  // first layer that stops it (unchanged if none does). O(limit x layers x slots).
   uint64_t HeldBack(uint64_t end, uint64_t limit, size_t* layer) const {
     if (layers_.empty()) return limit;
     for (uint64_t n = 1; n <= limit && n <= end; ++n) {
