@@ -45,7 +45,7 @@ TEST(PlanState, RecurrentLayersCountTheirStatesApartFromTheKV) {
                                          LayerSpec::Recurrent({})};
   const uint64_t one_copy = 3 * 96 * 2 + 4 * 16 * 16 * 4;  // 576 + 4096 bytes
   // Staged (RuntimeSpec::stage_states), each state layer keeps one copy more.
-  for (const uint64_t rollback : {uint64_t{0}, uint64_t{3}})
+  for (const uint64_t rollback : {uint64_t{0}, uint64_t{3}}) {
     for (const bool staged : {false, true}) {
       SCOPED_TRACE(std::to_string(rollback) + (staged ? " staged" : ""));
       const LayerPlan plan = Build(layers, 1024, rollback, staged);
@@ -79,6 +79,7 @@ TEST(PlanState, RecurrentLayersCountTheirStatesApartFromTheKV) {
       EXPECT_EQ(report.bytes_per_sequence, plan.TotalBytes() + plan.StateBytes());
       EXPECT_EQ(report.max_sequences, 10u);
     }
+  }
 }
 
 TEST(PlanState, AHybridLayerAttendsAndHoldsAState) {
