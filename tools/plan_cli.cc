@@ -979,8 +979,11 @@ std::string TextReport(const Model& model, const LayerPlan& plan, const Options&
   out += IndexerLine(plan);
   if (plan.HasStateLayers()) {
     size_t state_layers = 0;
-    for (const LayerInfo& layer : plan.Layers()) state_layers += layer.HasState();
-    const uint64_t copies = runtime.rollback + (runtime.stage_states ? 2 : 1);
+    uint64_t copies = 0;  // the plan's, the same for every layer with a state
+    for (const LayerInfo& layer : plan.Layers()) {
+      state_layers += layer.HasState();
+      if (layer.HasState()) copies = layer.state_copies;
+    }
     out += Format("recurrent state, per sequence: %s in %zu layers (%" PRIu64
                   " cop%s each: rollback %" PRIu64 " + 1%s; it does not grow with the context)\n",
                   FormatBytes(plan.StateBytes()).c_str(), state_layers, copies,

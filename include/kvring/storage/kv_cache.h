@@ -343,8 +343,7 @@ class KVCache {
   // RuntimeSpec::stage_states, where a step never overwrites the state it starts from).
   // An Error outside that range or for a layer without a state.
   Expected<StateSlot> StateAfter(size_t layer, uint64_t num_positions) {
-    return states_.After(layer, num_positions, step_.StepStart(),
-                         step_.StartOfStepAt(num_positions), plan_.Runtime().context);
+    return states_.After(layer, num_positions, step_, plan_.Runtime().context);
   }
 
   // Returns the bytes of every K and V buffer and int8 scale (for each owning layer num_slots x

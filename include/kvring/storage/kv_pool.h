@@ -389,9 +389,7 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return NotLive(known);
     Sequence& sequence = sequences_.Get(id);
-    return sequence.states.After(layer, num_positions, sequence.step.StepStart(),
-                                 sequence.step.StartOfStepAt(num_positions),
-                                 plan_.Runtime().context);
+    return sequence.states.After(layer, num_positions, sequence.step, plan_.Runtime().context);
   }
 
   // Returns the position `id` has reached in every owning layer; kUnknownSequence for an id

@@ -18,6 +18,7 @@
 #include "kvring/detail/checked_math.h"
 #include "kvring/layer_plan.h"
 #include "kvring/status.h"
+#include "kvring/storage/step_rule.h"
 
 namespace kvring {
 
@@ -46,11 +47,12 @@ class RecurrentStates {
   static Expected<RecurrentStates> Create(const LayerPlan& plan) {
     RecurrentStates states;
     states.slot_of_layer_.assign(plan.NumLayers(), kNone);
-    states.copies_ = plan.Runtime().rollback + (plan.Runtime().stage_states ? 2 : 1);
     states.staged_ = plan.Runtime().stage_states;
     for (const LayerInfo& layer : plan.Layers()) {
       if (!layer.HasState()) continue;
-      KVRING_DASSERT(layer.state_copies == states.copies_);
+      // The plan's copies (PlanState), the same for every layer with a state.
+      KVRING_DASSERT(states.layers_.empty() || layer.state_copies == states.copies_);
+      states.copies_ = layer.state_copies;
       Layer entry;
       entry.conv_bytes = layer.conv_state_bytes;
       entry.recurrent_bytes = layer.recurrent_state_bytes;
@@ -83,19 +85,19 @@ class RecurrentStates {
 
   // The calls of a cache or a pool sequence at `end` positions (EndPos), for `layer`:
   // Current returns its state after `end` (KVCache::State), After the slot of its state after
-  // `num_positions` for the engine to write (KVCache::StateAfter: step_start < num_positions
-  // <= context, step_start the start of the current or last step; a staged layer keeps the
-  // state after `keep`, the start of the step that writes it: StepRule::StartOfStepAt).
-  // Errors name the layer or the range.
+  // `num_positions` for the engine to write (KVCache::StateAfter: step.StepStart() <
+  // num_positions <= context; a staged layer keeps the state the step that writes it starts
+  // from, step.StartOfStepAt(num_positions)). Errors name the layer or the range.
   Expected<StateSlot> Current(size_t layer, uint64_t end) {
     const Error bad = CheckLayer(layer);
     if (!bad.field.empty()) return bad;
     return Read(layer, end);
   }
-  Expected<StateSlot> After(size_t layer, uint64_t num_positions, uint64_t step_start,
-                            uint64_t keep, uint64_t context) {
+  Expected<StateSlot> After(size_t layer, uint64_t num_positions, const StepRule& step,
+                            uint64_t context) {
     const Error bad = CheckLayer(layer);
     if (!bad.field.empty()) return bad;
+    const uint64_t step_start = step.StepStart();
     if (num_positions <= step_start || num_positions > context) {
       return Error{"num_positions",
                    "num_positions: " + std::to_string(num_positions) + " is not in (" +
@@ -106,7 +108,7 @@ class RecurrentStates {
                                           "begins)")
                             : std::string())};
     }
-    return Write(layer, num_positions, keep);
+    return Write(layer, num_positions, step.StartOfStepAt(num_positions));
   }
 
   // Returns the slot of the state after `num_positions` positions of `layer` and marks it as
