@@ -52,12 +52,19 @@ TYPED_TEST_SUITE(KVPoolTest, PoolLayouts);
 // 100,000 random operations per layout (KVRING_POOL_TEST_STEPS), fewer under sanitizers.
 template <typename Layout>
 void RandomOperations(Format global_format, uint64_t all_steps, uint64_t seed, bool moves = false,
-                      bool hybrid = false, bool dsa = false) {
+                      bool hybrid = false, bool dsa = false, bool staged = false) {
   // At least 5,000 steps under the sanitizers (tests/reference/random_test_scale.h).
   const uint64_t steps = testing::RandomTestSteps(all_steps, 5000);
   RandomChoices choices(seed);
-  PoolDriver<Layout> driver(&choices, global_format, seed, moves, hybrid, dsa);
+  PoolDriver<Layout> driver(&choices, global_format, seed, moves, hybrid, dsa, staged);
   ASSERT_EQ(driver.Run(steps), "");
+  if (staged) {
+    // Steps abandoned part way, by the engine and by the budget (after a ring's append).
+    EXPECT_GT(driver.failed_steps(), steps / 40);
+    if (steps >= 10000) {
+      EXPECT_GT(driver.refused_appends(), steps / 400) << "unreserved paged appends refused";
+    }
+  }
   if (moves) {
     EXPECT_GT(driver.moves(), steps / 100);  // SaveState of one sequence, LoadState into another
     return;
@@ -88,6 +95,16 @@ TYPED_TEST(KVPoolTest, RandomOperationsWithStateMoves) {
 TYPED_TEST(KVPoolTest, RandomOperationsOfAHybridModel) {
   RandomOperations<TypeParam>(Format::kBF16, KVRING_POOL_TEST_STEPS / 5, 17, /*moves=*/true,
                               /*hybrid=*/true);
+}
+
+// The hybrid plan with staged states, every step run layer after layer as an engine runs it
+// (states written when their layer's turn comes, before later appends): one step in four
+// fails before a random layer, and unreserved steps meet the budget after the sliding ring's
+// append; AbandonStep must leave each such sequence as it was, its states included, through
+// forks, rollbacks and moves.
+TYPED_TEST(KVPoolTest, RandomOperationsOfAHybridModelWithStagedStates) {
+  RandomOperations<TypeParam>(Format::kBF16, KVRING_POOL_TEST_STEPS / 5, 29, /*moves=*/true,
+                              /*hybrid=*/true, /*dsa=*/false, /*staged=*/true);
 }
 
 // DSA latents (a paged one and a ring), BF16 and int8: every check reads each position's

@@ -383,6 +383,85 @@ TEST(RecurrentState, StagedStatesSurviveAnAbandonedStepOfAnyLength) {
   }
 }
 
+// A forward pass of `count` positions from `pos` through [recurrent, global, recurrent]: the
+// global layer appends rows of value pos + 1 + i, each state layer writes the state after
+// every position; `fail`: the pass stops before the last layer (after the last append).
+void TrailingStep(KVCache<FlashLayout>* cache, uint64_t pos, uint64_t count, bool fail) {
+  std::vector<float> k(count * 16), v(count * 16);
+  for (uint64_t i = 0; i < count * 16; ++i) {
+    k[i] = static_cast<float>(pos + 1 + i / 16);
+    v[i] = -k[i];
+  }
+  for (size_t layer = 0; layer < 3; ++layer) {
+    if (layer == 1) {
+      ASSERT_TRUE(cache->AppendF32(1, pos, k.data(), v.data(), count).ok());
+      continue;
+    }
+    if (fail && layer == 2) return;
+    const StateSlot current = *cache->State(layer, pos);
+    ASSERT_TRUE(pos == 0 ? current.recurrent[0] == 0 : HoldsState(current, layer, pos)) << layer;
+    for (uint64_t n = pos + 1; n <= pos + count; ++n) {
+      Expected<StateSlot> slot = cache->StateAfter(layer, n);
+      ASSERT_TRUE(slot.ok()) << slot.error().message;
+      WriteState(*slot, layer, n);
+    }
+  }
+}
+
+TEST(RecurrentState, AStepThatFailsAfterItsLastAppendIsAbandonedWhole) {
+  // A recurrent layer after the last attention layer (Jamba's, Nemotron-H's last layers)
+  // fails: every append of the step is in, its states are not. AbandonStep takes the whole
+  // step back, the K/V of every owner and the states; staged (or a step within the rollback)
+  // the sequence then reads as before the step and runs it again.
+  for (const uint64_t rollback : {uint64_t{0}, uint64_t{2}}) {
+    for (const bool staged : {false, true}) {
+      for (const uint64_t count : {uint64_t{1}, uint64_t{9}}) {
+        SCOPED_TRACE("rollback " + std::to_string(rollback) + (staged ? " staged" : "") +
+                     ", a step of " + std::to_string(count));
+        Expected<LayerPlan> plan = LayerPlan::Builder()
+                                       .AddLayer(LayerSpec::Recurrent(SmallState()))
+                                       .AddLayer(LayerSpec::Global(1, 16))
+                                       .AddLayer(LayerSpec::Recurrent(SmallState()))
+                                       .SetContext(256)
+                                       .SetBatch(16)
+                                       .SetRollback(rollback)
+                                       .SetStageStates(staged)
+                                       .SetLayout<FlashLayout>()
+                                       .Build();
+        ASSERT_TRUE(plan.ok()) << plan.error().message;
+        KVCache<FlashLayout> cache = KVCache<FlashLayout>::Create(*plan).value();
+        TrailingStep(&cache, 0, 5, false);
+        // A finished step is not abandoned: AbandonStep between steps keeps it.
+        ASSERT_EQ(cache.AbandonStep().EndPos(), 5u);
+        TrailingStep(&cache, 5, count, /*fail=*/true);
+        ASSERT_EQ(cache.EndPos(), 5 + count);  // every append is in
+        ASSERT_EQ(cache.AbandonStep().EndPos(), 5u);
+        std::vector<float> k(16), v(16);
+        for (uint64_t pos = 0; pos < 5; ++pos) {
+          ASSERT_TRUE(cache.ReadRowF32(1, pos, k.data(), v.data()).ok());
+          EXPECT_EQ(k[0], static_cast<float>(pos + 1));
+        }
+        EXPECT_FALSE(cache.ReadRowF32(1, 5, k.data(), v.data()).ok());
+        EXPECT_TRUE(HoldsState(*cache.State(2), 2, 5));  // it wrote nothing
+        const bool survives = staged || count <= rollback;
+        ASSERT_EQ(cache.State(0).ok(), survives);
+        if (!survives) continue;  // (the sequence must be recomputed, as State says)
+        EXPECT_TRUE(HoldsState(*cache.State(0), 0, 5));
+        TrailingStep(&cache, 5, count, false);
+        ASSERT_EQ(cache.EndPos(), 5 + count);
+        ASSERT_EQ(cache.AbandonStep().EndPos(), 5 + count);
+        EXPECT_TRUE(HoldsState(*cache.State(2), 2, 5 + count));
+        // A next step abandoned before its first append, even one whose first state layer
+        // overwrote the state it started from (unstaged, rollback 0): the finished step stays.
+        WriteState(*cache.StateAfter(0, 6 + count), 0, 6 + count);
+        ASSERT_EQ(cache.AbandonStep().EndPos(), 5 + count);
+        EXPECT_EQ(cache.State(0).ok(), staged || rollback > 0);
+        EXPECT_TRUE(HoldsState(*cache.State(2), 2, 5 + count));
+      }
+    }
+  }
+}
+
 TEST(RecurrentState, APlanOfRecurrentLayersOnlyIsRefused) {
   // (Pools and state files hold recurrent states: pool_states_test.cc,
   // state_io_recurrent_test.cc.)

@@ -28,11 +28,12 @@ namespace testing {
 
 // Five layers: a sliding and a chunked ring owner, a global paged owner (int8 when asked),
 // and shared-KV consumers of the sliding and the global one. `hybrid`: the chunked owner also
-// keeps a recurrent state, and a sixth layer is recurrent only. `dsa`: two MLA latents that
-// keep DSA indexer keys follow, a global one (paged) and a sliding one (a ring).
+// keeps a recurrent state, and a sixth layer is recurrent only; `staged`: their states staged
+// (RuntimeSpec::stage_states). `dsa`: two MLA latents that keep DSA indexer keys follow, a
+// global one (paged) and a sliding one (a ring).
 template <typename Layout>
-LayerPlan PoolTestPlan(Format global_format, uint64_t batch, bool hybrid = false,
-                       bool dsa = false) {
+LayerPlan PoolTestPlan(Format global_format, uint64_t batch, bool hybrid = false, bool dsa = false,
+                       bool staged = false) {
   StateSpec state;
   state.conv_elements = 24;  // BF16
   state.recurrent_elements = 10;
@@ -54,6 +55,7 @@ LayerPlan PoolTestPlan(Format global_format, uint64_t batch, bool hybrid = false
   Expected<LayerPlan> plan = builder.SetContext(320)
                                  .SetBatch(batch)
                                  .SetRollback(4)
+                                 .SetStageStates(staged)
                                  .SetFormat(AttentionKind::kGlobal, global_format)
                                  .SetLayout<Layout>()
                                  .Build();
@@ -149,18 +151,9 @@ class PoolModel {
     }
     std::stable_partition(order.begin(), order.end(),
                           [&](size_t layer) { return pool_.IsPaged(layer); });
+    std::map<size_t, std::vector<std::vector<float>>> rows;
     for (size_t layer : order) {
-      const LayerInfo& info = pool_.Plan().Layer(layer);
-      // The stored rows: an MLA latent's K, and a DSA latent's indexer keys as its V.
-      const KVShape shape = KVShape::Of(info.spec, info.num_slots);
-      const uint32_t kv_heads = shape.num_kv_heads;
-      const size_t k_elems = shape.KRowElements();
-      const size_t v_elems = shape.VRowElements();
-      std::vector<float> k(num_tokens * k_elems), v(num_tokens * v_elems);
-      for (float& x : k) x = Value();
-      for (float& x : v) x = Value();
-      const Result result = pool_.AppendF32(id, layer, ref.end, k.data(),
-                                            v_elems == 0 ? nullptr : v.data(), num_tokens);
+      const Result result = AppendRows(id, ref, layer, num_tokens, &rows[layer]);
       if (!result.ok()) {
         // Only the first (paged) append of an unreserved step may be refused, for the budget.
         KVRING_MODEL_EXPECT(!(reserve)) << result.Message();
@@ -172,38 +165,135 @@ class PoolModel {
       if (!reserve && layer == order[0] && !WriteStates(id, ref, num_tokens, &states)) {
         return false;
       }
-      auto& rows = ref.rows[layer];
-      for (uint64_t t = 0; t < num_tokens; ++t) {
-        std::vector<float> kr(k.begin() + t * k_elems, k.begin() + (t + 1) * k_elems);
-        std::vector<float> vr(v.begin() + t * v_elems, v.begin() + (t + 1) * v_elems);
-        std::vector<float> stored = Stored(kr, info.spec.format, kv_heads);
-        const std::vector<float> stored_v = Stored(vr, info.spec.format, kv_heads);
-        stored.insert(stored.end(), stored_v.begin(), stored_v.end());
-        rows.push_back(std::move(stored));
+    }
+    Commit(&ref, num_tokens, &rows, &states);
+    return true;
+  }
+
+  // A step as an engine runs it on a plan whose states are staged: layer after layer in the
+  // model's order, each state layer writing the step's states when its turn comes (a hybrid
+  // layer before or after its own K/V, by a coin), so states are written before appends that
+  // may still be refused: an unreserved step's paged append (kPoolExhausted), or the engine
+  // itself failing before layer `fail_at` (NumLayers(): it does not). Either way the engine
+  // calls AbandonStep, and the sequence must read as before the step, its states included.
+  // Returns whether the step completed.
+  bool StagedStep(size_t which, uint64_t num_tokens, bool reserve, size_t fail_at) {
+    const SequenceId id = live_[which];
+    Ref& ref = refs_[Key(id)];
+    if (reserve) {
+      const PoolUsage before = pool_.Usage();
+      const Result reserved = pool_.Reserve(id, num_tokens);
+      if (!reserved.ok()) {
+        KVRING_MODEL_EXPECT(reserved == Status::kPoolExhausted || reserved == Status::kContextFull)
+            << reserved.Message();
+        ExpectUnchanged(before);
+        return false;
+      }
+    } else if (ref.end + num_tokens > pool_.Plan().Runtime().context) {
+      return false;
+    }
+    std::map<size_t, std::vector<std::vector<float>>> rows;
+    std::map<size_t, std::vector<std::vector<uint8_t>>> states;
+    for (size_t layer = 0; layer < pool_.NumLayers(); ++layer) {
+      if (layer == fail_at) return Abandon(which);
+      const bool has_state = ref.states.count(layer) != 0;
+      const bool state_first = has_state && rng_() % 2 == 0;
+      if (state_first && !WriteLayerStates(id, ref, layer, num_tokens, &states)) return false;
+      if (pool_.OwnsKV(layer)) {
+        const Result result = AppendRows(id, ref, layer, num_tokens, &rows[layer]);
+        if (!result.ok()) {
+          // Only a paged append of an unreserved step may be refused, for the budget.
+          KVRING_MODEL_EXPECT(!(reserve)) << result.Message();
+          KVRING_MODEL_EXPECT((result.status()) == (Status::kPoolExhausted)) << result.Message();
+          KVRING_MODEL_EXPECT(pool_.IsPaged(layer)) << "layer " << layer;
+          ++refused_appends_;
+          return Abandon(which);
+        }
+      }
+      if (has_state && !state_first && !WriteLayerStates(id, ref, layer, num_tokens, &states)) {
+        return false;
       }
     }
-    for (auto& [layer, written] : states) {
-      for (auto& bytes : written) ref.states[layer].push_back(std::move(bytes));
-    }
-    ref.end += num_tokens;
+    Commit(&ref, num_tokens, &rows, &states);
     return true;
+  }
+  uint64_t abandoned_steps() const { return abandoned_; }
+  uint64_t refused_appends() const { return refused_appends_; }
+
+  // Abandons sequence `which`'s unfinished step (AbandonStep): its end and every row and state
+  // it held before the step read back (the caller's Check); false.
+  bool Abandon(size_t which) {
+    const SequenceId id = live_[which];
+    const RollbackResult abandoned = pool_.AbandonStep(id);
+    KVRING_MODEL_EXPECT(abandoned.ok()) << abandoned.Message();
+    KVRING_MODEL_EXPECT((abandoned.EndPos()) == (refs_[Key(id)].end))
+        << abandoned.EndPos() << refs_[Key(id)].end;
+    ++abandoned_;
+    return false;
+  }
+
+  // Appends num_tokens random rows to `layer` of sequence `id` after ref.end; on success sets
+  // *stored to what the pool must read back for them (the caller keeps them in the reference
+  // once the step completes).
+  Result AppendRows(SequenceId id, const Ref& ref, size_t layer, uint64_t num_tokens,
+                    std::vector<std::vector<float>>* stored_rows) {
+    const LayerInfo& info = pool_.Plan().Layer(layer);
+    // The stored rows: an MLA latent's K, and a DSA latent's indexer keys as its V.
+    const KVShape shape = KVShape::Of(info.spec, info.num_slots);
+    const uint32_t kv_heads = shape.num_kv_heads;
+    const size_t k_elems = shape.KRowElements();
+    const size_t v_elems = shape.VRowElements();
+    std::vector<float> k(num_tokens * k_elems), v(num_tokens * v_elems);
+    for (float& x : k) x = Value();
+    for (float& x : v) x = Value();
+    const Result result = pool_.AppendF32(id, layer, ref.end, k.data(),
+                                          v_elems == 0 ? nullptr : v.data(), num_tokens);
+    if (!result.ok()) return result;
+    for (uint64_t t = 0; t < num_tokens; ++t) {
+      std::vector<float> kr(k.begin() + t * k_elems, k.begin() + (t + 1) * k_elems);
+      std::vector<float> vr(v.begin() + t * v_elems, v.begin() + (t + 1) * v_elems);
+      std::vector<float> stored = Stored(kr, info.spec.format, kv_heads);
+      const std::vector<float> stored_v = Stored(vr, info.spec.format, kv_heads);
+      stored.insert(stored.end(), stored_v.begin(), stored_v.end());
+      stored_rows->push_back(std::move(stored));
+    }
+    return result;
+  }
+
+  // Keeps a completed step's rows and states in the reference.
+  void Commit(Ref* ref, uint64_t num_tokens,
+              std::map<size_t, std::vector<std::vector<float>>>* rows,
+              std::map<size_t, std::vector<std::vector<uint8_t>>>* states) {
+    for (auto& [layer, added] : *rows) {
+      for (auto& row : added) ref->rows[layer].push_back(std::move(row));
+    }
+    for (auto& [layer, written] : *states) {
+      for (auto& bytes : written) ref->states[layer].push_back(std::move(bytes));
+    }
+    ref->end += num_tokens;
   }
 
   // Writes the states of `ref`'s layers after the positions (end, end + num_tokens] of
   // sequence `id` into the pool and into *states; false (a failure recorded) if refused.
   bool WriteStates(SequenceId id, const Ref& ref, uint64_t num_tokens,
                    std::map<size_t, std::vector<std::vector<uint8_t>>>* states) {
-    for (const auto& [layer, held] : ref.states) {
-      for (uint64_t n = ref.end + 1; n <= ref.end + num_tokens; ++n) {
-        const Expected<StateSlot> slot = pool_.StateAfter(id, layer, n);
-        KVRING_MODEL_EXPECT(slot.ok()) << slot.error().message;
-        if (!slot.ok()) return false;
-        std::vector<uint8_t> bytes(slot->conv_bytes + slot->recurrent_bytes);
-        for (uint8_t& byte : bytes) byte = static_cast<uint8_t>(rng_());
-        std::memcpy(slot->conv, bytes.data(), slot->conv_bytes);
-        std::memcpy(slot->recurrent, bytes.data() + slot->conv_bytes, slot->recurrent_bytes);
-        (*states)[layer].push_back(std::move(bytes));
-      }
+    for (const auto& entry : ref.states) {
+      if (!WriteLayerStates(id, ref, entry.first, num_tokens, states)) return false;
+    }
+    return true;
+  }
+  // The same for one layer.
+  bool WriteLayerStates(SequenceId id, const Ref& ref, size_t layer, uint64_t num_tokens,
+                        std::map<size_t, std::vector<std::vector<uint8_t>>>* states) {
+    for (uint64_t n = ref.end + 1; n <= ref.end + num_tokens; ++n) {
+      const Expected<StateSlot> slot = pool_.StateAfter(id, layer, n);
+      KVRING_MODEL_EXPECT(slot.ok()) << "layer " << layer << ": " << slot.error().message;
+      if (!slot.ok()) return false;
+      std::vector<uint8_t> bytes(slot->conv_bytes + slot->recurrent_bytes);
+      for (uint8_t& byte : bytes) byte = static_cast<uint8_t>(rng_());
+      std::memcpy(slot->conv, bytes.data(), slot->conv_bytes);
+      std::memcpy(slot->recurrent, bytes.data() + slot->conv_bytes, slot->recurrent_bytes);
+      (*states)[layer].push_back(std::move(bytes));
     }
     return true;
   }
@@ -432,6 +522,7 @@ class PoolModel {
   std::mt19937_64 rng_;
   std::vector<SequenceId> live_;
   std::map<uint64_t, Ref> refs_;
+  uint64_t abandoned_ = 0, refused_appends_ = 0;
 };
 
 // Runs random operations on a pool of PoolTestPlan over 32 to 48 live sequences, on a budget
@@ -444,27 +535,33 @@ class PoolDriver {
   // `moves`: every 50th step also moves a sequence (SaveState into LoadState), besides the
   // step's operation; the other operations' mix and choices stay those of a run without.
   // `hybrid`: PoolTestPlan's hybrid plan, whose states every step writes and every check reads;
-  // `dsa`: its DSA latents, whose indexer keys every check reads.
+  // `dsa`: its DSA latents, whose indexer keys every check reads. `staged`: the hybrid plan's
+  // states staged, and every step a StagedStep, which fails before a random layer one time in
+  // four (and an unreserved one whose paged append is refused): AbandonStep must keep the
+  // sequence as it was.
   PoolDriver(ChoiceSource* choices, Format global_format, uint64_t seed, bool moves = false,
-             bool hybrid = false, bool dsa = false)
+             bool hybrid = false, bool dsa = false, bool staged = false)
       : choices_(choices),
         global_format_(global_format),
         seed_(seed),
         moves_enabled_(moves),
         hybrid_(hybrid),
-        dsa_(dsa) {}
+        dsa_(dsa),
+        staged_(staged) {}
 
   std::string Run(uint64_t steps) {
-    const LayerPlan plan = PoolTestPlan<Layout>(global_format_, 8, hybrid_, dsa_);
+    const LayerPlan plan = PoolTestPlan<Layout>(global_format_, 8, hybrid_, dsa_, staged_);
     PoolSpec spec;
     spec.max_sequences = 48;
     spec.block_slots = Layout::kTileSlots;  // small blocks: appends cross them often
     {
-      // The budget: rings for 40 sequences and a fifth of their full contexts.
+      // The budget: rings for 40 sequences and a fifth of their full contexts (staged: a tenth,
+      // so that unreserved steps meet it after their ring appends, whatever the blocks).
       Expected<KVPool<Layout>> probe = KVPool<Layout>::Create(plan, PoolSpec{4ull << 20, 1, 0});
       if (!probe.ok()) return probe.error().message;
-      spec.budget_bytes =
-          40 * probe->RingBytesFor(8) + 40 * probe->BlockBytesFor(320) / 5 + 40 * plan.StateBytes();
+      spec.budget_bytes = 40 * probe->RingBytesFor(8) +
+                          40 * probe->BlockBytesFor(320) / (staged_ ? 10 : 5) +
+                          40 * plan.StateBytes();
     }
     PoolModel<Layout> model(plan, spec, seed_);
     for (int i = 0; i < 32; ++i) {
@@ -483,8 +580,19 @@ class PoolDriver {
         const uint64_t num_tokens =
             choices_->Below(4) == 0 ? choices_->Between(1, 20) : choices_->Between(1, 6);
         const bool reserve = num_tokens > 8 || choices_->Below(2) == 0;
-        if (model.Step(which, num_tokens, reserve)) {
+        // (Unstaged runs take no more choices than before.)
+        const size_t layers = model.Pool().NumLayers();
+        const size_t fail_at = staged_ && choices_->Below(4) == 0
+                                   ? static_cast<size_t>(choices_->Below(layers))
+                                   : layers;
+        const uint64_t refused_before = model.refused_appends();
+        const uint64_t abandoned_before = model.abandoned_steps();
+        if (staged_ ? model.StagedStep(which, num_tokens, reserve, fail_at)
+                    : model.Step(which, num_tokens, reserve)) {
           ++steps_;
+        } else if (model.abandoned_steps() != abandoned_before &&
+                   model.refused_appends() == refused_before) {
+          ++failed_steps_;  // the engine failed: the budget has room
         } else {
           ++refused_steps_;
           // Make room the way an engine would: free a sequence (not the one stepping).
@@ -525,12 +633,17 @@ class PoolDriver {
     }
     model.CheckAll();
     model.FreeAll();
+    abandoned_ = model.abandoned_steps();
+    refused_appends_ = model.refused_appends();
     return model.Failure();
   }
   uint64_t steps() const { return steps_; }
   uint64_t refused_steps() const { return refused_steps_; }
   uint64_t forks() const { return forks_; }
   uint64_t moves() const { return moves_; }
+  uint64_t abandoned_steps() const { return abandoned_; }
+  uint64_t refused_appends() const { return refused_appends_; }
+  uint64_t failed_steps() const { return failed_steps_; }
 
  private:
   ChoiceSource* choices_;
@@ -539,7 +652,9 @@ class PoolDriver {
   bool moves_enabled_;
   bool hybrid_;
   bool dsa_;
+  bool staged_;
   uint64_t steps_ = 0, refused_steps_ = 0, forks_ = 0, moves_ = 0;
+  uint64_t abandoned_ = 0, refused_appends_ = 0, failed_steps_ = 0;
 };
 
 #undef KVRING_MODEL_EXPECT

@@ -232,15 +232,22 @@ class KVCache {
 
   // Abandons an unfinished step: every owning layer ahead of the lowest one goes back to its
   // end, the last position every owner reached (a step refused part way leaves the owners at
-  // different ends, where Rollback is refused). The rows before it stay bit-identical.
-  // Between steps it only forgets the states written past the end (a step abandoned before
-  // its first append). Returns the end after the call. O(layers).
+  // different ends, where Rollback is refused). The rows before it stay bit-identical. A step
+  // whose appends are all in but whose states are not (a recurrent layer after the last
+  // attention layer failed: some state layer holds no state after the end, none one past it)
+  // is abandoned whole: every owner goes back to the step's start. Between steps it only
+  // forgets the states written past the end (a step abandoned before its first append).
+  // Returns the end after the call. O(layers x state slots).
   RollbackResult AbandonStep() {
-    if (!step_.InStep()) {
-      states_.ForgetAfter(step_.HighEnd());
-      return RollbackResult(Status::kOk, step_.HighEnd());
+    uint64_t end = step_.HighEnd();
+    if (step_.InStep()) {
+      end = StepOf().low_end;
+    } else if (end != step_.StepStart() && states_.LastStepUnfinished(end)) {
+      end = step_.StepStart();
+    } else {
+      states_.ForgetAfter(end);
+      return RollbackResult(Status::kOk, end);
     }
-    const uint64_t end = StepOf().low_end;
     for (size_t layer : table_.Owners()) {
       detail::LayerStorage<Layout>& storage = StorageOf(layer);
       if (storage.Index().EndPos() > end) storage.DiscardTo(end);

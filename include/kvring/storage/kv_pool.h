@@ -349,19 +349,25 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   // Abandons `id`'s unfinished step: every owning layer ahead of the lowest one goes back to
   // its end, the last position every owner reached (a step refused part way, for example by
   // kPoolExhausted, leaves the owners at different ends, where Rollback, Fork and shrinking
-  // Resize are refused). Releases the blocks past that end (Reserve again before retrying the
-  // step); the rows before it stay bit-identical. Between steps it only forgets the states
-  // written past the end (a step abandoned before its first append). Returns the end after
-  // the call; kUnknownSequence for an id not live. O(layers).
+  // Resize are refused), or, for a step whose appends are all in but whose states are not, to
+  // the step's start (as KVCache::AbandonStep). Releases the blocks past that end (Reserve
+  // again before retrying the step); the rows before it stay bit-identical. Between steps it
+  // only forgets the states written past the end (a step abandoned before its first append).
+  // Returns the end after the call; kUnknownSequence for an id not live. O(layers x state
+  // slots).
   RollbackResult AbandonStep(SequenceId id) {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return RollbackResult(known, 0);
     Sequence& sequence = sequences_.Get(id);
+    uint64_t end = sequence.EndPos(table_);
     if (!sequence.step.InStep()) {
-      sequence.states.ForgetAfter(sequence.step.HighEnd());
-      return RollbackResult(Status::kOk, sequence.step.HighEnd());
+      if (end == sequence.step.StepStart() || !sequence.states.LastStepUnfinished(end)) {
+        sequence.states.ForgetAfter(end);
+        return RollbackResult(Status::kOk, end);
+      }
+      end = sequence.step.StepStart();
     }
-    const uint64_t end = sequence.AbandonStep(table_, &paged_);
+    end = sequence.AbandonStep(&paged_, end);
     sequences_.EndViews(id, ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end);
   }

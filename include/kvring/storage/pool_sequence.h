@@ -168,10 +168,11 @@ struct PoolSequence {
       step.Reset(end);
     }
   }
-  // Moves every owner ahead of the lowest end back to it, abandoning an unfinished step, and
-  // releases the blocks the table no longer reaches; returns the new end. O(layers).
-  uint64_t AbandonStep(const LayerTable& table, BlockStore<Layout>* store) {
-    const uint64_t end = EndPos(table);
+  // Moves every owner ahead of `end` (the lowest end, or the start of a step whose states
+  // are unfinished) back to it, abandoning the step, and releases the blocks the table no
+  // longer reaches; returns `end`. O(layers).
+  uint64_t AbandonStep(BlockStore<Layout>* store, uint64_t end) {
+    KVRING_DASSERT(end >= step.StepStart());
     for (LayerStorage<Layout>& ring : rings) {
       if (ring.Index().EndPos() > end) ring.DiscardTo(end);
     }

@@ -190,6 +190,19 @@ class RecurrentStates {
                            num_positions, uint64_t{layer});
   }
 
+  // Whether the step that brought every owning layer to `end` is unfinished as the states go:
+  // some layer does not hold its state after `end` (a state layer after the step's last
+  // append failed, or never ran) while none holds one past it (which a next step's state
+  // layers before its first append would have written). O(layers x slots).
+  bool LastStepUnfinished(uint64_t end) const {
+    for (const Layer& entry : layers_) {
+      for (const uint64_t stamp : entry.stamps) {
+        if (stamp > end && stamp != kUnwritten) return false;
+      }
+    }
+    return FirstNotHolding(end) != kAllHeld;
+  }
+
   // Forgets the states after more than `end` positions (a rollback or an abandoned step
   // discarded them): a later rollback never finds a discarded draft's state as if it were
   // held.
