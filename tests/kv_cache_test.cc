@@ -393,6 +393,19 @@ TEST(KVCache, AnUnfinishedStepIsAbandonedAndRedoneBitIdentically) {
       ASSERT_TRUE(append(&twin, layer, pos, 8).ok());
     }
   }
+  // A pass that failed after its last append (a later layer, the head): the step is finished,
+  // AbandonStep() keeps it; given the pass's start it takes the step back, whatever its
+  // length. Another start is refused, naming it, and changes nothing.
+  EXPECT_EQ(cache.AbandonStep().EndPos(), 136u);
+  const RollbackResult wrong = cache.AbandonStep(130);
+  EXPECT_EQ(wrong.status(), Status::kWrongPosition);
+  EXPECT_NE(wrong.Message().find("start: 130"), std::string::npos) << wrong.Message();
+  EXPECT_EQ(cache.EndPos(), 136u);
+  EXPECT_EQ(cache.AbandonStep(136).EndPos(), 136u);  // a next pass that appended nothing
+  ASSERT_EQ(cache.AbandonStep(128).EndPos(), 128u);
+  EXPECT_EQ(cache.EndPos(0), 128u);
+  EXPECT_EQ(cache.EndPos(1), 128u);
+  for (size_t layer : {0, 1}) ASSERT_TRUE(append(&cache, layer, 128, 8).ok());
   std::vector<float> k(128), v(128), twin_k(128), twin_v(128);
   for (size_t layer : {0, 1}) {
     ASSERT_EQ(cache.FirstPos(layer), twin.FirstPos(layer));

@@ -99,9 +99,9 @@ TYPED_TEST(KVPoolTest, RandomOperationsOfAHybridModel) {
 
 // The hybrid plan with staged states, every step run layer after layer as an engine runs it
 // (states written when their layer's turn comes, before later appends): one step in four
-// fails before a random layer, and unreserved steps meet the budget after the sliding ring's
-// append; AbandonStep must leave each such sequence as it was, its states included, through
-// forks, rollbacks and moves.
+// fails before a random layer or after the last one, and unreserved steps meet the budget
+// after the sliding ring's append; AbandonStep (with the step's start or without) must leave
+// each such sequence as it was, its states included, through forks, rollbacks and moves.
 TYPED_TEST(KVPoolTest, RandomOperationsOfAHybridModelWithStagedStates) {
   RandomOperations<TypeParam>(Format::kBF16, KVRING_POOL_TEST_STEPS / 5, 29, /*moves=*/true,
                               /*hybrid=*/true, /*dsa=*/false, /*staged=*/true);
@@ -381,6 +381,7 @@ TYPED_TEST(KVPoolTest, QueriesOfAFreedSequenceAreRefusedNotAnsweredWithZero) {
         {"RingBytesOf", pool.RingBytesOf(dead)},
         {"ReserveBytes", pool.ReserveBytes(dead, 4)},
         {"AbandonStep", pool.AbandonStep(dead)},
+        {"AbandonStep(start)", pool.AbandonStep(dead, 0)},
     };
     for (const auto& [query, result] : queries) {
       EXPECT_EQ(result.status(), Status::kUnknownSequence) << query;
@@ -425,6 +426,7 @@ TYPED_TEST(KVPoolTest, AStepRefusedPartWayIsAbandonedAndRetriedBitIdentically) {
   EXPECT_EQ(*pool.EndPos(id, 1), 64u);
   EXPECT_EQ(pool.Usage().blocks_in_use, blocks_before);
   EXPECT_EQ(pool.AbandonStep(id).EndPos(), 64u);  // between steps: nothing to abandon
+  EXPECT_EQ(pool.AbandonStep(id, 56).status(), Status::kWrongPosition);  // not its start
   // Room made, the step retried, and one more.
   ASSERT_TRUE(pool.Free(other).ok());
   for (uint64_t pos = 64; pos < 80; pos += 8) {

@@ -174,9 +174,11 @@ class PoolModel {
   // model's order, each state layer writing the step's states when its turn comes (a hybrid
   // layer before or after its own K/V, by a coin), so states are written before appends that
   // may still be refused: an unreserved step's paged append (kPoolExhausted), or the engine
-  // itself failing before layer `fail_at` (NumLayers(): it does not). Either way the engine
-  // calls AbandonStep, and the sequence must read as before the step, its states included.
-  // Returns whether the step completed.
+  // itself failing before layer `fail_at` (NumLayers(): after the last layer, every append
+  // and state in; past it: it does not). Either way the engine calls AbandonStep (with the
+  // step's start, or without for a failure before the last layer, by a coin), and the
+  // sequence must read as before the step, its states included. Returns whether the step
+  // completed.
   bool StagedStep(size_t which, uint64_t num_tokens, bool reserve, size_t fail_at) {
     const SequenceId id = live_[which];
     Ref& ref = refs_[Key(id)];
@@ -214,20 +216,23 @@ class PoolModel {
         return false;
       }
     }
+    if (fail_at == pool_.NumLayers()) return Abandon(which, /*with_start=*/true);
     Commit(&ref, num_tokens, &rows, &states);
     return true;
   }
   uint64_t abandoned_steps() const { return abandoned_; }
   uint64_t refused_appends() const { return refused_appends_; }
 
-  // Abandons sequence `which`'s unfinished step (AbandonStep): its end and every row and state
-  // it held before the step read back (the caller's Check); false.
-  bool Abandon(size_t which) {
+  // Abandons sequence `which`'s unfinished step (AbandonStep, given the step's start or, by a
+  // coin, not): its end and every row and state it held before the step read back (the
+  // caller's Check); false.
+  bool Abandon(size_t which, bool with_start = false) {
     const SequenceId id = live_[which];
-    const RollbackResult abandoned = pool_.AbandonStep(id);
+    if (!with_start) with_start = rng_() % 2 == 0;
+    const RollbackResult abandoned =
+        with_start ? pool_.AbandonStep(id, refs_[Key(id)].end) : pool_.AbandonStep(id);
     KVRING_MODEL_EXPECT(abandoned.ok()) << abandoned.Message();
-    KVRING_MODEL_EXPECT((abandoned.EndPos()) == (refs_[Key(id)].end))
-        << abandoned.EndPos() << refs_[Key(id)].end;
+    KVRING_MODEL_EXPECT((abandoned.EndPos()) == (refs_[Key(id)].end));
     ++abandoned_;
     return false;
   }
@@ -536,9 +541,9 @@ class PoolDriver {
   // step's operation; the other operations' mix and choices stay those of a run without.
   // `hybrid`: PoolTestPlan's hybrid plan, whose states every step writes and every check reads;
   // `dsa`: its DSA latents, whose indexer keys every check reads. `staged`: the hybrid plan's
-  // states staged, and every step a StagedStep, which fails before a random layer one time in
-  // four (and an unreserved one whose paged append is refused): AbandonStep must keep the
-  // sequence as it was.
+  // states staged, and every step a StagedStep, which fails before a random layer or after the
+  // last one time in four (and an unreserved one whose paged append is refused): AbandonStep
+  // must keep the sequence as it was.
   PoolDriver(ChoiceSource* choices, Format global_format, uint64_t seed, bool moves = false,
              bool hybrid = false, bool dsa = false, bool staged = false)
       : choices_(choices),
@@ -583,8 +588,8 @@ class PoolDriver {
         // (Unstaged runs take no more choices than before.)
         const size_t layers = model.Pool().NumLayers();
         const size_t fail_at = staged_ && choices_->Below(4) == 0
-                                   ? static_cast<size_t>(choices_->Below(layers))
-                                   : layers;
+                                   ? static_cast<size_t>(choices_->Below(layers + 1))
+                                   : layers + 1;
         const uint64_t refused_before = model.refused_appends();
         const uint64_t abandoned_before = model.abandoned_steps();
         if (staged_ ? model.StagedStep(which, num_tokens, reserve, fail_at)

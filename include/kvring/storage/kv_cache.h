@@ -238,25 +238,12 @@ class KVCache {
   // is abandoned whole: every owner goes back to the step's start. Between steps it only
   // forgets the states written past the end (a step abandoned before its first append).
   // Returns the end after the call. O(layers x state slots).
-  RollbackResult AbandonStep() {
-    uint64_t end = step_.HighEnd();
-    if (step_.InStep()) {
-      end = StepOf().low_end;
-    } else if (end != step_.StepStart() && states_.LastStepUnfinished(end)) {
-      end = step_.StepStart();
-    } else {
-      states_.ForgetAfter(end);
-      return RollbackResult(Status::kOk, end);
-    }
-    for (size_t layer : table_.Owners()) {
-      detail::LayerStorage<Layout>& storage = StorageOf(layer);
-      if (storage.Index().EndPos() > end) storage.DiscardTo(end);
-    }
-    states_.ForgetAfter(end);
-    step_.Reset(end);
-    EndViews(ViewEnd::kRollback);
-    return RollbackResult(Status::kOk, end);
-  }
+  RollbackResult AbandonStep() { return Abandon(detail::StepRule::kInferStart); }
+  // The same for a pass that began at `start` (EndPos() then), wherever it failed: every owner
+  // and state back to `start`, a step whose appends and states are all in included (a later
+  // layer failed). kWrongPosition (nothing changed) unless `start` began the current or last
+  // step, or is the end between steps.
+  RollbackResult AbandonStep(uint64_t start) { return Abandon(start); }
 
   // Re-plans for appends of up to `batch` tokens and grows every ring whose capacity rises,
   // keeping every held position; other layers are untouched. A batch at or below the planned
@@ -364,6 +351,26 @@ class KVCache {
   }
 
  private:
+  // AbandonStep(start) (kInferStart: AbandonStep()).
+  RollbackResult Abandon(uint64_t start) {
+    uint64_t end = 0;
+    const Result allowed = step_.AbandonTarget(start, step_.InStep() ? StepOf().low_end : 0,
+                                               states_.LastStepUnfinished(step_.HighEnd()), &end);
+    if (!allowed.ok()) return RollbackResult(allowed, EndPos());
+    if (!step_.InStep() && end == step_.HighEnd()) {
+      states_.ForgetAfter(end);  // a next step that appended nothing
+      return RollbackResult(Status::kOk, end);
+    }
+    for (size_t layer : table_.Owners()) {
+      detail::LayerStorage<Layout>& storage = StorageOf(layer);
+      if (storage.Index().EndPos() > end) storage.DiscardTo(end);
+    }
+    states_.ForgetAfter(end);
+    step_.Reset(end);
+    EndViews(ViewEnd::kRollback);
+    return RollbackResult(Status::kOk, end);
+  }
+
   friend struct detail::StateAccess;  // io/state_access.h: saves and loads it
 
   // Creates the storage of owning layer `layer` at the end of `storages` (its index in the

@@ -356,18 +356,25 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
   // Returns the end after the call; kUnknownSequence for an id not live. O(layers x state
   // slots).
   RollbackResult AbandonStep(SequenceId id) {
+    return AbandonStep(id, detail::StepRule::kInferStart);
+  }
+  // The same for a pass that began at `start`, as KVCache::AbandonStep(start): a step whose
+  // appends and states are all in is abandoned too; kWrongPosition (nothing changed) unless
+  // `start` began the current or last step, or is the end between steps.
+  RollbackResult AbandonStep(SequenceId id, uint64_t start) {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return RollbackResult(known, 0);
     Sequence& sequence = sequences_.Get(id);
-    uint64_t end = sequence.EndPos(table_);
-    if (!sequence.step.InStep()) {
-      if (end == sequence.step.StepStart() || !sequence.states.LastStepUnfinished(end)) {
-        sequence.states.ForgetAfter(end);
-        return RollbackResult(Status::kOk, end);
-      }
-      end = sequence.step.StepStart();
+    const uint64_t high_end = sequence.step.HighEnd();
+    uint64_t end = 0;
+    const Result allowed = sequence.step.AbandonTarget(
+        start, sequence.EndPos(table_), sequence.states.LastStepUnfinished(high_end), &end);
+    if (!allowed.ok()) return RollbackResult(allowed, sequence.EndPos(table_));
+    if (!sequence.step.InStep() && end == high_end) {
+      sequence.states.ForgetAfter(end);  // a next step that appended nothing
+      return RollbackResult(Status::kOk, end);
     }
-    end = sequence.AbandonStep(&paged_, end);
+    sequence.AbandonStep(&paged_, end);
     sequences_.EndViews(id, ViewEnd::kRollback);
     return RollbackResult(Status::kOk, end);
   }

@@ -101,6 +101,27 @@ class StepRule {
       ++at_high_;
     }
   }
+  // The `start` AbandonStep() infers: the failed pass's start is not known.
+  static constexpr uint64_t kInferStart = ~uint64_t{0};
+  // Sets *to to the end AbandonStep(start) takes a sequence back to: `start` if the failed
+  // pass began the current or last step there (StepStart), or, between steps, at the end (a
+  // next step that appended nothing); for kInferStart, inside a step the lowest owner's end
+  // `low_end`, between steps the last step's start if its states are `unfinished`
+  // (RecurrentStates::LastStepUnfinished), else the end. kWrongPosition for another `start`.
+  Result AbandonTarget(uint64_t start, uint64_t low_end, bool unfinished, uint64_t* to) const {
+    if (start == kInferStart) {
+      *to = InStep() ? low_end : unfinished && step_start_ != high_end_ ? step_start_ : high_end_;
+      return Status::kOk;
+    }
+    if (start != step_start_ && (InStep() || start != high_end_)) {
+      return Result::Refused(Status::kWrongPosition,
+                             "abandon a step begun at start: %llu, but the current or last step "
+                             "began at %llu and the furthest end is %llu",
+                             start, step_start_, high_end_);
+    }
+    *to = start;
+    return Status::kOk;
+  }
   // Records every owner at `end` (after a rollback, a clear or a restore).
   void Reset(uint64_t end) {
     high_end_ = end;
