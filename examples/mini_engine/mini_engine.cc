@@ -262,7 +262,8 @@ class Engine {
 
   // Makes the next forward pass fail at `layer`, before its append: a simulated error of the
   // engine's own, after the layers before it appended their K/V and wrote their states.
-  // Forward then abandons the step (KVCache::AbandonStep) and runs it again.
+  // Forward then abandons the step from its start (KVCache::AbandonStep(start): also a step
+  // every layer of which appended, when a later one failed) and runs it again.
   void FailNextPassAt(size_t layer) { fail_at_ = layer; }
   // The passes abandoned after such a failure, each run again.
   uint64_t Abandoned() const { return abandoned_; }
@@ -299,7 +300,8 @@ class Engine {
     if (failed) {
       // Every owning layer back to the step's start, the states the step wrote forgotten;
       // staged (RuntimeSpec::stage_states), the ones it started from are still held.
-      if (cache_.AbandonStep().EndPos() != pos_) return Status::kBadArgument;
+      const kvring::RollbackResult abandoned = cache_.AbandonStep(pos_);
+      if (!abandoned.ok()) return abandoned.status();
       ++abandoned_;
       status = mini_engine::Forward(model_, tokens, &span, 1, attend, &activations_, logits);
     }
@@ -533,7 +535,15 @@ int Run(const Config& config) {
   }
   const std::vector<float> snapshot_logits = ring.Logits();
   const uint64_t snapshot_pos = ring.Pos();
+  // The first decode step fails at the last layer, a consumer's attention after every append
+  // and every state: a finished step, which AbandonStep(start) takes back; it runs again.
+  const uint64_t abandoned_before = ring.Abandoned();
+  ring.FailNextPassAt(mini_engine::kNumLayers - 1);
   checks.ExpectStatus(ring.Decode(config.decode, &tokens, &logits), "ring decode");
+  checks.Expect(ring.Abandoned() == abandoned_before + 1,
+                "the first decode step failed at layer " +
+                    std::to_string(mini_engine::kNumLayers - 1) +
+                    ", after every append: abandoned from its start and run again");
   ring.SetMeter(&other_meter);
   const uint64_t ring_slots = plan->Layer(0).num_slots;
   const std::string decode_difference = Compare(tokens, logits, ref_tokens, ref_logits, vocab);
