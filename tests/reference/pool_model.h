@@ -237,9 +237,9 @@ class PoolModel {
     return false;
   }
 
-  // Appends num_tokens random rows to `layer` of sequence `id` after ref.end; on success sets
-  // *stored to what the pool must read back for them (the caller keeps them in the reference
-  // once the step completes).
+  // Appends num_tokens random rows to `layer` of sequence `id` after ref.end; on success adds
+  // to *stored_rows what the pool must read back for them (the caller keeps them in the
+  // reference once the step completes).
   Result AppendRows(SequenceId id, const Ref& ref, size_t layer, uint64_t num_tokens,
                     std::vector<std::vector<float>>* stored_rows) {
     const LayerInfo& info = pool_.Plan().Layer(layer);
