@@ -127,17 +127,7 @@ class PoolModel {
     const SequenceId id = live_[which];
     Ref& ref = refs_[Key(id)];
     const PoolUsage before = pool_.Usage();
-    if (reserve) {
-      const Result reserved = pool_.Reserve(id, num_tokens);
-      if (!reserved.ok()) {
-        KVRING_MODEL_EXPECT(reserved == Status::kPoolExhausted || reserved == Status::kContextFull)
-            << reserved.Message();
-        ExpectUnchanged(before);
-        return false;
-      }
-    } else if (ref.end + num_tokens > pool_.Plan().Runtime().context) {
-      return false;
-    }
+    if (!MayStep(id, ref, num_tokens, reserve)) return false;
     // The step's recurrent states, written once nothing can refuse the step (after Reserve,
     // or after the first, paged, append of an unreserved one) and before the append that
     // completes it: a step of more positions than the state slots overwrites the current
@@ -182,18 +172,7 @@ class PoolModel {
   bool StagedStep(size_t which, uint64_t num_tokens, bool reserve, size_t fail_at) {
     const SequenceId id = live_[which];
     Ref& ref = refs_[Key(id)];
-    if (reserve) {
-      const PoolUsage before = pool_.Usage();
-      const Result reserved = pool_.Reserve(id, num_tokens);
-      if (!reserved.ok()) {
-        KVRING_MODEL_EXPECT(reserved == Status::kPoolExhausted || reserved == Status::kContextFull)
-            << reserved.Message();
-        ExpectUnchanged(before);
-        return false;
-      }
-    } else if (ref.end + num_tokens > pool_.Plan().Runtime().context) {
-      return false;
-    }
+    if (!MayStep(id, ref, num_tokens, reserve)) return false;
     std::map<size_t, std::vector<std::vector<float>>> rows;
     std::map<size_t, std::vector<std::vector<uint8_t>>> states;
     for (size_t layer = 0; layer < pool_.NumLayers(); ++layer) {
@@ -222,6 +201,19 @@ class PoolModel {
   }
   uint64_t abandoned_steps() const { return abandoned_; }
   uint64_t refused_appends() const { return refused_appends_; }
+
+  // Whether a step of num_tokens may begin: Reserve succeeds (else refused for the budget or
+  // the context, changing nothing), or without one, the step fits in the context.
+  bool MayStep(SequenceId id, const Ref& ref, uint64_t num_tokens, bool reserve) {
+    if (!reserve) return ref.end + num_tokens <= pool_.Plan().Runtime().context;
+    const PoolUsage before = pool_.Usage();
+    const Result reserved = pool_.Reserve(id, num_tokens);
+    if (reserved.ok()) return true;
+    KVRING_MODEL_EXPECT(reserved == Status::kPoolExhausted || reserved == Status::kContextFull)
+        << reserved.Message();
+    ExpectUnchanged(before);
+    return false;
+  }
 
   // Abandons sequence `which`'s unfinished step (AbandonStep, given the step's start or, by a
   // coin, not): its end and every row and state it held before the step read back (the
