@@ -451,6 +451,14 @@ TEST(RecurrentState, AStepThatFailsAfterItsLastAppendIsAbandonedWhole) {
         ASSERT_EQ(cache.EndPos(), 5 + count);
         ASSERT_EQ(cache.AbandonStep().EndPos(), 5 + count);
         EXPECT_TRUE(HoldsState(*cache.State(2), 2, 5 + count));
+        // Given the pass's start, even the finished step goes back (a later layer failed), its
+        // states with it; then once more, whole.
+        ASSERT_EQ(cache.AbandonStep(5).EndPos(), 5u);
+        EXPECT_TRUE(HoldsState(*cache.State(0), 0, 5));
+        EXPECT_TRUE(HoldsState(*cache.State(2), 2, 5));
+        EXPECT_FALSE(cache.State(2, 5 + count).ok());
+        TrailingStep(&cache, 5, count, false);
+        ASSERT_EQ(cache.EndPos(), 5 + count);
         // A next step abandoned before its first append, even one whose first state layer
         // overwrote the state it started from (unstaged, rollback 0): the finished step stays.
         WriteState(*cache.StateAfter(0, 6 + count), 0, 6 + count);
