@@ -436,11 +436,30 @@ TYPED_TEST(KVPoolTest, AStepRefusedPartWayIsAbandonedAndRetriedBitIdentically) {
       ASSERT_TRUE(AppendAt(&twin, twin_id, layer, pos, 8).ok());
     }
   }
+  // On to a block's end; then a step into the next block whose pass fails after its last
+  // append (a later layer): given the pass's start, the finished step goes back and releases
+  // its block, and runs again.
+  const auto step = [&](uint64_t pos, bool in_twin) {
+    ASSERT_TRUE(pool.Reserve(id, 8).ok());
+    for (size_t layer : {0, 1}) {
+      ASSERT_TRUE(AppendAt(&pool, id, layer, pos, 8).ok());
+      if (in_twin) ASSERT_TRUE(AppendAt(&twin, twin_id, layer, pos, 8).ok());
+    }
+  };
+  for (uint64_t pos = 80; pos < 128; pos += 8) step(pos, true);
+  const uint64_t blocks_at_128 = pool.Usage().blocks_in_use;
+  step(128, false);
+  EXPECT_GT(pool.Usage().blocks_in_use, blocks_at_128);
+  EXPECT_EQ(pool.AbandonStep(id).EndPos(), 136u);  // a finished step, as far as it can tell
+  ASSERT_EQ(pool.AbandonStep(id, 128).EndPos(), 128u);
+  EXPECT_EQ(*pool.EndPos(id, 1), 128u);
+  EXPECT_EQ(pool.Usage().blocks_in_use, blocks_at_128);
+  step(128, true);
   std::vector<float> k(128), v(128), twin_k(128), twin_v(128);
   for (size_t layer : {0, 1}) {
     ASSERT_EQ(*pool.FirstPos(id, layer), *twin.FirstPos(twin_id, layer));
-    ASSERT_EQ(*pool.EndPos(id, layer), 80u);
-    for (uint64_t pos = *pool.FirstPos(id, layer); pos < 80; ++pos) {
+    ASSERT_EQ(*pool.EndPos(id, layer), 136u);
+    for (uint64_t pos = *pool.FirstPos(id, layer); pos < 136; ++pos) {
       ASSERT_TRUE(pool.ReadRowF32(id, layer, pos, k.data(), v.data()).ok());
       ASSERT_TRUE(twin.ReadRowF32(twin_id, layer, pos, twin_k.data(), twin_v.data()).ok());
       ASSERT_EQ(std::memcmp(k.data(), twin_k.data(), 128 * 4), 0) << layer << " " << pos;
