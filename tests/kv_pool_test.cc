@@ -393,7 +393,8 @@ TYPED_TEST(KVPoolTest, QueriesOfAFreedSequenceAreRefusedNotAnsweredWithZero) {
 
 // A step refused part way (the budget ran out at the paged layer) leaves the owners at
 // different ends; AbandonStep takes them back to the last end all reached, and the step
-// retried after room is made stores exactly what a pool that never ran out stores.
+// retried after room is made stores exactly what a pool that never ran out stores. Given a
+// pass's start, AbandonStep also takes a finished step back (a later layer failed).
 TYPED_TEST(KVPoolTest, AStepRefusedPartWayIsAbandonedAndRetriedBitIdentically) {
   const LayerPlan plan = HalfStepPlan<TypeParam>();
   KVPool<TypeParam> twin = KVPool<TypeParam>::Create(plan, PoolSpec{64u << 20, 4, 64}).value();
