@@ -365,11 +365,11 @@ class KVPool : public detail::PoolReads<Layout, KVPool<Layout>> {
     const Result known = sequences_.Check(id);
     if (!known.ok()) return RollbackResult(known, 0);
     Sequence& sequence = sequences_.Get(id);
-    const uint64_t high_end = sequence.step.HighEnd();
+    const uint64_t high_end = sequence.step.HighEnd(), now = sequence.EndPos(table_);
     uint64_t end = 0;
-    const Result allowed = sequence.step.AbandonTarget(
-        start, sequence.EndPos(table_), sequence.states.LastStepUnfinished(high_end), &end);
-    if (!allowed.ok()) return RollbackResult(allowed, sequence.EndPos(table_));
+    const Result allowed =
+        sequence.step.AbandonTarget(start, now, sequence.states.LastStepUnfinished(high_end), &end);
+    if (!allowed.ok()) return RollbackResult(allowed, now);
     if (!sequence.step.InStep() && end == high_end) {
       sequence.states.ForgetAfter(end);  // a next step that appended nothing
       return RollbackResult(Status::kOk, end);

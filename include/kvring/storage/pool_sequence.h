@@ -168,10 +168,9 @@ struct PoolSequence {
       step.Reset(end);
     }
   }
-  // Moves every owner ahead of `end` (the lowest end, or the start of a step whose states
-  // are unfinished) back to it, abandoning the step, and releases the blocks the table no
-  // longer reaches; returns `end`. O(layers).
-  uint64_t AbandonStep(BlockStore<Layout>* store, uint64_t end) {
+  // Moves every owner ahead of `end` (where StepRule::AbandonTarget takes the step) back to
+  // it, abandoning the step, and releases the blocks the table no longer reaches. O(layers).
+  void AbandonStep(BlockStore<Layout>* store, uint64_t end) {
     KVRING_DASSERT(end >= step.StepStart());
     for (LayerStorage<Layout>& ring : rings) {
       if (ring.Index().EndPos() > end) ring.DiscardTo(end);
@@ -180,7 +179,6 @@ struct PoolSequence {
     store->ReleaseFrom(&blocks, blocks.EntriesFor(end));
     states.ForgetAfter(end);
     step.Reset(end);
-    return end;
   }
   // Forgets every position and state, keeping the rings and releasing every block.
   void Clear(BlockStore<Layout>* store) {
