@@ -287,12 +287,11 @@ class ItemRunner {
   template <class Fn>
   HWY_INLINE void ForEachBlock(const Walk& walk, const Fn& fn, size_t begin = 0,
                                size_t end = ~size_t{0}) {
-    Row padded[8];
     if (end > walk.rows_here) end = walk.rows_here;
     constexpr size_t kMax = Shape::kMaxRegRows;
     for (size_t r0 = begin; r0 < end; r0 += kMax) {
       const size_t num_real = end - r0 < kMax ? end - r0 : kMax;
-      WithRegisterBlock<kMax>(walk.rows + r0, num_real, padded, dummy_acc_,
+      WithRegisterBlock<kMax>(walk.rows + r0, num_real, padded_, dummy_acc_,
                               [&](auto k_rows, Row* block) { fn(k_rows, block, num_real); });
     }
   }
@@ -482,6 +481,7 @@ class ItemRunner {
   int32_t* index_of_offset_ = nullptr;  // the inverse
   float* scores_ = nullptr;             // two tiles' scores of one register block
   float* dummy_acc_ = nullptr;
+  Row padded_[8];  // a block padded to a power of two rows (a local array was zeroed per tile)
   float* q_rows_ = nullptr;
   float* acc_rows_ = nullptr;
   T* latent_values_ = nullptr;       // latent views: two tiles' values transposed from K

@@ -238,7 +238,10 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
     VecArray<decltype(df), kAtOnce * kRows * kTiles * 2> acc;
     for (size_t i = 0; i < kAtOnce * kRows * kTiles * 2; ++i) acc.Set(df, i, hn::Zero(df));
-    for (size_t dim0 = 0; dim0 < head_dim; dim0 += 2 * kDimSplit) {
+    // (A do-while: head_dim is a positive multiple of kAttentionDimMultiple, and a loop that
+    // might not run made GCC keep acc in memory as well, zeroing its 1 KiB each tile.)
+    size_t dim0 = 0;
+    do {
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + 2 * (s0 + s);
         VecArray<decltype(df), kTiles> even, odd;
@@ -276,7 +279,8 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
           }
         }
       }
-    }
+      dim0 += 2 * kDimSplit;
+    } while (dim0 < head_dim);
     // Each partial sum adds its dim d and d + 1 sums (by dim: its two vectors, whose lanes
     // hold the tile's positions in the scores' order; else each vector's halves), then adds
     // to the total in order.
@@ -364,7 +368,8 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_REST
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
     VecArray<decltype(dk), kAtOnce * kRows * kVectors> acc;
     for (size_t i = 0; i < kAtOnce * kRows * kVectors; ++i) acc.Set(dk, i, hn::Zero(dk));
-    for (size_t dim0 = 0; dim0 < head_dim; dim0 += kDimSplit) {
+    size_t dim0 = 0;  // (a do-while, as in TileScoresPaired)
+    do {
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + s0 + s;
         const T* HWY_RESTRICT row = k_tile + dim * dim_stride;
@@ -384,7 +389,8 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_REST
           }
         }
       }
-    }
+      dim0 += kDimSplit;
+    } while (dim0 < head_dim);
     for (size_t r = 0; r < kRows; ++r) {
       for (size_t i = 0; i < kVectors; ++i) {
         float* HWY_RESTRICT out = scores + r * kTile + i * Shape::kLanes;
