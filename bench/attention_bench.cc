@@ -612,12 +612,15 @@ void RegisterAll() {
       }
     }
   }
-  const auto register_shape = [](const Shape& s, kvring::Products products) {
+  // Backends 0 flash, 1 tiled (16 rows), 2 tiled64; `backends` from first to last.
+  const auto register_shape = [](const Shape& s, kvring::Products products, int first = 0,
+                                 int last = 1) {
     const bool bf16 = products == kvring::Products::kBF16;
-    for (int backend = 0; backend < 2; ++backend) {
+    for (int backend = first; backend <= last; ++backend) {
       for (bool ring : {true, false}) {
         const std::string name =
-            std::string("BM_") + s.kind + "/" + (backend == 0 ? "flash" : "tiled") + "/" +
+            std::string("BM_") + s.kind + "/" +
+            (backend == 0 ? "flash" : backend == 1 ? "tiled" : "tiled64") + "/" +
             (ring ? "ring" : "flat") + "/D" + std::to_string(s.head_dim) + "/q" +
             std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
             std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads" +
@@ -628,7 +631,10 @@ void RegisterAll() {
             backend == 0
                 ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::FlashLayout>, s,
                                                ring, products)
-                : benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<16>>,
+            : backend == 1
+                ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<16>>,
+                                               s, ring, products)
+                : benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<64>>,
                                                s, ring, products);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
@@ -644,6 +650,13 @@ void RegisterAll() {
   };
   for (const Shape& s : shapes) register_shape(s, kvring::Products::kF32);
   for (const Shape& s : products_shapes) register_shape(s, kvring::Products::kBF16);
+  // TiledLayout<64> decode (one softmax step per 64 positions), beside flash and tiled16.
+  const Shape tiled64_shapes[] = {
+      {"Decode", 128, 8, 4, 1, 4096, 1},
+      {"Decode", 128, 16, 2, 1, 4096, 1},
+      {"Decode", 128, 8, 4, 1, 32768, 1},
+  };
+  for (const Shape& s : tiled64_shapes) register_shape(s, kvring::Products::kF32, 2, 2);
 }
 
 }  // namespace kvring_bench

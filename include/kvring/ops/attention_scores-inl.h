@@ -127,7 +127,9 @@ struct PrefetchShape {
 // Prefetches the line of this tile's V that scored dim `dim` stands for.
 template <typename T>
 HWY_INLINE void PrefetchV(const T* v_now, size_t dim, const PrefetchShape& ps) {
-  PrefetchLine(reinterpret_cast<const char*>(v_now) + dim * ps.v_bytes_per_dim, ps.to_l2);
+  const char* line = reinterpret_cast<const char*>(v_now) + dim * ps.v_bytes_per_dim;
+  PrefetchLine(line, ps.to_l2);
+  if (ps.v_bytes_per_dim > 64) PrefetchLine(line + 64, ps.to_l2);
 }
 // Prefetches the line of the next tile's K that V element `element` of this tile (slot-major
 // index in the tile's V block) stands for: line element / (elements a line holds), if the K
