@@ -620,17 +620,18 @@ void RegisterAll() {
       for (bool ring : {true, false}) {
         const std::string name =
             std::string("BM_") + s.kind + "/" +
-            (backend == 0 ? "flash" : backend == 1 ? "tiled" : "tiled64") + "/" +
-            (ring ? "ring" : "flat") + "/D" + std::to_string(s.head_dim) + "/q" +
+            (backend == 0   ? "flash"
+             : backend == 1 ? "tiled"
+                            : "tiled64") +
+            "/" + (ring ? "ring" : "flat") + "/D" + std::to_string(s.head_dim) + "/q" +
             std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
             std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads" +
             std::to_string(s.num_threads) +
             (s.latent_v_dims != 0 ? "/latent" + std::to_string(s.latent_v_dims) : "") +
             (bf16 ? "/bf16products" : "");
         benchmark::internal::Benchmark* b =
-            backend == 0
-                ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::FlashLayout>, s,
-                                               ring, products)
+            backend == 0 ? benchmark::RegisterBenchmark(
+                               name.c_str(), BM_Attention<kvring::FlashLayout>, s, ring, products)
             : backend == 1
                 ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<16>>,
                                                s, ring, products)
