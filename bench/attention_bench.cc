@@ -21,7 +21,9 @@
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
-// The int8 benchmarks time TiledLayout<64> as well (tests/reference/attention_wrappers-inl.h).
+// The int8 benchmarks time TiledLayout<64> as well, BF16 decode <64> and <32>
+// (tests/reference/attention_wrappers-inl.h).
+#define KVRING_TESTING_TILED32
 #define KVRING_TESTING_TILED64
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "bench/attention_bench.cc"
@@ -612,7 +614,7 @@ void RegisterAll() {
       }
     }
   }
-  // Backends 0 flash, 1 tiled (16 rows), 2 tiled64; `backends` from first to last.
+  // Backends 0 flash, 1 tiled (16 rows), 2 tiled64, 3 tiled32; from `first` to `last`.
   const auto register_shape = [](const Shape& s, kvring::Products products, int first = 0,
                                  int last = 1) {
     const bool bf16 = products == kvring::Products::kBF16;
@@ -622,7 +624,8 @@ void RegisterAll() {
             std::string("BM_") + s.kind + "/" +
             (backend == 0   ? "flash"
              : backend == 1 ? "tiled"
-                            : "tiled64") +
+             : backend == 2 ? "tiled64"
+                            : "tiled32") +
             "/" + (ring ? "ring" : "flat") + "/D" + std::to_string(s.head_dim) + "/q" +
             std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
             std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads" +
@@ -635,7 +638,10 @@ void RegisterAll() {
             : backend == 1
                 ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<16>>,
                                                s, ring, products)
-                : benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<64>>,
+            : backend == 2
+                ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<64>>,
+                                               s, ring, products)
+                : benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<32>>,
                                                s, ring, products);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
@@ -651,13 +657,14 @@ void RegisterAll() {
   };
   for (const Shape& s : shapes) register_shape(s, kvring::Products::kF32);
   for (const Shape& s : products_shapes) register_shape(s, kvring::Products::kBF16);
-  // TiledLayout<64> decode (one softmax step per 64 positions), beside flash and tiled16.
-  const Shape tiled64_shapes[] = {
+  // TiledLayout<64> and <32> decode (one softmax step per 64 or 32 positions), beside flash
+  // and tiled16.
+  const Shape taller_tile_shapes[] = {
       {"Decode", 128, 8, 4, 1, 4096, 1},
       {"Decode", 128, 16, 2, 1, 4096, 1},
       {"Decode", 128, 8, 4, 1, 32768, 1},
   };
-  for (const Shape& s : tiled64_shapes) register_shape(s, kvring::Products::kF32, 2, 2);
+  for (const Shape& s : taller_tile_shapes) register_shape(s, kvring::Products::kF32, 2, 3);
 }
 
 }  // namespace kvring_bench

@@ -64,6 +64,17 @@ inline kvring::Result TiledAttention(const kvring::KVView<kvring::TiledLayout<16
                                      kvring::AttentionWorkspace* workspace) {
   return AttentionOn(kv, batch, options, num_threads, pool, workspace);
 }
+#ifdef KVRING_TESTING_TILED32
+// TiledLayout<32> too, for a unit that defines KVRING_TESTING_TILED32 (the attention
+// benchmark): another set of kernels, which the tests do not compile.
+inline kvring::Result Tiled32Attention(const kvring::KVView<kvring::TiledLayout<32>>& kv,
+                                       const kvring::AttentionBatch& batch,
+                                       const kvring::AttentionOptions& options,
+                                       uint32_t num_threads, kvring::ThreadPool* pool,
+                                       kvring::AttentionWorkspace* workspace) {
+  return AttentionOn(kv, batch, options, num_threads, pool, workspace);
+}
+#endif
 #ifdef KVRING_TESTING_TILED64
 // TiledLayout<64> too, for a unit that defines KVRING_TESTING_TILED64 (the attention
 // benchmark): a third set of kernels, which the tests do not compile.
@@ -104,6 +115,15 @@ HWY_EXPORT(TiledAttention);
     kvring::ThreadPool* pool = nullptr, kvring::AttentionWorkspace* workspace = nullptr) {
   return HWY_DYNAMIC_DISPATCH(TiledAttention)(kv, batch, options, num_threads, pool, workspace);
 }
+#ifdef KVRING_TESTING_TILED32
+HWY_EXPORT(Tiled32Attention);
+[[maybe_unused]] static kvring::Result CheckedAttention(
+    const kvring::KVView<kvring::TiledLayout<32>>& kv, const kvring::AttentionBatch& batch,
+    const kvring::AttentionOptions& options, uint32_t num_threads,
+    kvring::ThreadPool* pool = nullptr, kvring::AttentionWorkspace* workspace = nullptr) {
+  return HWY_DYNAMIC_DISPATCH(Tiled32Attention)(kv, batch, options, num_threads, pool, workspace);
+}
+#endif
 #ifdef KVRING_TESTING_TILED64
 HWY_EXPORT(Tiled64Attention);
 [[maybe_unused]] static kvring::Result CheckedAttention(
