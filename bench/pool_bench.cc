@@ -8,6 +8,8 @@
 //   layer (blocks out of order, some shared with a fork's source) against flat storage of
 //   the same history (paged_over_flat), outputs checked bit-identical; one variant per block
 //   size, for the choice of DefaultBlockSlots.
+// Where kvring::kernels compiles TiledLayout<32> (-DKVRING_KERNELS_TILE_ROWS=32, which defines
+// KVRING_BENCH_TILED_32 here), BM_DecodeMany/tiled32/... as well.
 // The kernels come from kvring::kernels (dynamic dispatch), as an engine links them.
 #include <algorithm>
 #include <chrono>
@@ -282,6 +284,20 @@ void RegisterAll() {
       }
     }
   }
+#ifdef KVRING_BENCH_TILED_32
+  for (bool paged : {true, false}) {
+    for (uint32_t threads : {1u, 2u}) {
+      const std::string bm = std::string("BM_DecodeMany/tiled32/") + (paged ? "paged" : "ring") +
+                             "/sequences64/lengths256-8192/D128/q8/kv2/threads" +
+                             std::to_string(threads);
+      benchmark::RegisterBenchmark(bm.c_str(), BM_DecodeMany<kvring::TiledLayout<32>>, paged,
+                                   threads)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(30);
+    }
+  }
+#endif
   // Paged against flat: decode at 32768 positions (cold) for each block size, prefill of 512
   // queries over 4096 positions (warm) at the default.
   for (int backend = 0; backend < 2; ++backend) {
