@@ -124,7 +124,11 @@ struct PrefetchShape {
         to_l2(PrefetchAheadToL2() && (element_bytes != 1 || dim_stride != tile)) {}
 };
 
-// Prefetches the line of this tile's V that scored dim `dim` stands for.
+// Prefetches the lines of this tile's V that scored dim `dim` stands for: one, or two where a
+// dim stands for more than 64 bytes (TiledLayout<64> BF16: 128 bytes; fetching one left every
+// other line to the demand loads, docs/benchmarks.md). Only a V wider than K at that tile
+// height stands for more; its further lines are left to the demand loads: a loop over the
+// lines here took 1.6-1.9x the warm time of flash and tiled32 decode (Zen 5, 2026-12-06).
 template <typename T>
 HWY_INLINE void PrefetchV(const T* v_now, size_t dim, const PrefetchShape& ps) {
   const char* line = reinterpret_cast<const char*>(v_now) + dim * ps.v_bytes_per_dim;
