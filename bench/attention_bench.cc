@@ -582,13 +582,15 @@ void RegisterAll() {
     int8_runs.push_back({kvring::Format::kInt8, false, products});
     int8_runs.push_back({kvring::Format::kInt8Hadamard, true, products});
   }
-  // Backends: flash, tiled (16 rows) and, for the integer-product mode, tiled64 (taller
-  // tiles: fewer softmax steps per position).
-  const char* const backends[] = {"flash", "tiled", "tiled64"};
+  // Backends: flash, tiled (16 rows), for the integer-product mode tiled64 (taller tiles:
+  // fewer softmax steps per position), and for int8 (not int8h) tiled32, whose exact-mode
+  // tiles fill whole AVX-512 vectors (tiled16's fill half: int8 tiles are not scored by dim).
+  const char* const backends[] = {"flash", "tiled", "tiled64", "tiled32"};
   for (const Shape& s : int8_shapes) {
-    for (int backend = 0; backend < 3; ++backend) {
+    for (int backend = 0; backend < 4; ++backend) {
       for (const Int8Run& run : int8_runs) {
         if (backend == 2 && run.products != kvring::Products::kInt8) continue;
+        if (backend == 3 && run.format != kvring::Format::kInt8) continue;
         const std::string name =
             std::string("BM_") + s.kind + "/" + backends[backend] + "/" +
             (run.ring ? "ring" : "flat") + "/" + kvring::ToString(run.format) + "/D" +
@@ -602,7 +604,10 @@ void RegisterAll() {
             : backend == 1
                 ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s,
                                                run.ring, run.format, run.products)
-                : benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<64>>, s,
+            : backend == 2
+                ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<64>>, s,
+                                               run.ring, run.format, run.products)
+                : benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<32>>, s,
                                                run.ring, run.format, run.products);
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
