@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -345,6 +346,62 @@ HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
+// TileScores of an int8 tile (natural lane order: lane i of vector v is position v * lanes +
+// i): vectors as wide as the tile fills, up to the target's full width, so that a
+// TiledLayout<16> tile takes one AVX-512 vector per dim, not two halves. Each lane adds the
+// same products in the same order as in vectors of any other width: the bits do not depend on
+// the width.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void Int8TileScores(const float* const* HWY_RESTRICT q,
+                               const int8_t* HWY_RESTRICT k_tile, size_t dim_stride,
+                               size_t head_dim, const int8_t* v_now, const PrefetchShape& ps,
+                               float* HWY_RESTRICT scores) {
+  const SureF32<static_cast<size_t>(kTile)> dw;
+  const hn::Rebind<int8_t, decltype(dw)> d8;
+  const hn::Rebind<int32_t, decltype(dw)> d32;
+  using V = hn::Vec<decltype(dw)>;
+  constexpr size_t kLanes = hn::MaxLanes(decltype(dw)());
+  constexpr size_t kVectors = static_cast<size_t>(kTile) / kLanes;
+  static_assert(kVectors * kLanes == kTile, "tile must be a whole number of vectors");
+  constexpr size_t kAtOnce = AtOnce(kRows * kVectors);
+  // acc: partial sum s, row r, score vector i at (s * kRows + r) * kVectors + i.
+  for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
+    VecArray<decltype(dw), kAtOnce * kRows * kVectors> acc;
+    for (size_t i = 0; i < kAtOnce * kRows * kVectors; ++i) acc.Set(dw, i, hn::Zero(dw));
+    size_t dim0 = 0;  // (a do-while, as in TileScoresPaired)
+    do {
+      for (size_t s = 0; s < kAtOnce; ++s) {
+        const size_t dim = dim0 + s0 + s;
+        const int8_t* HWY_RESTRICT row = k_tile + dim * dim_stride;
+        PrefetchV(v_now, dim, ps);  // see PrefetchShape
+        VecArray<decltype(dw), kVectors> k;
+        for (size_t i = 0; i < kVectors; ++i) {
+          k.Set(dw, i, hn::ConvertTo(dw, hn::PromoteTo(d32, hn::LoadU(d8, row + i * kLanes))));
+        }
+        for (size_t r = 0; r < kRows; ++r) {
+          const V qd = hn::Set(dw, q[r][dim]);
+          const size_t base = (s * kRows + r) * kVectors;
+          for (size_t i = 0; i < kVectors; ++i) {
+            acc.Set(dw, base + i, hn::MulAdd(qd, k.Get(dw, i), acc.Get(dw, base + i)));
+          }
+        }
+      }
+      dim0 += kDimSplit;
+    } while (dim0 < head_dim);
+    for (size_t r = 0; r < kRows; ++r) {
+      for (size_t i = 0; i < kVectors; ++i) {
+        float* HWY_RESTRICT out = scores + r * kTile + i * kLanes;
+        V sum = acc.Get(dw, r * kVectors + i);
+        if (s0 != 0) sum = hn::Add(hn::LoadU(dw, out), sum);
+        for (size_t s = 1; s < kAtOnce; ++s) {
+          sum = hn::Add(sum, acc.Get(dw, (s * kRows + r) * kVectors + i));
+        }
+        hn::StoreU(sum, dw, out);
+      }
+    }
+  }
+}
+
 // Computes raw scores q . k of kRows rows for one tile: scores[r * kTile + i] for the lane
 // order of TileShape (vector 2p + e, lane j: position 2 * kLanes * p + 2 * j + e), the dims
 // summed as kDimSplit says: a fixed order, the same for every tile wherever it sits in the
@@ -354,6 +411,9 @@ template <size_t kRows, uint64_t kTile, typename T>
 HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_RESTRICT k_tile,
                            size_t dim_stride, size_t head_dim, const T* v_now,
                            const PrefetchShape& ps, float* HWY_RESTRICT scores) {
+  if constexpr (std::is_same<T, int8_t>::value) {
+    return Int8TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_now, ps, scores);
+  }
 #if HWY_TARGET != HWY_SCALAR
   if constexpr (kPairDims<kTile> && ElementKernel<T>::kPairedScores) {
     if (dim_stride == kTile) {
