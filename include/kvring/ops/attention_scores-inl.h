@@ -346,43 +346,31 @@ HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
-// TileScores of an int8 tile (natural lane order: lane i of vector v is position v * lanes +
-// i): vectors as wide as the tile fills, up to the target's full width, so that a
-// TiledLayout<16> tile takes one AVX-512 vector per dim, not two halves. Each lane adds the
-// same products in the same order as in vectors of any other width: the bits do not depend on
-// the width.
-template <size_t kRows, uint64_t kTile>
-HWY_INLINE void Int8TileScores(const float* const* HWY_RESTRICT q,
-                               const int8_t* HWY_RESTRICT k_tile, size_t dim_stride,
-                               size_t head_dim, const int8_t* v_now, const PrefetchShape& ps,
-                               float* HWY_RESTRICT scores) {
-  const SureF32<static_cast<size_t>(kTile)> dw;
-  const hn::Rebind<int8_t, decltype(dw)> d8;
-  const hn::Rebind<int32_t, decltype(dw)> d32;
-  using V = hn::Vec<decltype(dw)>;
-  constexpr size_t kLanes = hn::MaxLanes(decltype(dw)());
-  constexpr size_t kVectors = static_cast<size_t>(kTile) / kLanes;
+// The dim sums of TileScores: for kRows rows, kVectors score vectors of descriptor D per row
+// (lanes kLanes apart in scores[r * kTile + ...]), the dims summed as kDimSplit says.
+// load_dim(dim, k) sets k's kVectors vectors to the tile's K of `dim` (and prefetches).
+template <size_t kRows, size_t kVectors, uint64_t kTile, class D, class LoadDim>
+HWY_INLINE void SumTileDims(D d, const float* const* HWY_RESTRICT q, size_t head_dim,
+                            const LoadDim& load_dim, float* HWY_RESTRICT scores) {
+  using V = hn::Vec<D>;
+  constexpr size_t kLanes = hn::MaxLanes(D());
   static_assert(kVectors * kLanes == kTile, "tile must be a whole number of vectors");
   constexpr size_t kAtOnce = AtOnce(kRows * kVectors);
   // acc: partial sum s, row r, score vector i at (s * kRows + r) * kVectors + i.
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
-    VecArray<decltype(dw), kAtOnce * kRows * kVectors> acc;
-    for (size_t i = 0; i < kAtOnce * kRows * kVectors; ++i) acc.Set(dw, i, hn::Zero(dw));
+    VecArray<D, kAtOnce * kRows * kVectors> acc;
+    for (size_t i = 0; i < kAtOnce * kRows * kVectors; ++i) acc.Set(d, i, hn::Zero(d));
     size_t dim0 = 0;  // (a do-while, as in TileScoresPaired)
     do {
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + s0 + s;
-        const int8_t* HWY_RESTRICT row = k_tile + dim * dim_stride;
-        PrefetchV(v_now, dim, ps);  // see PrefetchShape
-        VecArray<decltype(dw), kVectors> k;
-        for (size_t i = 0; i < kVectors; ++i) {
-          k.Set(dw, i, hn::ConvertTo(dw, hn::PromoteTo(d32, hn::LoadU(d8, row + i * kLanes))));
-        }
+        VecArray<D, kVectors> k;
+        load_dim(dim, k);
         for (size_t r = 0; r < kRows; ++r) {
-          const V qd = hn::Set(dw, q[r][dim]);
+          const V qd = hn::Set(d, q[r][dim]);
           const size_t base = (s * kRows + r) * kVectors;
           for (size_t i = 0; i < kVectors; ++i) {
-            acc.Set(dw, base + i, hn::MulAdd(qd, k.Get(dw, i), acc.Get(dw, base + i)));
+            acc.Set(d, base + i, hn::MulAdd(qd, k.Get(d, i), acc.Get(d, base + i)));
           }
         }
       }
@@ -391,83 +379,73 @@ HWY_INLINE void Int8TileScores(const float* const* HWY_RESTRICT q,
     for (size_t r = 0; r < kRows; ++r) {
       for (size_t i = 0; i < kVectors; ++i) {
         float* HWY_RESTRICT out = scores + r * kTile + i * kLanes;
-        V sum = acc.Get(dw, r * kVectors + i);
-        if (s0 != 0) sum = hn::Add(hn::LoadU(dw, out), sum);
+        V sum = acc.Get(d, r * kVectors + i);
+        if (s0 != 0) sum = hn::Add(hn::LoadU(d, out), sum);
         for (size_t s = 1; s < kAtOnce; ++s) {
-          sum = hn::Add(sum, acc.Get(dw, (s * kRows + r) * kVectors + i));
+          sum = hn::Add(sum, acc.Get(d, (s * kRows + r) * kVectors + i));
         }
-        hn::StoreU(sum, dw, out);
+        hn::StoreU(sum, d, out);
       }
     }
   }
 }
 
 // Computes raw scores q . k of kRows rows for one tile: scores[r * kTile + i] for the lane
-// order of TileShape (vector 2p + e, lane j: position 2 * kLanes * p + 2 * j + e), the dims
-// summed as kDimSplit says: a fixed order, the same for every tile wherever it sits in the
-// buffers and for every block a row is in. T: the stored element, BF16 or int8 (then the
-// scores are q . q_int8, which the caller multiplies by the positions' K scales).
+// order of the element type (BF16: TileShape's, vector 2p + e, lane j: position 2 * kLanes * p
+// + 2 * j + e; int8: natural), the dims summed as kDimSplit says: a fixed order, the same for
+// every tile wherever it sits in the buffers and for every block a row is in. T: the stored
+// element, BF16 or int8 (then the scores are q . q_int8, which the caller multiplies by the
+// positions' K scales). Int8 tiles take vectors as wide as the tile fills, up to the target's
+// full width (a TiledLayout<16> tile one AVX-512 vector per dim, not two halves: 10-15 %
+// faster, docs/benchmarks.md); each lane adds the same products in the same order whatever
+// the width, so the bits do not depend on it.
 template <size_t kRows, uint64_t kTile, typename T>
 HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_RESTRICT k_tile,
                            size_t dim_stride, size_t head_dim, const T* v_now,
                            const PrefetchShape& ps, float* HWY_RESTRICT scores) {
   if constexpr (std::is_same<T, int8_t>::value) {
-    return Int8TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_now, ps, scores);
-  }
-#if HWY_TARGET != HWY_SCALAR
-  if constexpr (kPairDims<kTile> && ElementKernel<T>::kPairedScores) {
-    if (dim_stride == kTile) {
-      const BF16* const tiles[1] = {k_tile};
-      const BF16* const v_tiles[1] = {v_now};
-      float* const out[1] = {scores};
-      TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, v_tiles, ps, out);
-      return;
-    }
-  }
-#endif
-  using Shape = TileShape<kTile>;
-  const typename Shape::DK dk;
-  using V = hn::Vec<decltype(dk)>;
-  constexpr size_t kAtOnce = AtOnce(kRows * Shape::kVectors);
-  constexpr size_t kVectors = Shape::kVectors;
-  // acc: partial sum s, row r, score vector i at (s * kRows + r) * kVectors + i.
-  for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
-    VecArray<decltype(dk), kAtOnce * kRows * kVectors> acc;
-    for (size_t i = 0; i < kAtOnce * kRows * kVectors; ++i) acc.Set(dk, i, hn::Zero(dk));
-    size_t dim0 = 0;  // (a do-while, as in TileScoresPaired)
-    do {
-      for (size_t s = 0; s < kAtOnce; ++s) {
-        const size_t dim = dim0 + s0 + s;
-        const T* HWY_RESTRICT row = k_tile + dim * dim_stride;
-        PrefetchV(v_now, dim, ps);           // see PrefetchShape
-        VecArray<decltype(dk), kVectors> k;  // pair p: even 2p, odd 2p + 1
-        for (size_t p = 0; p < Shape::kPairs; ++p) {
-          V even, odd;
-          ElementKernel<T>::Load(dk, row + p * 2 * Shape::kLanes, even, odd);
-          k.Set(dk, 2 * p, even);
-          k.Set(dk, 2 * p + 1, odd);
-        }
-        for (size_t r = 0; r < kRows; ++r) {
-          const V qd = hn::Set(dk, q[r][dim]);
-          const size_t base = (s * kRows + r) * kVectors;
+    const SureF32<static_cast<size_t>(kTile)> dw;
+    const hn::Rebind<int8_t, decltype(dw)> d8;
+    const hn::Rebind<int32_t, decltype(dw)> d32;
+    constexpr size_t kLanes = hn::MaxLanes(decltype(dw)());
+    constexpr size_t kVectors = static_cast<size_t>(kTile) / kLanes;
+    SumTileDims<kRows, kVectors, kTile>(
+        dw, q, head_dim,
+        [&](size_t dim, auto& k) {
+          const int8_t* HWY_RESTRICT row = k_tile + dim * dim_stride;
+          PrefetchV(v_now, dim, ps);  // see PrefetchShape
           for (size_t i = 0; i < kVectors; ++i) {
-            acc.Set(dk, base + i, hn::MulAdd(qd, k.Get(dk, i), acc.Get(dk, base + i)));
+            k.Set(dw, i, hn::ConvertTo(dw, hn::PromoteTo(d32, hn::LoadU(d8, row + i * kLanes))));
           }
-        }
-      }
-      dim0 += kDimSplit;
-    } while (dim0 < head_dim);
-    for (size_t r = 0; r < kRows; ++r) {
-      for (size_t i = 0; i < kVectors; ++i) {
-        float* HWY_RESTRICT out = scores + r * kTile + i * Shape::kLanes;
-        V sum = acc.Get(dk, r * kVectors + i);
-        if (s0 != 0) sum = hn::Add(hn::LoadU(dk, out), sum);
-        for (size_t s = 1; s < kAtOnce; ++s) {
-          sum = hn::Add(sum, acc.Get(dk, (s * kRows + r) * kVectors + i));
-        }
-        hn::StoreU(sum, dk, out);
+        },
+        scores);
+  } else {
+#if HWY_TARGET != HWY_SCALAR
+    if constexpr (kPairDims<kTile> && ElementKernel<T>::kPairedScores) {
+      if (dim_stride == kTile) {
+        const BF16* const tiles[1] = {k_tile};
+        const BF16* const v_tiles[1] = {v_now};
+        float* const out[1] = {scores};
+        TileScoresPaired<kRows, 1, kTile>(q, tiles, head_dim, v_tiles, ps, out);
+        return;
       }
     }
+#endif
+    using Shape = TileShape<kTile>;
+    const typename Shape::DK dk;
+    SumTileDims<kRows, Shape::kVectors, kTile>(
+        dk, q, head_dim,
+        [&](size_t dim, auto& k) {  // pair p: 2p even, 2p + 1 odd
+          const T* HWY_RESTRICT row = k_tile + dim * dim_stride;
+          PrefetchV(v_now, dim, ps);  // see PrefetchShape
+          for (size_t p = 0; p < Shape::kPairs; ++p) {
+            hn::Vec<decltype(dk)> even, odd;
+            ElementKernel<T>::Load(dk, row + p * 2 * Shape::kLanes, even, odd);
+            k.Set(dk, 2 * p, even);
+            k.Set(dk, 2 * p + 1, odd);
+          }
+        },
+        scores);
   }
 }
 
