@@ -537,6 +537,25 @@ void BM_Int8(benchmark::State& state, Shape shape, bool ring, kvring::Format for
   }
 }
 
+// The benchmarks' backends by index, and their names: 0 flash, 1 tiled (16 rows), 2 tiled64,
+// 3 tiled32.
+const char* const kBackends[] = {"flash", "tiled", "tiled64", "tiled32"};
+
+// Returns fn(layout) for a default layout of backend `backend` (kBackends).
+template <class Fn>
+benchmark::internal::Benchmark* OnBackend(int backend, const Fn& fn) {
+  switch (backend) {
+    case 0:
+      return fn(kvring::FlashLayout());
+    case 1:
+      return fn(kvring::TiledLayout<16>());
+    case 2:
+      return fn(kvring::TiledLayout<64>());
+    default:
+      return fn(kvring::TiledLayout<32>());
+  }
+}
+
 void RegisterAll() {
   const Shape shapes[] = {
       {"Decode", 128, 8, 4, 1, 4096, 1},
@@ -585,30 +604,22 @@ void RegisterAll() {
   // Backends: flash, tiled (16 rows), for the integer-product mode tiled64 (taller tiles:
   // fewer softmax steps per position), and for int8 (not int8h) tiled32, whose exact-mode
   // tiles fill whole AVX-512 vectors (tiled16's fill half: int8 tiles are not scored by dim).
-  const char* const backends[] = {"flash", "tiled", "tiled64", "tiled32"};
   for (const Shape& s : int8_shapes) {
     for (int backend = 0; backend < 4; ++backend) {
       for (const Int8Run& run : int8_runs) {
         if (backend == 2 && run.products != kvring::Products::kInt8) continue;
         if (backend == 3 && run.format != kvring::Format::kInt8) continue;
         const std::string name =
-            std::string("BM_") + s.kind + "/" + backends[backend] + "/" +
+            std::string("BM_") + s.kind + "/" + kBackends[backend] + "/" +
             (run.ring ? "ring" : "flat") + "/" + kvring::ToString(run.format) + "/D" +
             std::to_string(s.head_dim) + "/q" + std::to_string(s.num_q_heads) + "/kv" +
             std::to_string(s.num_kv_heads) + "/queries" + std::to_string(s.num_queries) +
             "/window" + std::to_string(s.window) + "/threads1" +
             (run.products == kvring::Products::kInt8 ? "/int8products" : "");
-        benchmark::internal::Benchmark* b =
-            backend == 0 ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::FlashLayout>,
-                                                        s, run.ring, run.format, run.products)
-            : backend == 1
-                ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<16>>, s,
-                                               run.ring, run.format, run.products)
-            : backend == 2
-                ? benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<64>>, s,
-                                               run.ring, run.format, run.products)
-                : benchmark::RegisterBenchmark(name.c_str(), BM_Int8<kvring::TiledLayout<32>>, s,
-                                               run.ring, run.format, run.products);
+        benchmark::internal::Benchmark* b = OnBackend(backend, [&](auto layout) {
+          return benchmark::RegisterBenchmark(name.c_str(), BM_Int8<decltype(layout)>, s, run.ring,
+                                              run.format, run.products);
+        });
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
           b->Iterations(std::max<int64_t>(
@@ -619,35 +630,24 @@ void RegisterAll() {
       }
     }
   }
-  // Backends 0 flash, 1 tiled (16 rows), 2 tiled64, 3 tiled32; from `first` to `last`.
+  // Backends (kBackends) from `first` to `last`.
   const auto register_shape = [](const Shape& s, kvring::Products products, int first = 0,
                                  int last = 1) {
     const bool bf16 = products == kvring::Products::kBF16;
     for (int backend = first; backend <= last; ++backend) {
       for (bool ring : {true, false}) {
         const std::string name =
-            std::string("BM_") + s.kind + "/" +
-            (backend == 0   ? "flash"
-             : backend == 1 ? "tiled"
-             : backend == 2 ? "tiled64"
-                            : "tiled32") +
-            "/" + (ring ? "ring" : "flat") + "/D" + std::to_string(s.head_dim) + "/q" +
+            std::string("BM_") + s.kind + "/" + kBackends[backend] + "/" +
+            (ring ? "ring" : "flat") + "/D" + std::to_string(s.head_dim) + "/q" +
             std::to_string(s.num_q_heads) + "/kv" + std::to_string(s.num_kv_heads) + "/queries" +
             std::to_string(s.num_queries) + "/window" + std::to_string(s.window) + "/threads" +
             std::to_string(s.num_threads) +
             (s.latent_v_dims != 0 ? "/latent" + std::to_string(s.latent_v_dims) : "") +
             (bf16 ? "/bf16products" : "");
-        benchmark::internal::Benchmark* b =
-            backend == 0 ? benchmark::RegisterBenchmark(
-                               name.c_str(), BM_Attention<kvring::FlashLayout>, s, ring, products)
-            : backend == 1
-                ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<16>>,
-                                               s, ring, products)
-            : backend == 2
-                ? benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<64>>,
-                                               s, ring, products)
-                : benchmark::RegisterBenchmark(name.c_str(), BM_Attention<kvring::TiledLayout<32>>,
-                                               s, ring, products);
+        benchmark::internal::Benchmark* b = OnBackend(backend, [&](auto layout) {
+          return benchmark::RegisterBenchmark(name.c_str(), BM_Attention<decltype(layout)>, s, ring,
+                                              products);
+        });
         b->UseManualTime()->Unit(benchmark::kMicrosecond);
         if (std::strcmp(s.kind, "Decode") == 0) {
           // Evicting before every cold call costs more than the call (clflush of every line):
