@@ -1,7 +1,8 @@
 // kvring/ops/attention_block-inl.h: one register block of an attention item over one tile
-// (which rows see it, TileRows; scores, online softmax, V accumulation, BlockTile), the
-// padding of a block to a power of two rows (WithRegisterBlock) and a tile's addresses
-// (TileRefs). Used by the item runner, kvring/ops/attention_item-inl.h.
+// (which rows see it, TileRows and SeenBy; scores, online softmax, V accumulation, BlockTile) or
+// over an aligned pair of tiles (BlockTwoTiles), the padding of a block to a power of two rows
+// (WithRegisterBlock) and a tile's addresses (TileRefs). Used by the item runner,
+// kvring/ops/attention_item-inl.h.
 
 // Per-target include guard (the toggle pattern of hwy/contrib/dot/dot-inl.h).
 #if defined(KVRING_OPS_ATTENTION_BLOCK_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -11,9 +12,11 @@
 #define KVRING_OPS_ATTENTION_BLOCK_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
@@ -52,6 +55,20 @@ struct TileRows {
     }
   }
 };
+
+// The offsets [first, last] of the tile at `tile_pos` that some of the `num` rows see.
+template <uint64_t kTile>
+HWY_INLINE std::pair<int32_t, int32_t> SeenBy(const Row* rows, size_t num, uint64_t tile_pos) {
+  int32_t first = static_cast<int32_t>(kTile), last = -1;
+  for (size_t r = 0; r < num; ++r) {
+    const uint64_t lo = rows[r].lo > tile_pos ? rows[r].lo : tile_pos;
+    const uint64_t hi = rows[r].hi < tile_pos + kTile ? rows[r].hi : tile_pos + kTile;
+    if (lo >= hi) continue;
+    first = std::min(first, static_cast<int32_t>(lo - tile_pos));
+    last = std::max(last, static_cast<int32_t>(hi - 1 - tile_pos));
+  }
+  return {first, last};
+}
 
 // The V pass of one row over a tile it sees only in part, offsets [lo_off, hi_off]
 // (AccumulateTile<1, true>): out of line, one copy per tile height and element type for every
@@ -205,6 +222,79 @@ struct TileRefs {
   const float* v_scales = nullptr;
   const float* k_scales = nullptr;  // int8: the tile's K scales in the scores' lane order
 };
+
+// BlockTwoTiles' merged step: kRows rows (num_real real) that see both tiles whole, their
+// scores at scores[t] + (row0 + r) * kTile: SoftmaxRow over both tiles, one V pass over both.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real,
+                                 const TileRefs<BF16>* tiles, size_t v_stride,
+                                 const PrefetchShape& ps, size_t v_head_dim, float soft_cap,
+                                 const int32_t* lane_offsets, const int32_t* index_of_offset,
+                                 float* const* scores, size_t row0) {
+  float* acc[kRows];
+  float correction[kRows];
+  for (size_t r = 0; r < kRows; ++r) {
+    acc[r] = rows[r].acc;
+    correction[r] = 0.0f;
+  }
+  for (size_t r = 0; r < num_real; ++r) {
+    float* const parts[2] = {scores[0] + (row0 + r) * kTile, scores[1] + (row0 + r) * kTile};
+    correction[r] = SoftmaxRow<kTile, 2>(parts, lane_offsets, 0, static_cast<int32_t>(kTile) - 1,
+                                         soft_cap, rows[r]);
+    if (round_p) {
+      RoundToBF16InPlace(parts[0], kTile);
+      RoundToBF16InPlace(parts[1], kTile);
+    }
+  }
+  const VPart<BF16> v[2] = {
+      {tiles[0].v, tiles[0].v_scales, tiles[0].k_next, scores[0] + row0 * kTile},
+      {tiles[1].v, tiles[1].v_scales, tiles[1].k_next, scores[1] + row0 * kTile}};
+  AccumulateParts<kRows, false, kTile, 2>(v, v_stride, ps, v_head_dim, index_of_offset, acc,
+                                          correction, 0, 0);
+}
+
+// One register block over an aligned pair of consecutive tiles (the first at an even tile),
+// both scored into scores[0] and scores[1] (row stride kTile: TileScoresPaired). A row that sees
+// both tiles whole takes them as one softmax step and one V pass over their positions in
+// chronological order (BlockPairOfTiles: the steps of a tile twice as tall, one max, one
+// correction and one reload of the accumulators per pair); every other row takes tile after tile
+// (BlockTile). Which rows merge depends on each row's own range and the tiles' positions only,
+// never on the storage, the call or the block (a row's bits as alone). `round_p`: BlockTile's.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void BlockTwoTiles(bool round_p, Row* rows, size_t num_real, const TileRefs<BF16>* tiles,
+                              size_t dim_stride, const PrefetchShape& ps, size_t v_stride,
+                              size_t head_dim, size_t v_head_dim, float soft_cap,
+                              const int32_t* lane_offsets, const int32_t* index_of_offset,
+                              float* const* scores) {
+  KVRING_DASSERT(tiles[0].pos % (2 * kTile) == 0 && tiles[1].pos == tiles[0].pos + kTile);
+  const auto whole = [&](const Row& row) {
+    return row.lo <= tiles[0].pos && row.hi >= tiles[0].pos + 2 * kTile;
+  };
+  const auto one_by_one = [&](auto k_rows, Row* block, size_t real, size_t r) {
+    for (size_t t = 0; t < 2; ++t) {
+      BlockTile<decltype(k_rows)::value, kTile, false>(
+          round_p, block, real, tiles[t].pos, tiles[t].k, dim_stride, tiles[t].k_next, ps,
+          tiles[t].v, v_stride, tiles[t].k_scales, tiles[t].v_scales, head_dim, v_head_dim,
+          soft_cap, lane_offsets, index_of_offset, scores[t] + r * kTile, true);
+    }
+  };
+  size_t num_whole = 0;
+  for (size_t r = 0; r < num_real; ++r) num_whole += whole(rows[r]) ? 1 : 0;
+  if (num_whole == num_real) {
+    return BlockPairOfTiles<kRows, kTile>(round_p, rows, num_real, tiles, v_stride, ps, v_head_dim,
+                                          soft_cap, lane_offsets, index_of_offset, scores, 0);
+  }
+  if (num_whole == 0) return one_by_one(std::integral_constant<size_t, kRows>(), rows, num_real, 0);
+  // Rows of both kinds (a prefill's rows near their windows' edges): each row alone.
+  for (size_t r = 0; r < num_real; ++r) {
+    if (whole(rows[r])) {
+      BlockPairOfTiles<1, kTile>(round_p, rows + r, 1, tiles, v_stride, ps, v_head_dim, soft_cap,
+                                 lane_offsets, index_of_offset, scores, r);
+    } else {
+      one_by_one(std::integral_constant<size_t, 1>(), rows + r, 1, r);
+    }
+  }
+}
 
 // Returns a 64-byte aligned pointer at or after `p`.
 HWY_INLINE float* Align64(float* p) {

@@ -14,14 +14,12 @@
 #define KVRING_OPS_ATTENTION_ITEM_INL_H_
 #endif
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
-#include <utility>
 
 #include "hwy/highway.h"
 #include "kvring/attention.h"
@@ -344,8 +342,9 @@ class ItemRunner {
         if (!seen.any_active) continue;
         if (!paired) {
           AmxKPairs<kTile>(tile.k, walk.dim_stride, head_dim_, amx_k_pairs_);
-          v_finite = AmxVPairs<kTile>(tile.v, walk.v_stride, v_head_dim_, SeenBy(walk, tile.pos),
-                                      amx_v_pairs_);
+          v_finite =
+              AmxVPairs<kTile>(tile.v, walk.v_stride, v_head_dim_,
+                               SeenBy<kTile>(walk.rows, walk.rows_here, tile.pos), amx_v_pairs_);
           paired = true;
         }
         // A tile some of the rows see only partly: a row's products take every slot, at
@@ -364,19 +363,6 @@ class ItemRunner {
 #endif
   }
 
-  // The offsets [first, last] of the tile at `tile_pos` that some row of the walk sees.
-  HWY_INLINE std::pair<int32_t, int32_t> SeenBy(const Walk& walk, uint64_t tile_pos) const {
-    int32_t first = static_cast<int32_t>(kTile), last = -1;
-    for (size_t r = 0; r < walk.rows_here; ++r) {
-      const uint64_t lo = walk.rows[r].lo > tile_pos ? walk.rows[r].lo : tile_pos;
-      const uint64_t hi = walk.rows[r].hi < tile_pos + kTile ? walk.rows[r].hi : tile_pos + kTile;
-      if (lo >= hi) continue;
-      first = std::min(first, static_cast<int32_t>(lo - tile_pos));
-      last = std::max(last, static_cast<int32_t>(hi - 1 - tile_pos));
-    }
-    return {first, last};
-  }
-
   // 16 rows over the tile, on AMX (AmxBlockTile); `seen`: which of its slots each row sees.
   HWY_INLINE void AmxBlock(Row* rows, const TileRows<16, kTile>& seen) {
 #if HWY_TARGET == HWY_AVX3_DL && KVRING_AMX_OS
@@ -391,12 +377,13 @@ class ItemRunner {
 #endif
   }
 
-  // Runs every register block over two consecutive tiles whose scores pair dims
-  // (TwoTileScoresPaired); only the first block prefetches their V. Rows take tile after tile.
+  // Runs every register block over an aligned pair of tiles whose scores pair dims
+  // (TwoTileScoresPaired; only the first block prefetches their V), then BlockTwoTiles: a row
+  // that sees both whole takes them as one softmax step.
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (kPairDims<kTile> && Element::kPairedScores) {
-      float* second_scores = scores_ + Shape::kMaxRegRows * kTile;
+      const TileRefs<BF16> pair[2] = {first, second};
       ForEachBlock(walk, [&](auto k_rows, Row* block, size_t num_real) {
         constexpr size_t kRows = decltype(k_rows)::value;
         const float* q[kRows];
@@ -404,10 +391,12 @@ class ItemRunner {
         const BF16* k_tiles[2] = {first.k, second.k};
         const bool lead = block[0].q == walk.rows[0].q;  // (`block` may be the padded copy)
         const BF16* v_now[2] = {lead ? first.v : nullptr, lead ? second.v : nullptr};
-        float* out[2] = {scores_, second_scores};
+        float* out[2] = {scores_, scores_ + Shape::kMaxRegRows * kTile};
         TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);
-        BlockOver<kRows>(walk, first, scores_, true, block, num_real);
-        BlockOver<kRows>(walk, second, second_scores, true, block, num_real);
+        BlockTwoTiles<kRows, kTile>(path_ == ProductPath::kBF16Widened, block, num_real, pair,
+                                    walk.dim_stride, walk.prefetch, walk.v_stride, head_dim_,
+                                    v_head_dim_, options_.soft_cap, lane_offsets_, index_of_offset_,
+                                    out);
       });
       return;
     }
@@ -424,8 +413,9 @@ class ItemRunner {
               PrefetchShape(kTile, dim_stride, head_dim_, v_head_dim_, sizeof(T)),
               // Tile addresses come from views.h, for ring, flat and paged storage.
               TileAddresser<Layout>(kv_, item_.kv_head), 0, KTilesAhead(dim_stride)};
-    // Tiles whose scores pair dims go two at a time, the second held here. (Int8 tiles go
-    // one at a time: the paired scoring widens BF16 pairs only.)
+    // Tiles whose scores pair dims go two at a time, each pair from an even tile (a tile
+    // before it alone), the second held here. (Int8 tiles go one at a time: the paired
+    // scoring widens BF16 pairs only.)
     const bool two_tiles =
         kPairDims<kTile> && Element::kPairedScores && dim_stride == kTile && !kNative;
     TileRefs<T> held;
@@ -434,6 +424,7 @@ class ItemRunner {
       TileRefs<T> tile = TileAt(walk, tile_pos);
       if (!two_tiles) return OneTile(walk, tile);
       if (!holding) {
+        if (tile_pos / kTile % 2 != 0) return OneTile(walk, tile);
         held = tile;
         holding = true;
         return;

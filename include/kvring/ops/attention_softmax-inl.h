@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "hwy/highway.h"
+#include "kvring/base.h"
 #include "kvring/bf16.h"
 
 // After highway.h: per-target helpers this file uses.
@@ -77,9 +78,12 @@ HWY_INLINE V WhereNumber(V x, const F& f) {
 // Lanes outside [lo_off, hi_off] (offsets in the tile) are invisible: their score becomes
 // -inf by selection, whatever the slot holds, so they contribute exactly 0. A NaN score of a
 // visible lane stays NaN (Exp would flush it to 0) so that NaN in K reaches the output.
-template <uint64_t kTile>
-HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT lane_offsets,
-                            int32_t lo_off, int32_t hi_off, float soft_cap, Row& row) {
+// kParts > 1: the row's scores of that many consecutive tiles it sees whole, at parts[0], ...,
+// as one softmax step (one max and one correction for all their positions: BlockPairOfTiles).
+template <uint64_t kTile, size_t kParts = 1>
+HWY_INLINE float SoftmaxRow(float* const* HWY_RESTRICT parts,
+                            const int32_t* HWY_RESTRICT lane_offsets, int32_t lo_off,
+                            int32_t hi_off, float soft_cap, Row& row) {
   // The row's kTile scores in the widest vectors a tile fills (the softmax does not care
   // which position a lane holds: the lane order of TileShape only numbers them).
   const SureF32<static_cast<size_t>(kTile)> dk;
@@ -91,9 +95,11 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
   const auto lo = hn::Set(di, lo_off - 1);
   const auto hi = hn::Set(di, hi_off + 1);
   const bool full = lo_off == 0 && hi_off == static_cast<int32_t>(kTile) - 1;  // no masking
+  KVRING_DASSERT(kParts == 1 || full);
   V max = neg_inf;
-  for (size_t i = 0; i < kVectors; ++i) {
-    V x = hn::LoadU(dk, s + i * kLanes);
+  for (size_t i = 0; i < kParts * kVectors; ++i) {
+    float* HWY_RESTRICT s = parts[i / kVectors] + i % kVectors * kLanes;
+    V x = hn::LoadU(dk, s);
     if (soft_cap > 0.0f) {
       x = WhereNumber(x, [&](V y) {
         return hn::Mul(hn::Set(dk, soft_cap),
@@ -105,7 +111,7 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
       const auto visible = hn::RebindMask(dk, hn::And(hn::Gt(offsets, lo), hn::Lt(offsets, hi)));
       x = hn::IfThenElse(visible, x, neg_inf);
     }
-    hn::StoreU(x, dk, s + i * kLanes);
+    hn::StoreU(x, dk, s);
     max = hn::Max(max, x);
   }
   const float tile_max = hn::GetLane(hn::MaxOfLanes(dk, max));
@@ -116,34 +122,50 @@ HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT l
                                             : std::exp(row.m - m_new);
   const V vm = hn::Set(dk, m_new);
   V sum = hn::Zero(dk);
-  for (size_t i = 0; i < kVectors; ++i) {
-    const V x = hn::Sub(hn::LoadU(dk, s + i * kLanes), vm);
+  for (size_t i = 0; i < kParts * kVectors; ++i) {
+    float* HWY_RESTRICT s = parts[i / kVectors] + i % kVectors * kLanes;
+    const V x = hn::Sub(hn::LoadU(dk, s), vm);
     const V p = WhereNumber(x, [&](V y) { return hn::Exp(dk, y); });
-    hn::StoreU(p, dk, s + i * kLanes);
+    hn::StoreU(p, dk, s);
     sum = hn::Add(sum, p);
   }
   row.l = row.l * correction + hn::GetLane(hn::SumOfLanes(dk, sum));
   row.m = m_new;
   return correction;
 }
+template <uint64_t kTile>
+HWY_INLINE float SoftmaxRow(float* HWY_RESTRICT s, const int32_t* HWY_RESTRICT lane_offsets,
+                            int32_t lo_off, int32_t hi_off, float soft_cap, Row& row) {
+  float* const parts[1] = {s};
+  return SoftmaxRow<kTile, 1>(parts, lane_offsets, lo_off, hi_off, soft_cap, row);
+}
 
-// acc[r] = acc[r] * correction[r] + sum over the tile's positions of p[r][pos] * V[pos] for
-// kChunks consecutive chunks of 2 * Lanes(df) dims starting at `dim0`. Positions run in
-// chronological order; each dim's sum has the same order whatever kChunks is (more chunks at
-// once only give blocks of few rows more independent FMA chains).
-// kMasked: one row, positions outside [lo_off, hi_off] skipped (never read: a slot outside
-// the visible range may hold anything, NaN included, and NaN * 0 is NaN). `k_next`: the K of
-// the next tile, to prefetch meanwhile (PrefetchShape); v_stride is v_head_dim. T: the stored
-// element, BF16 or int8; for int8, v_scales holds the tile's V scales by offset and each
-// position's weight is p * scale (the design's (p * scale_v) * v_int8). `p`: the rows'
-// probabilities, kTile apart (one base register for every row's broadcasts).
-template <size_t kRows, size_t kChunks, bool kMasked, uint64_t kTile, class DF, typename T>
-HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_tile,
-                                 const float* HWY_RESTRICT v_scales, size_t v_stride,
-                                 const T* k_next, const PrefetchShape& ps,
-                                 const float* HWY_RESTRICT p,
+// One tile of a V pass (AccumulateTile): its V rows, its V scales by offset (int8), the K to
+// prefetch meanwhile (PrefetchShape) and the rows' probabilities, kTile apart (one base
+// register for every row's broadcasts).
+template <typename T>
+struct VPart {
+  const T* HWY_RESTRICT v;
+  const float* HWY_RESTRICT v_scales;
+  const T* k_next;
+  const float* HWY_RESTRICT p;
+};
+
+// acc[r] = acc[r] * correction[r] + sum over the positions of kParts consecutive tiles of
+// p[r][pos] * V[pos] for kChunks consecutive chunks of 2 * Lanes(df) dims starting at `dim0`.
+// Positions run in chronological order, tile after tile; each dim's sum has the same order
+// whatever kChunks is (more chunks at once only give blocks of few rows more independent FMA
+// chains). kMasked: one row of one tile, positions outside [lo_off, hi_off] skipped (never
+// read: a slot outside the visible range may hold anything, NaN included, and NaN * 0 is NaN).
+// v_stride is v_head_dim. T: the stored element, BF16 or int8; for int8 each position's weight
+// is p * scale (the design's (p * scale_v) * v_int8).
+template <size_t kRows, size_t kChunks, bool kMasked, uint64_t kTile, size_t kParts, class DF,
+          typename T>
+HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const VPart<T>* parts, size_t v_stride,
+                                 const PrefetchShape& ps,
                                  const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
                                  const float* correction, int32_t lo_off, int32_t hi_off) {
+  static_assert(!kMasked || kParts == 1, "a masked pass covers one tile");
   using V = hn::Vec<DF>;
   const size_t lanes = hn::Lanes(df);
   // even_acc, odd_acc: chunk ch of row r at ch * kRows + r.
@@ -169,39 +191,44 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
   // (Addresses as integers: past the last line the address is never used, nor formed as a
   // pointer.)
   const uintptr_t step = lines_per_pos * ps.k_line_stride * sizeof(T);
-  uintptr_t fetch_at[kChunks];
-  int32_t fetch_end[kChunks];  // positions before it prefetch
-  for (size_t ch = 0; ch < kChunks; ++ch) {
-    const size_t d = dim0 + ch * 2 * lanes;
-    const size_t line = d / kPerLine;
-    fetch_end[ch] = first;
-    if (d % kPerLine == 0 && line < ps.k_lines) {
-      const size_t positions = (ps.k_lines - line + lines_per_pos - 1) / lines_per_pos;
-      fetch_end[ch] =
-          positions < static_cast<size_t>(last) + 1 ? static_cast<int32_t>(positions) : last + 1;
-    }
-    fetch_at[ch] =
-        reinterpret_cast<uintptr_t>(k_next) +
-        (static_cast<size_t>(first) * lines_per_pos + line) * ps.k_line_stride * sizeof(T);
-  }
-  for (int32_t off = first; off <= last; ++off) {
-    const T* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
-    const size_t index = static_cast<size_t>(index_of_offset[off]);
+  for (size_t part = 0; part < kParts; ++part) {
+    const T* HWY_RESTRICT v_tile = parts[part].v;
+    const float* HWY_RESTRICT v_scales = parts[part].v_scales;
+    const float* HWY_RESTRICT p = parts[part].p;
+    uintptr_t fetch_at[kChunks];
+    int32_t fetch_end[kChunks];  // positions before it prefetch
     for (size_t ch = 0; ch < kChunks; ++ch) {
-      if (off < fetch_end[ch]) PrefetchLine(reinterpret_cast<const T*>(fetch_at[ch]), ps.to_l2);
-      fetch_at[ch] += step;
+      const size_t d = dim0 + ch * 2 * lanes;
+      const size_t line = d / kPerLine;
+      fetch_end[ch] = first;
+      if (d % kPerLine == 0 && line < ps.k_lines) {
+        const size_t positions = (ps.k_lines - line + lines_per_pos - 1) / lines_per_pos;
+        fetch_end[ch] =
+            positions < static_cast<size_t>(last) + 1 ? static_cast<int32_t>(positions) : last + 1;
+      }
+      fetch_at[ch] =
+          reinterpret_cast<uintptr_t>(parts[part].k_next) +
+          (static_cast<size_t>(first) * lines_per_pos + line) * ps.k_line_stride * sizeof(T);
     }
-    VecArray<DF, kRows> pr;
-    for (size_t r = 0; r < kRows; ++r) {
-      pr.Set(df, r, hn::Set(df, ElementKernel<T>::Weight(p[r * kTile + index], v_scales, off)));
-    }
-    for (size_t ch = 0; ch < kChunks; ++ch) {
-      V even, odd;
-      ElementKernel<T>::Load(df, v_row + ch * 2 * lanes, even, odd);
+    for (int32_t off = first; off <= last; ++off) {
+      const T* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
+      const size_t index = static_cast<size_t>(index_of_offset[off]);
+      for (size_t ch = 0; ch < kChunks; ++ch) {
+        if (off < fetch_end[ch]) PrefetchLine(reinterpret_cast<const T*>(fetch_at[ch]), ps.to_l2);
+        fetch_at[ch] += step;
+      }
+      VecArray<DF, kRows> pr;
       for (size_t r = 0; r < kRows; ++r) {
-        const size_t i = ch * kRows + r;
-        even_acc.Set(df, i, hn::MulAdd(pr.Get(df, r), even, even_acc.Get(df, i)));
-        odd_acc.Set(df, i, hn::MulAdd(pr.Get(df, r), odd, odd_acc.Get(df, i)));
+        pr.Set(df, r, hn::Set(df, ElementKernel<T>::Weight(p[r * kTile + index], v_scales, off)));
+      }
+      for (size_t ch = 0; ch < kChunks; ++ch) {
+        V even, odd;
+        ElementKernel<T>::Load(df, v_row + ch * 2 * lanes, even, odd);
+        for (size_t r = 0; r < kRows; ++r) {
+          const size_t i = ch * kRows + r;
+          even_acc.Set(df, i, hn::MulAdd(pr.Get(df, r), even, even_acc.Get(df, i)));
+          odd_acc.Set(df, i, hn::MulAdd(pr.Get(df, r), odd, odd_acc.Get(df, i)));
+        }
       }
     }
   }
@@ -214,12 +241,12 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const T* HWY_RESTRICT v_til
   }
 }
 
-template <size_t kRows, bool kMasked, uint64_t kTile, typename T>
-HWY_INLINE void AccumulateTile(const T* HWY_RESTRICT v_tile, const float* HWY_RESTRICT v_scales,
-                               size_t v_stride, const T* k_next, const PrefetchShape& ps,
-                               size_t v_head_dim, const float* HWY_RESTRICT p,
-                               const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
-                               const float* correction, int32_t lo_off, int32_t hi_off) {
+// The V pass of kRows rows over kParts consecutive tiles (AccumulateChunks), chunk by chunk.
+template <size_t kRows, bool kMasked, uint64_t kTile, size_t kParts, typename T>
+HWY_INLINE void AccumulateParts(const VPart<T>* parts, size_t v_stride, const PrefetchShape& ps,
+                                size_t v_head_dim, const int32_t* HWY_RESTRICT index_of_offset,
+                                float* const* acc, const float* correction, int32_t lo_off,
+                                int32_t hi_off) {
   // Chunks at once: enough FMA chains (2 per row and chunk), within the registers; blocks of
   // one or two rows take all the registers allow, so that each position's p is broadcast
   // once per wider pass (measured: decode GQA 2 0.96-0.99 of the time with AtOnce's chunks).
@@ -230,20 +257,32 @@ HWY_INLINE void AccumulateTile(const T* HWY_RESTRICT v_tile, const float* HWY_RE
   const size_t chunk = 2 * hn::Lanes(dv);
   size_t dim0 = 0;
   for (; dim0 + kWide * chunk <= v_head_dim; dim0 += kWide * chunk) {
-    AccumulateChunks<kRows, kWide, kMasked, kTile>(dv, dim0, v_tile, v_scales, v_stride, k_next, ps,
-                                                   p, index_of_offset, acc, correction, lo_off,
-                                                   hi_off);
+    AccumulateChunks<kRows, kWide, kMasked, kTile, kParts>(
+        dv, dim0, parts, v_stride, ps, index_of_offset, acc, correction, lo_off, hi_off);
   }
   for (; dim0 + chunk <= v_head_dim; dim0 += chunk) {
-    AccumulateChunks<kRows, 1, kMasked, kTile>(dv, dim0, v_tile, v_scales, v_stride, k_next, ps, p,
-                                               index_of_offset, acc, correction, lo_off, hi_off);
+    AccumulateChunks<kRows, 1, kMasked, kTile, kParts>(
+        dv, dim0, parts, v_stride, ps, index_of_offset, acc, correction, lo_off, hi_off);
   }
   const DVTail dt;
   const size_t tail_chunk = 2 * hn::Lanes(dt);
   for (; dim0 + tail_chunk <= v_head_dim; dim0 += tail_chunk) {
-    AccumulateChunks<kRows, 1, kMasked, kTile>(dt, dim0, v_tile, v_scales, v_stride, k_next, ps, p,
-                                               index_of_offset, acc, correction, lo_off, hi_off);
+    AccumulateChunks<kRows, 1, kMasked, kTile, kParts>(
+        dt, dim0, parts, v_stride, ps, index_of_offset, acc, correction, lo_off, hi_off);
   }
+}
+
+// The V pass of kRows rows over one tile (AccumulateParts of one part). kMasked: one row,
+// positions outside [lo_off, hi_off] skipped. `p`: the rows' probabilities, kTile apart.
+template <size_t kRows, bool kMasked, uint64_t kTile, typename T>
+HWY_INLINE void AccumulateTile(const T* HWY_RESTRICT v_tile, const float* HWY_RESTRICT v_scales,
+                               size_t v_stride, const T* k_next, const PrefetchShape& ps,
+                               size_t v_head_dim, const float* HWY_RESTRICT p,
+                               const int32_t* HWY_RESTRICT index_of_offset, float* const* acc,
+                               const float* correction, int32_t lo_off, int32_t hi_off) {
+  const VPart<T> part[1] = {{v_tile, v_scales, k_next, p}};
+  AccumulateParts<kRows, kMasked, kTile, 1>(part, v_stride, ps, v_head_dim, index_of_offset, acc,
+                                            correction, lo_off, hi_off);
 }
 
 // Writes one output row from a row's merged state (max m, sum l, acc in `order`): divides by
