@@ -63,6 +63,10 @@ class ItemRunner {
       kPath == ProductPath::kInt8AvxVnni || (kPath == ProductPath::kInt8 && kVnniTile<kTile>);
   using Shape = TileShape<kTile>;
   using Element = ElementKernel<T>;
+  // BF16 tiles of 16 positions or fewer go in aligned pairs (TwoTiles; not on vdpbf16ps or
+  // SCALAR, and int8 tiles one at a time).
+  static constexpr bool kTilePairs =
+      HWY_TARGET != HWY_SCALAR && kTile <= 16 && Element::kPairedScores && !kNative;
   static_assert(Shape::kMaxRegRows <= kMaxRegisterRows, "the scratch holds 8 rows of scores");
 
   ItemRunner(const KVView<Layout>& kv, const AttentionBatch& batch, const AttentionOptions& options,
@@ -377,22 +381,29 @@ class ItemRunner {
 #endif
   }
 
-  // Runs every register block over an aligned pair of tiles whose scores pair dims
-  // (TwoTileScoresPaired; only the first block prefetches their V), then BlockTwoTiles: a row
-  // that sees both whole takes them as one softmax step.
+  // Runs every register block over an aligned pair of tiles, scored together where their
+  // scores pair dims (TwoTileScoresPaired), else one by one (only the first block prefetches
+  // their V); then BlockTwoTiles: a row that sees both whole takes one softmax step.
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
 #if HWY_TARGET != HWY_SCALAR
-    if constexpr (kPairDims<kTile> && Element::kPairedScores) {
+    if constexpr (kTilePairs) {
       const TileRefs<BF16> pair[2] = {first, second};
       ForEachBlock(walk, [&](auto k_rows, Row* block, size_t num_real) {
         constexpr size_t kRows = decltype(k_rows)::value;
         const float* q[kRows];
         for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
-        const BF16* k_tiles[2] = {first.k, second.k};
         const bool lead = block[0].q == walk.rows[0].q;  // (`block` may be the padded copy)
         const BF16* v_now[2] = {lead ? first.v : nullptr, lead ? second.v : nullptr};
         float* out[2] = {scores_, scores_ + Shape::kMaxRegRows * kTile};
-        TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);
+        if constexpr (kPairDims<kTile>) {
+          const BF16* k_tiles[2] = {first.k, second.k};
+          TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);
+        } else {
+          for (size_t t = 0; t < 2; ++t) {
+            TileScores<kRows, kTile>(q, pair[t].k, walk.dim_stride, head_dim_, v_now[t],
+                                     walk.prefetch, out[t]);
+          }
+        }
         BlockTwoTiles<kRows, kTile>(path_ == ProductPath::kBF16Widened, block, num_real, pair,
                                     walk.dim_stride, walk.prefetch, walk.v_stride, head_dim_,
                                     v_head_dim_, options_.soft_cap, lane_offsets_, index_of_offset_,
@@ -413,11 +424,9 @@ class ItemRunner {
               PrefetchShape(kTile, dim_stride, head_dim_, v_head_dim_, sizeof(T)),
               // Tile addresses come from views.h, for ring, flat and paged storage.
               TileAddresser<Layout>(kv_, item_.kv_head), 0, KTilesAhead(dim_stride)};
-    // Tiles whose scores pair dims go two at a time, each pair from an even tile (a tile
-    // before it alone), the second held here. (Int8 tiles go one at a time: the paired
-    // scoring widens BF16 pairs only.)
-    const bool two_tiles =
-        kPairDims<kTile> && Element::kPairedScores && dim_stride == kTile && !kNative;
+    // kTilePairs: tiles go two at a time, each pair from an even tile (a tile before it
+    // alone), the second held here.
+    const bool two_tiles = kTilePairs && dim_stride == kTile;
     TileRefs<T> held;
     bool holding = false;
     ForEachTile<kTile>(pos_begin, pos_end, [&](uint64_t tile_pos) {
