@@ -224,13 +224,14 @@ struct TileRefs {
 };
 
 // BlockTwoTiles' merged step: kRows rows (num_real real) that see both tiles whole, their
-// scores at scores[t] + (row0 + r) * kTile: SoftmaxRow over both tiles, one V pass over both.
-template <size_t kRows, uint64_t kTile>
-HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real,
-                                 const TileRefs<BF16>* tiles, size_t v_stride,
-                                 const PrefetchShape& ps, size_t v_head_dim, float soft_cap,
-                                 const int32_t* lane_offsets, const int32_t* index_of_offset,
-                                 float* const* scores, size_t row0) {
+// raw scores at scores[t] + (row0 + r) * kTile: SoftmaxRow over both tiles (int8: each tile's
+// scores times its K scales first), one V pass over both.
+template <size_t kRows, uint64_t kTile, typename T>
+HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real, const TileRefs<T>* tiles,
+                                 size_t v_stride, const PrefetchShape& ps, size_t v_head_dim,
+                                 float soft_cap, const int32_t* lane_offsets,
+                                 const int32_t* index_of_offset, float* const* scores,
+                                 size_t row0) {
   float* acc[kRows];
   float correction[kRows];
   for (size_t r = 0; r < kRows; ++r) {
@@ -239,6 +240,9 @@ HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real,
   }
   for (size_t r = 0; r < num_real; ++r) {
     float* const parts[2] = {scores[0] + (row0 + r) * kTile, scores[1] + (row0 + r) * kTile};
+    for (size_t t = 0; t < 2; ++t) {
+      ElementKernel<T>::template ScaleScores<kTile>(parts[t], tiles[t].k_scales);
+    }
     correction[r] = SoftmaxRow<kTile, 2>(parts, lane_offsets, 0, static_cast<int32_t>(kTile) - 1,
                                          soft_cap, rows[r]);
     if (round_p) {
@@ -246,7 +250,7 @@ HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real,
       RoundToBF16InPlace(parts[1], kTile);
     }
   }
-  const VPart<BF16> v[2] = {
+  const VPart<T> v[2] = {
       {tiles[0].v, tiles[0].v_scales, tiles[0].k_next, scores[0] + row0 * kTile},
       {tiles[1].v, tiles[1].v_scales, tiles[1].k_next, scores[1] + row0 * kTile}};
   AccumulateParts<kRows, false, kTile, 2>(v, v_stride, ps, v_head_dim, index_of_offset, acc,
@@ -259,9 +263,10 @@ HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real,
 // chronological order (BlockPairOfTiles: the steps of a tile twice as tall, one max, one
 // correction and one reload of the accumulators per pair); every other row takes tile after tile
 // (BlockTile). Which rows merge depends on each row's own range and the tiles' positions only,
-// never on the storage, the call or the block (a row's bits as alone). `round_p`: BlockTile's.
-template <size_t kRows, uint64_t kTile>
-HWY_INLINE void BlockTwoTiles(bool round_p, Row* rows, size_t num_real, const TileRefs<BF16>* tiles,
+// never on the storage, the call or the block (a row's bits as alone). `round_p` and T (BF16,
+// or int8 in the exact mode): BlockTile's.
+template <size_t kRows, uint64_t kTile, typename T>
+HWY_INLINE void BlockTwoTiles(bool round_p, Row* rows, size_t num_real, const TileRefs<T>* tiles,
                               size_t dim_stride, const PrefetchShape& ps, size_t v_stride,
                               size_t head_dim, size_t v_head_dim, float soft_cap,
                               const int32_t* lane_offsets, const int32_t* index_of_offset,
@@ -281,15 +286,16 @@ HWY_INLINE void BlockTwoTiles(bool round_p, Row* rows, size_t num_real, const Ti
   size_t num_whole = 0;
   for (size_t r = 0; r < num_real; ++r) num_whole += whole(rows[r]) ? 1 : 0;
   if (num_whole == num_real) {
-    return BlockPairOfTiles<kRows, kTile>(round_p, rows, num_real, tiles, v_stride, ps, v_head_dim,
-                                          soft_cap, lane_offsets, index_of_offset, scores, 0);
+    return BlockPairOfTiles<kRows, kTile, T>(round_p, rows, num_real, tiles, v_stride, ps,
+                                             v_head_dim, soft_cap, lane_offsets, index_of_offset,
+                                             scores, 0);
   }
   if (num_whole == 0) return one_by_one(std::integral_constant<size_t, kRows>(), rows, num_real, 0);
   // Rows of both kinds (a prefill's rows near their windows' edges): each row alone.
   for (size_t r = 0; r < num_real; ++r) {
     if (whole(rows[r])) {
-      BlockPairOfTiles<1, kTile>(round_p, rows + r, 1, tiles, v_stride, ps, v_head_dim, soft_cap,
-                                 lane_offsets, index_of_offset, scores, r);
+      BlockPairOfTiles<1, kTile, T>(round_p, rows + r, 1, tiles, v_stride, ps, v_head_dim, soft_cap,
+                                    lane_offsets, index_of_offset, scores, r);
     } else {
       one_by_one(std::integral_constant<size_t, 1>(), rows + r, 1, r);
     }

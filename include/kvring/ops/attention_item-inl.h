@@ -63,10 +63,10 @@ class ItemRunner {
       kPath == ProductPath::kInt8AvxVnni || (kPath == ProductPath::kInt8 && kVnniTile<kTile>);
   using Shape = TileShape<kTile>;
   using Element = ElementKernel<T>;
-  // BF16 tiles of 16 positions or fewer go in aligned pairs (TwoTiles; not on vdpbf16ps or
-  // SCALAR, and int8 tiles one at a time).
+  // Tiles of 16 positions or fewer go in aligned pairs (TwoTiles), but not on SCALAR,
+  // vdpbf16ps or integer products.
   static constexpr bool kTilePairs =
-      HWY_TARGET != HWY_SCALAR && kTile <= 16 && Element::kPairedScores && !kNative;
+      HWY_TARGET != HWY_SCALAR && kTile <= 16 && !kNative && !kInt8Products;
   static_assert(Shape::kMaxRegRows <= kMaxRegisterRows, "the scratch holds 8 rows of scores");
 
   ItemRunner(const KVView<Layout>& kv, const AttentionBatch& batch, const AttentionOptions& options,
@@ -387,15 +387,15 @@ class ItemRunner {
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (kTilePairs) {
-      const TileRefs<BF16> pair[2] = {first, second};
+      const TileRefs<T> pair[2] = {first, second};
       ForEachBlock(walk, [&](auto k_rows, Row* block, size_t num_real) {
         constexpr size_t kRows = decltype(k_rows)::value;
         const float* q[kRows];
         for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
         const bool lead = block[0].q == walk.rows[0].q;  // (`block` may be the padded copy)
-        const BF16* v_now[2] = {lead ? first.v : nullptr, lead ? second.v : nullptr};
+        const T* v_now[2] = {lead ? first.v : nullptr, lead ? second.v : nullptr};
         float* out[2] = {scores_, scores_ + Shape::kMaxRegRows * kTile};
-        if constexpr (kPairDims<kTile>) {
+        if constexpr (kPairDims<kTile> && Element::kPairedScores) {
           const BF16* k_tiles[2] = {first.k, second.k};
           TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);
         } else {
