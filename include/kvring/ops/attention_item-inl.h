@@ -382,8 +382,8 @@ class ItemRunner {
   }
 
   // Runs every register block over an aligned pair of tiles, scored together where their
-  // scores pair dims (TwoTileScoresPaired), else one by one (only the first block prefetches
-  // their V); then BlockTwoTiles: a row that sees both whole takes one softmax step.
+  // scores pair dims (TwoTileScoresPaired: only the first block prefetches their V), else one
+  // by one (TileScores); then BlockTwoTiles: a row that sees both whole takes one softmax step.
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (kTilePairs) {
@@ -392,15 +392,15 @@ class ItemRunner {
         constexpr size_t kRows = decltype(k_rows)::value;
         const float* q[kRows];
         for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
-        const bool lead = block[0].q == walk.rows[0].q;  // (`block` may be the padded copy)
-        const T* v_now[2] = {lead ? first.v : nullptr, lead ? second.v : nullptr};
         float* out[2] = {scores_, scores_ + Shape::kMaxRegRows * kTile};
         if constexpr (kPairDims<kTile> && Element::kPairedScores) {
+          const bool lead = block[0].q == walk.rows[0].q;  // (`block` may be the padded copy)
+          const BF16* v_now[2] = {lead ? first.v : nullptr, lead ? second.v : nullptr};
           const BF16* k_tiles[2] = {first.k, second.k};
           TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);
         } else {
           for (size_t t = 0; t < 2; ++t) {
-            TileScores<kRows, kTile>(q, pair[t].k, walk.dim_stride, head_dim_, v_now[t],
+            TileScores<kRows, kTile>(q, pair[t].k, walk.dim_stride, head_dim_, pair[t].v,
                                      walk.prefetch, out[t]);
           }
         }
