@@ -602,8 +602,8 @@ void RegisterAll() {
     int8_runs.push_back({kvring::Format::kInt8Hadamard, true, products});
   }
   // Backends: flash, tiled (16 rows), for the integer-product mode tiled64 (taller tiles:
-  // fewer softmax steps per position), and for int8 (not int8h) tiled32, whose exact-mode
-  // tiles fill whole AVX-512 vectors (tiled16's fill half: int8 tiles are not scored by dim).
+  // fewer softmax steps per position), and for int8 (not int8h) tiled32, the fastest exact
+  // int8 decode on the Zen 5 host (docs/benchmarks.md).
   for (const Shape& s : int8_shapes) {
     for (int backend = 0; backend < 4; ++backend) {
       for (const Int8Run& run : int8_runs) {

@@ -298,21 +298,20 @@ class ItemRunner {
     }
   }
 
-  // Runs one register block over `tile`; `scored`: tile_scores already holds its raw scores.
+  // Runs one register block over `tile`, scoring it into scores_.
   template <size_t kRows>
-  HWY_INLINE void BlockOver(const Walk& walk, const TileRefs<T>& tile, float* tile_scores,
-                            bool scored, Row* block, size_t num_real) const {
+  HWY_INLINE void BlockOver(const Walk& walk, const TileRefs<T>& tile, Row* block,
+                            size_t num_real) const {
     if constexpr (kInt8Products) {
       BlockTileInt8<kRows, kTile, kIntDot>(
           block, num_real, tile.pos, tile.k, walk.dim_stride, tile.k_next, walk.prefetch, tile.v,
           tile.v_ahead, walk.v_stride, tile.k_scales, tile.v_scales, head_dim_, v_head_dim_,
-          options_.soft_cap, lane_offsets_, index_of_offset_, tile_scores);
+          options_.soft_cap, lane_offsets_, index_of_offset_, scores_);
     } else {
-      BlockTile<kRows, kTile, kNative>(path_ == ProductPath::kBF16Widened, block, num_real,
-                                       tile.pos, tile.k, walk.dim_stride, tile.k_next,
-                                       walk.prefetch, tile.v, walk.v_stride, tile.k_scales,
-                                       tile.v_scales, head_dim_, v_head_dim_, options_.soft_cap,
-                                       lane_offsets_, index_of_offset_, tile_scores, scored);
+      BlockTile<kRows, kTile, kNative>(
+          path_ == ProductPath::kBF16Widened, block, num_real, tile.pos, tile.k, walk.dim_stride,
+          tile.k_next, walk.prefetch, tile.v, walk.v_stride, tile.k_scales, tile.v_scales,
+          head_dim_, v_head_dim_, options_.soft_cap, lane_offsets_, index_of_offset_, scores_);
     }
   }
 
@@ -328,7 +327,7 @@ class ItemRunner {
     ForEachBlock(
         walk,
         [&](auto k_rows, Row* block, size_t num_real) {
-          BlockOver<decltype(k_rows)::value>(walk, tile, scores_, false, block, num_real);
+          BlockOver<decltype(k_rows)::value>(walk, tile, block, num_real);
         },
         begin, end);
   }
