@@ -257,14 +257,41 @@ HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real, const
                                           correction, 0, 0);
 }
 
+// BlockTwoTiles' rows when some of them do not see both tiles whole (a range's first and last
+// pair, a prefill's rows at their windows' edges): each row alone, one softmax step over both
+// tiles if it sees them whole (BlockPairOfTiles), else tile after tile (BlockTile, its scores
+// given). Out of line, one copy per tile height and element type for every register block
+// width: such pairs are few, and inlined copies per width made the pairs' code four times the
+// one-tile path's.
+template <uint64_t kTile, typename T>
+HWY_NOINLINE void RowsOverTwoTiles(bool round_p, Row* rows, size_t num_real,
+                                   const TileRefs<T>* tiles, size_t dim_stride,
+                                   const PrefetchShape& ps, size_t v_stride, size_t head_dim,
+                                   size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
+                                   const int32_t* index_of_offset, float* const* scores) {
+  for (size_t r = 0; r < num_real; ++r) {
+    if (rows[r].lo <= tiles[0].pos && rows[r].hi >= tiles[0].pos + 2 * kTile) {
+      BlockPairOfTiles<1, kTile, T>(round_p, rows + r, 1, tiles, v_stride, ps, v_head_dim, soft_cap,
+                                    lane_offsets, index_of_offset, scores, r);
+      continue;
+    }
+    for (size_t t = 0; t < 2; ++t) {
+      BlockTile<1, kTile, false>(round_p, rows + r, 1, tiles[t].pos, tiles[t].k, dim_stride,
+                                 tiles[t].k_next, ps, tiles[t].v, v_stride, tiles[t].k_scales,
+                                 tiles[t].v_scales, head_dim, v_head_dim, soft_cap, lane_offsets,
+                                 index_of_offset, scores[t] + r * kTile, true);
+    }
+  }
+}
+
 // One register block over an aligned pair of consecutive tiles (the first at an even tile),
 // both scored into scores[0] and scores[1] (row stride kTile: TileScoresPaired). A row that sees
 // both tiles whole takes them as one softmax step and one V pass over their positions in
 // chronological order (BlockPairOfTiles: the steps of a tile twice as tall, one max, one
 // correction and one reload of the accumulators per pair); every other row takes tile after tile
-// (BlockTile). Which rows merge depends on each row's own range and the tiles' positions only,
-// never on the storage, the call or the block (a row's bits as alone). `round_p` and T (BF16,
-// or int8 in the exact mode): BlockTile's.
+// (RowsOverTwoTiles). Which rows merge depends on each row's own range and the tiles' positions
+// only, never on the storage, the call or the block (a row's bits as alone). `round_p` and T
+// (BF16, or int8 in the exact mode): BlockTile's.
 template <size_t kRows, uint64_t kTile, typename T>
 HWY_INLINE void BlockTwoTiles(bool round_p, Row* rows, size_t num_real, const TileRefs<T>* tiles,
                               size_t dim_stride, const PrefetchShape& ps, size_t v_stride,
@@ -272,34 +299,15 @@ HWY_INLINE void BlockTwoTiles(bool round_p, Row* rows, size_t num_real, const Ti
                               const int32_t* lane_offsets, const int32_t* index_of_offset,
                               float* const* scores) {
   KVRING_DASSERT(tiles[0].pos % (2 * kTile) == 0 && tiles[1].pos == tiles[0].pos + kTile);
-  const auto whole = [&](const Row& row) {
-    return row.lo <= tiles[0].pos && row.hi >= tiles[0].pos + 2 * kTile;
-  };
-  const auto one_by_one = [&](auto k_rows, Row* block, size_t real, size_t r) {
-    for (size_t t = 0; t < 2; ++t) {
-      BlockTile<decltype(k_rows)::value, kTile, false>(
-          round_p, block, real, tiles[t].pos, tiles[t].k, dim_stride, tiles[t].k_next, ps,
-          tiles[t].v, v_stride, tiles[t].k_scales, tiles[t].v_scales, head_dim, v_head_dim,
-          soft_cap, lane_offsets, index_of_offset, scores[t] + r * kTile, true);
-    }
-  };
-  size_t num_whole = 0;
-  for (size_t r = 0; r < num_real; ++r) num_whole += whole(rows[r]) ? 1 : 0;
-  if (num_whole == num_real) {
-    return BlockPairOfTiles<kRows, kTile, T>(round_p, rows, num_real, tiles, v_stride, ps,
-                                             v_head_dim, soft_cap, lane_offsets, index_of_offset,
-                                             scores, 0);
-  }
-  if (num_whole == 0) return one_by_one(std::integral_constant<size_t, kRows>(), rows, num_real, 0);
-  // Rows of both kinds (a prefill's rows near their windows' edges): each row alone.
   for (size_t r = 0; r < num_real; ++r) {
-    if (whole(rows[r])) {
-      BlockPairOfTiles<1, kTile, T>(round_p, rows + r, 1, tiles, v_stride, ps, v_head_dim, soft_cap,
-                                    lane_offsets, index_of_offset, scores, r);
-    } else {
-      one_by_one(std::integral_constant<size_t, 1>(), rows + r, 1, r);
+    if (rows[r].lo > tiles[0].pos || rows[r].hi < tiles[0].pos + 2 * kTile) {
+      return RowsOverTwoTiles<kTile, T>(round_p, rows, num_real, tiles, dim_stride, ps, v_stride,
+                                        head_dim, v_head_dim, soft_cap, lane_offsets,
+                                        index_of_offset, scores);
     }
   }
+  BlockPairOfTiles<kRows, kTile, T>(round_p, rows, num_real, tiles, v_stride, ps, v_head_dim,
+                                    soft_cap, lane_offsets, index_of_offset, scores, 0);
 }
 
 // Returns a 64-byte aligned pointer at or after `p`.

@@ -63,10 +63,11 @@ class ItemRunner {
       kPath == ProductPath::kInt8AvxVnni || (kPath == ProductPath::kInt8 && kVnniTile<kTile>);
   using Shape = TileShape<kTile>;
   using Element = ElementKernel<T>;
-  // Tiles of 16 positions or fewer go in aligned pairs (TwoTiles), but not on SCALAR,
-  // vdpbf16ps or integer products.
-  static constexpr bool kTilePairs =
-      HWY_TARGET != HWY_SCALAR && kTile <= 16 && !kNative && !kInt8Products;
+  // Tiles of 16 positions or fewer go in aligned pairs (TwoTiles), but not on vdpbf16ps, integer
+  // products, the fallbacks or pre-AVX2 x86 (pairs doubled those kernels' compile time).
+  static constexpr bool kTilePairs = HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 &&
+                                     HWY_TARGET != HWY_SSSE3 && HWY_TARGET != HWY_SSE4 &&
+                                     kTile <= 16 && !kNative && !kInt8Products;
   static_assert(Shape::kMaxRegRows <= kMaxRegisterRows, "the scratch holds 8 rows of scores");
 
   ItemRunner(const KVView<Layout>& kv, const AttentionBatch& batch, const AttentionOptions& options,
