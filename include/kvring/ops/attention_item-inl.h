@@ -264,25 +264,25 @@ class ItemRunner {
     }
     tile.v_scales = Element::template TileScales<kTile>(kv_.k_scales, kv_.v_scales, at.scales,
                                                         work_.Latent(), &tile.k_scales);
-    if constexpr (kInt8Products) {
-      // The integer passes read a tile's bytes faster than memory brings them: each prefetches
-      // a whole tile or two ahead (IntTilesAhead: the K pass that tile's V, the V pass the K of
-      // the tile after it).
-      const uint64_t next = tile_pos + int_ahead_ * kTile, after = next + kTile;
+    if constexpr (std::is_same<T, int8_t>::value) {
+      // Int8, both modes: the scales of the tile IntTilesAhead ahead (a line each).
+      const uint64_t next = tile_pos + int_ahead_ * kTile;
       const TileOffsets next_at = walk.address(next < kv_.end_pos ? next : tile_pos);
-      tile.v_ahead = latent_values_ != nullptr ? tile.v : v_base_ + next_at.v;
-      tile.k_next =
-          after < kv_.end_pos ? k_base_ + walk.address(after).k : KAfter(walk, tile_pos, 1);
-      // And the next tile's scales (a line each).
       hwy::Prefetch(kv_.k_scales + next_at.scales);
       if (kv_.v_scales != nullptr) hwy::Prefetch(kv_.v_scales + next_at.scales);
-    } else {
-      // BF16: KTilesAhead. int8 tiles of 4 KiB of K or less: two ahead, as the integer passes
-      // (a flash int8 tile's K is half of each line, so the next tile's lines are often the
-      // current ones).
-      tile.k_next =
-          KAfter(walk, tile_pos, std::is_same<T, int8_t>::value ? int_ahead_ : walk.k_ahead);
+      if constexpr (kInt8Products) {
+        // The integer passes read a tile's bytes faster than memory brings them: the K pass
+        // prefetches the V of that tile ahead, the V pass the K of the tile after it.
+        const uint64_t after = next + kTile;
+        tile.v_ahead = latent_values_ != nullptr ? tile.v : v_base_ + next_at.v;
+        tile.k_next =
+            after < kv_.end_pos ? k_base_ + walk.address(after).k : KAfter(walk, tile_pos, 1);
+        return tile;
+      }
     }
+    // BF16: KTilesAhead; int8: IntTilesAhead (a flash int8 tile's K is half of each dim's line).
+    tile.k_next =
+        KAfter(walk, tile_pos, std::is_same<T, int8_t>::value ? int_ahead_ : walk.k_ahead);
     return tile;
   }
 
