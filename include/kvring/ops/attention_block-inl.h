@@ -56,6 +56,11 @@ struct TileRows {
   }
 };
 
+// Whether `row` sees every position of [pos, pos + span).
+HWY_INLINE bool SeesWhole(const Row& row, uint64_t pos, uint64_t span) {
+  return row.lo <= pos && row.hi >= pos + span;
+}
+
 // The offsets [first, last] of the tile at `tile_pos` that some of the `num` rows see.
 template <uint64_t kTile>
 HWY_INLINE std::pair<int32_t, int32_t> SeenBy(const Row* rows, size_t num, uint64_t tile_pos) {
@@ -270,7 +275,7 @@ HWY_NOINLINE void RowsOverTwoTiles(bool round_p, Row* rows, size_t num_real,
                                    size_t v_head_dim, float soft_cap, const int32_t* lane_offsets,
                                    const int32_t* index_of_offset, float* const* scores) {
   for (size_t r = 0; r < num_real; ++r) {
-    if (rows[r].lo <= tiles[0].pos && rows[r].hi >= tiles[0].pos + 2 * kTile) {
+    if (SeesWhole(rows[r], tiles[0].pos, 2 * kTile)) {
       BlockPairOfTiles<1, kTile, T>(round_p, rows + r, 1, tiles, v_stride, ps, v_head_dim, soft_cap,
                                     lane_offsets, index_of_offset, scores, r);
       continue;
@@ -300,7 +305,7 @@ HWY_INLINE void BlockTwoTiles(bool round_p, Row* rows, size_t num_real, const Ti
                               float* const* scores) {
   KVRING_DASSERT(tiles[0].pos % (2 * kTile) == 0 && tiles[1].pos == tiles[0].pos + kTile);
   for (size_t r = 0; r < num_real; ++r) {
-    if (rows[r].lo > tiles[0].pos || rows[r].hi < tiles[0].pos + 2 * kTile) {
+    if (!SeesWhole(rows[r], tiles[0].pos, 2 * kTile)) {
       return RowsOverTwoTiles<kTile, T>(round_p, rows, num_real, tiles, dim_stride, ps, v_stride,
                                         head_dim, v_head_dim, soft_cap, lane_offsets,
                                         index_of_offset, scores);

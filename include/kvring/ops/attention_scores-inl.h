@@ -244,10 +244,7 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
   };
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
     VecArray<decltype(df), kAtOnce * kRows * kTiles * 2> acc;
-    // (Unrolled, as in SumTileDims.)
-    _Pragma("GCC unroll 64") for (size_t i = 0; i < kAtOnce * kRows * kTiles * 2; ++i) {
-      acc.Set(df, i, hn::Zero(df));
-    }
+    acc.SetAll(df, hn::Zero(df));
     // (A do-while: head_dim is a positive multiple of kAttentionDimMultiple, and a loop that
     // might not run made GCC keep acc in memory as well, zeroing its 1 KiB each tile.)
     size_t dim0 = 0;
@@ -362,10 +359,7 @@ HWY_INLINE void SumTileDims(D d, const float* const* HWY_RESTRICT q, size_t head
   // acc: partial sum s, row r, score vector i at (s * kRows + r) * kVectors + i.
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
     VecArray<D, kAtOnce * kRows * kVectors> acc;
-    // (Unrolled: GCC 12 made the loop a memset of acc's memory, dead once acc is registers.)
-    _Pragma("GCC unroll 64") for (size_t i = 0; i < kAtOnce * kRows * kVectors; ++i) {
-      acc.Set(d, i, hn::Zero(d));
-    }
+    acc.SetAll(d, hn::Zero(d));
     size_t dim0 = 0;  // (a do-while, as in TileScoresPaired)
     do {
       for (size_t s = 0; s < kAtOnce; ++s) {
