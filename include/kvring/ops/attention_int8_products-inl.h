@@ -34,6 +34,10 @@
 #include <type_traits>
 
 #include "hwy/highway.h"
+#include "kvring/attention.h"
+#include "kvring/bf16.h"
+#include "kvring/formats/format.h"
+#include "kvring/formats/hadamard.h"
 #include "kvring/kernel_limits.h"
 
 // After highway.h: per-target helpers this file uses.
@@ -89,6 +93,37 @@ HWY_INLINE void WriteInt8QueryRow(const Get& get, float scale, size_t head_dim,
   row.q_bias = 128 * sum;
 }
 
+// Writes the query row at element `src` of the batch's queries, times `scale`, into q as the
+// item's path reads it (a row of an ItemRunner with kInt8Products and kIntDot). A rotated K
+// (Format::kInt8Hadamard) has its query rotated alike first (RotateHadamard), so that q.k is
+// the product with K as it was given. The integer-product mode quantizes the row
+// (WriteInt8QueryRow: its scale into `row`); the others write it as WriteQueryRow.
+template <bool kInt8Products, bool kIntDot>
+HWY_INLINE void WriteItemQuery(const AttentionBatch& batch, size_t src, float scale, Format format,
+                               ProductPath path, size_t head_dim, float* HWY_RESTRICT q, Row& row) {
+  const auto write = [&](const auto& get) {
+    if constexpr (kInt8Products) {
+      WriteInt8QueryRow<kIntDot>(get, scale, head_dim, q, row);
+    } else {
+      WriteQueryRow(path, get, scale, head_dim, q);
+    }
+  };
+  const float* in_f32 = batch.queries_f32 == nullptr ? nullptr : batch.queries_f32 + src;
+  const BF16* in_bf16 = batch.queries_bf16 == nullptr ? nullptr : batch.queries_bf16 + src;
+  if (RotatesK(format)) {
+    float rotated[kMaxAttentionHeadDim];
+    for (size_t dim = 0; dim < head_dim; ++dim) {
+      rotated[dim] = in_f32 != nullptr ? in_f32[dim] : BF16ToF32(in_bf16[dim]);
+    }
+    RotateHadamard(rotated, head_dim);
+    write([&rotated](size_t dim) { return rotated[dim]; });
+  } else if (in_f32 != nullptr) {
+    write([in_f32](size_t dim) { return in_f32[dim]; });
+  } else {
+    write([in_bf16](size_t dim) { return BF16ToF32(in_bf16[dim]); });
+  }
+}
+
 // Turns one row's probabilities of a tile (natural lane order: int8's) into its V weights:
 // w = p * v_scale for the offsets in [lo_off, hi_off], 0 for the others (their slots are never
 // weighed), quantized to 0..65535 with the scale max(w) / 65535, which it returns. On
@@ -96,10 +131,11 @@ HWY_INLINE void WriteInt8QueryRow(const Get& get, float scale, size_t head_dim,
 // low bytes (kTile): the V pass sums each half exactly and adds 256 * high + low; elsewhere
 // they replace p, times the scale (the quantized weights, for the exact mode's V pass). A NaN
 // weight (a NaN score or V scale), or an infinite one, makes the scale NaN: the row's output
-// is NaN.
-template <uint64_t kTile, bool kDot>
-HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_scales,
-                             int32_t lo_off, int32_t hi_off, uint8_t* HWY_RESTRICT bytes) {
+// is NaN. kParts > 1: the row's probabilities of that many tiles it sees whole (a softmax step
+// over a pair: BlockPairInt8), at p[t] with v_scales[t] and bytes[t], under one scale.
+template <uint64_t kTile, bool kDot, size_t kParts>
+HWY_INLINE float Int8Weights(float* const* HWY_RESTRICT p, const float* const* v_scales,
+                             int32_t lo_off, int32_t hi_off, uint8_t* const* bytes) {
   static_assert(ElementKernel<int8_t>::LaneOffset(1, 2, 8) == 10, "natural lane order");
   const SureF32<static_cast<size_t>(kTile)> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -110,14 +146,16 @@ HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_
   const auto hi = hn::Set(di, hi_off + 1);
   V max = hn::Zero(df);
   bool nan = false;
-  for (size_t i = 0; i < kTile; i += kLanes) {
-    const auto offsets = hn::Add(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(i)));
-    const auto visible = hn::RebindMask(df, hn::And(hn::Gt(offsets, lo), hn::Lt(offsets, hi)));
-    const V w =
-        hn::IfThenElseZero(visible, hn::Mul(hn::LoadU(df, p + i), hn::LoadU(df, v_scales + i)));
-    nan |= !hn::AllTrue(df, hn::Eq(w, w));
-    max = hn::Max(max, hn::IfThenElseZero(hn::Eq(w, w), w));
-    hn::StoreU(w, df, p + i);
+  for (size_t t = 0; t < kParts; ++t) {
+    for (size_t i = 0; i < kTile; i += kLanes) {
+      const auto offsets = hn::Add(hn::Iota(di, 0), hn::Set(di, static_cast<int32_t>(i)));
+      const auto visible = hn::RebindMask(df, hn::And(hn::Gt(offsets, lo), hn::Lt(offsets, hi)));
+      const V w = hn::IfThenElseZero(
+          visible, hn::Mul(hn::LoadU(df, p[t] + i), hn::LoadU(df, v_scales[t] + i)));
+      nan |= !hn::AllTrue(df, hn::Eq(w, w));
+      max = hn::Max(max, hn::IfThenElseZero(hn::Eq(w, w), w));
+      hn::StoreU(w, df, p[t] + i);
+    }
   }
   const float max_w = hn::GetLane(hn::MaxOfLanes(df, max));
   const bool finite = !nan && max_w <= std::numeric_limits<float>::max();
@@ -126,17 +164,27 @@ HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_
   const float scale = !finite        ? std::numeric_limits<float>::quiet_NaN()
                       : max_w > 0.0f ? max_w / kWeightLevels
                                      : 0.0f;
-  for (size_t i = 0; i < kTile; i += kLanes) {
-    const V level = hn::Min(hn::Round(hn::Mul(hn::LoadU(df, p + i), inverse)), top);
-    if constexpr (kDot) {
-      const auto bits = hn::ConvertTo(di, level);
-      hn::StoreU(hn::DemoteTo(d8, hn::ShiftRight<8>(bits)), d8, bytes + i);
-      hn::StoreU(hn::DemoteTo(d8, hn::And(bits, hn::Set(di, 255))), d8, bytes + kTile + i);
-    } else {
-      hn::StoreU(hn::Mul(level, hn::Set(df, scale)), df, p + i);
+  for (size_t t = 0; t < kParts; ++t) {
+    for (size_t i = 0; i < kTile; i += kLanes) {
+      const V level = hn::Min(hn::Round(hn::Mul(hn::LoadU(df, p[t] + i), inverse)), top);
+      if constexpr (kDot) {
+        const auto bits = hn::ConvertTo(di, level);
+        hn::StoreU(hn::DemoteTo(d8, hn::ShiftRight<8>(bits)), d8, bytes[t] + i);
+        hn::StoreU(hn::DemoteTo(d8, hn::And(bits, hn::Set(di, 255))), d8, bytes[t] + kTile + i);
+      } else {
+        hn::StoreU(hn::Mul(level, hn::Set(df, scale)), df, p[t] + i);
+      }
     }
   }
   return scale;
+}
+template <uint64_t kTile, bool kDot>
+HWY_INLINE float Int8Weights(float* HWY_RESTRICT p, const float* HWY_RESTRICT v_scales,
+                             int32_t lo_off, int32_t hi_off, uint8_t* HWY_RESTRICT bytes) {
+  float* const parts[1] = {p};
+  const float* const scales[1] = {v_scales};
+  uint8_t* const outs[1] = {bytes};
+  return Int8Weights<kTile, kDot, 1>(parts, scales, lo_off, hi_off, outs);
 }
 
 // One register block of kRows rows over one int8 tile in the integer-product mode (see
@@ -240,6 +288,103 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
     if (seen.active[r]) accumulate(std::integral_constant<size_t, 1>(), r);
   }
 }
+
+#if HWY_TARGET == HWY_AVX3_DL
+// BlockTwoTilesInt8's merged step: kRows rows (num_real real) that see both tiles of an aligned
+// pair whole, on vpdpbusd. Each tile is scored as alone (Int8TileScoresVnni), then a row takes
+// both as one softmax step (SoftmaxRow over 2 * kTile positions) whose V weights share one
+// scale (Int8Weights over both), and the V pass sums each tile exactly in int32 (the first
+// applies the step's correction). One max, one correction and one weight scale per pair: a
+// tile's fixed steps were a third of a 16-slot tile's time (Zen 5, decode).
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void BlockPairInt8(Row* rows, size_t num_real, const TileRefs<int8_t>* tiles,
+                              size_t dim_stride, const PrefetchShape& ps, size_t v_stride,
+                              size_t head_dim, size_t v_head_dim, float soft_cap,
+                              const int32_t* lane_offsets, float* const* scores) {
+  static_assert(kVnniTile<kTile>, "vpdpbusd: its tiles only");
+  const int8_t* q[kRows];
+  int32_t q_bias[kRows];
+  float q_scale[kRows], w_scale[kRows], correction[kRows], unchanged[kRows];
+  float* acc[kRows];
+  for (size_t r = 0; r < kRows; ++r) {
+    q[r] = reinterpret_cast<const int8_t*>(rows[r].q);
+    q_bias[r] = rows[r].q_bias;
+    q_scale[r] = rows[r].q_scale;
+    w_scale[r] = 0.0f;
+    correction[r] = unchanged[r] = 1.0f;
+    acc[r] = rows[r].acc;
+  }
+  for (size_t t = 0; t < 2; ++t) {
+    Int8TileScoresVnni<kRows, kTile>(q, q_bias, q_scale, tiles[t].k_scales, tiles[t].k, dim_stride,
+                                     head_dim, tiles[t].v_ahead, ps, scores[t]);
+  }
+  alignas(64) uint8_t weight_bytes[2][kRows][2 * kTile];  // per tile: high bytes, then low
+  for (size_t r = 0; r < kRows; ++r) {
+    uint8_t* const bytes[2] = {weight_bytes[0][r], weight_bytes[1][r]};
+    if (r >= num_real) {  // the block's padding weighs every position 0
+      for (size_t i = 0; i < 2 * kTile; ++i) bytes[0][i] = bytes[1][i] = 0;
+      continue;
+    }
+    float* const p[2] = {scores[0] + r * kTile, scores[1] + r * kTile};
+    const float* const v_scales[2] = {tiles[0].v_scales, tiles[1].v_scales};
+    const int32_t last = static_cast<int32_t>(kTile) - 1;
+    correction[r] = SoftmaxRow<kTile, 2>(p, lane_offsets, 0, last, soft_cap, rows[r]);
+    w_scale[r] = Int8Weights<kTile, true, 2>(p, v_scales, 0, last, bytes);
+  }
+  for (size_t t = 0; t < 2; ++t) {
+    const uint8_t* w[kRows];
+    for (size_t r = 0; r < kRows; ++r) w[r] = weight_bytes[t][r];
+    AccumulateInt8TileVnni<kRows, kTile>(tiles[t].v, v_stride, tiles[t].k_next, ps, v_head_dim, w,
+                                         w_scale, acc, t == 0 ? correction : unchanged);
+  }
+}
+
+// BlockTwoTilesInt8's rows when some of them do not see both tiles whole (a range's first and
+// last pair, a prefill's rows at their windows' edges): each row alone, one step over both
+// tiles if it sees them whole, else tile after tile. Out of line, as RowsOverTwoTiles.
+template <uint64_t kTile>
+HWY_NOINLINE void RowsOverTwoTilesInt8(Row* rows, size_t num_real, const TileRefs<int8_t>* tiles,
+                                       size_t dim_stride, const PrefetchShape& ps, size_t v_stride,
+                                       size_t head_dim, size_t v_head_dim, float soft_cap,
+                                       const int32_t* lane_offsets, const int32_t* index_of_offset,
+                                       float* const* scores) {
+  for (size_t r = 0; r < num_real; ++r) {
+    if (SeesWhole(rows[r], tiles[0].pos, 2 * kTile)) {
+      BlockPairInt8<1, kTile>(rows + r, 1, tiles, dim_stride, ps, v_stride, head_dim, v_head_dim,
+                              soft_cap, lane_offsets, scores);
+      continue;
+    }
+    for (size_t t = 0; t < 2; ++t) {
+      BlockTileInt8<1, kTile, true>(rows + r, 1, tiles[t].pos, tiles[t].k, dim_stride,
+                                    tiles[t].k_next, ps, tiles[t].v, tiles[t].v_ahead, v_stride,
+                                    tiles[t].k_scales, tiles[t].v_scales, head_dim, v_head_dim,
+                                    soft_cap, lane_offsets, index_of_offset, scores[t]);
+    }
+  }
+}
+
+// The integer-product mode's BlockTwoTiles (AVX3_DL): one register block over an aligned pair
+// of consecutive tiles; rows that see both whole take them as one softmax step
+// (BlockPairInt8), every other row tile after tile (RowsOverTwoTilesInt8). Which rows merge
+// depends on each row's own range and the tiles' positions only (a row's bits as alone).
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void BlockTwoTilesInt8(Row* rows, size_t num_real, const TileRefs<int8_t>* tiles,
+                                  size_t dim_stride, const PrefetchShape& ps, size_t v_stride,
+                                  size_t head_dim, size_t v_head_dim, float soft_cap,
+                                  const int32_t* lane_offsets, const int32_t* index_of_offset,
+                                  float* const* scores) {
+  KVRING_DASSERT(tiles[0].pos % (2 * kTile) == 0 && tiles[1].pos == tiles[0].pos + kTile);
+  for (size_t r = 0; r < num_real; ++r) {
+    if (!SeesWhole(rows[r], tiles[0].pos, 2 * kTile)) {
+      return RowsOverTwoTilesInt8<kTile>(rows, num_real, tiles, dim_stride, ps, v_stride, head_dim,
+                                         v_head_dim, soft_cap, lane_offsets, index_of_offset,
+                                         scores);
+    }
+  }
+  BlockPairInt8<kRows, kTile>(rows, num_real, tiles, dim_stride, ps, v_stride, head_dim, v_head_dim,
+                              soft_cap, lane_offsets, scores);
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL
 
 }  // namespace attention_internal
 // NOLINTNEXTLINE(google-readability-namespace-comments)

@@ -24,7 +24,6 @@
 #include "hwy/highway.h"
 #include "kvring/attention.h"
 #include "kvring/bf16.h"
-#include "kvring/formats/hadamard.h"
 #include "kvring/kernel_limits.h"
 #include "kvring/kv_view.h"
 #include "kvring/views.h"
@@ -63,11 +62,13 @@ class ItemRunner {
       kPath == ProductPath::kInt8AvxVnni || (kPath == ProductPath::kInt8 && kVnniTile<kTile>);
   using Shape = TileShape<kTile>;
   using Element = ElementKernel<T>;
-  // Tiles of 16 positions or fewer go in aligned pairs (TwoTiles), but not on vdpbf16ps, integer
-  // products, the fallbacks or pre-AVX2 x86 (pairs doubled those kernels' compile time).
+  // Tiles of 16 positions or fewer go in aligned pairs (TwoTiles), but not on vdpbf16ps, the
+  // fallbacks or pre-AVX2 x86 (pairs doubled those kernels' compile time); integer products
+  // only on AVX-512 VNNI (kIntPairs).
   static constexpr bool kTilePairs = HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 &&
                                      HWY_TARGET != HWY_SSSE3 && HWY_TARGET != HWY_SSE4 &&
                                      kTile <= 16 && !kNative && !kInt8Products;
+  static constexpr bool kIntPairs = kPath == ProductPath::kInt8 && kIntDot && kTile <= 16;
   static_assert(Shape::kMaxRegRows <= kMaxRegisterRows, "the scratch holds 8 rows of scores");
 
   ItemRunner(const KVView<Layout>& kv, const AttentionBatch& batch, const AttentionOptions& options,
@@ -182,8 +183,9 @@ class ItemRunner {
       const uint64_t q_pos = batch_.first_q_pos + query;
       Row& state = rows[r];
       float* q = q_rows_ + row * q_stride_;
-      WriteQuery(static_cast<size_t>(query * work_.QRowStride()) + q_head * head_dim_, scale, q,
-                 state);
+      WriteItemQuery<kInt8Products, kIntDot>(
+          batch_, static_cast<size_t>(query * work_.QRowStride()) + q_head * head_dim_, scale,
+          kv_.format, path_, head_dim_, q, state);
       state.q = q;
       state.acc = acc_rows_ + row * acc_stride_;
       std::memset(state.acc, 0, acc_stride_ * sizeof(float));
@@ -197,35 +199,6 @@ class ItemRunner {
         if (state.lo < *pos_begin) *pos_begin = state.lo;
         if (state.hi > *pos_end) *pos_end = state.hi;
       }
-    }
-  }
-
-  // Writes the query row at element `src` of the batch's queries, times `scale`, into q as
-  // the path reads it. A rotated K (kInt8Hadamard) has its query rotated alike first
-  // (RotateHadamard), so that q.k is the product with K as it was given. The integer-product
-  // mode quantizes the row (WriteInt8QueryRow: its scale into `row`).
-  HWY_INLINE void WriteQuery(size_t src, float scale, float* HWY_RESTRICT q, Row& row) const {
-    const float* in_f32 = batch_.queries_f32 == nullptr ? nullptr : batch_.queries_f32 + src;
-    const BF16* in_bf16 = batch_.queries_bf16 == nullptr ? nullptr : batch_.queries_bf16 + src;
-    if (RotatesK(kv_.format)) {
-      float rotated[kMaxAttentionHeadDim];
-      for (size_t dim = 0; dim < head_dim_; ++dim) {
-        rotated[dim] = in_f32 != nullptr ? in_f32[dim] : BF16ToF32(in_bf16[dim]);
-      }
-      RotateHadamard(rotated, head_dim_);
-      WriteRow([&rotated](size_t dim) { return rotated[dim]; }, scale, q, row);
-    } else if (in_f32 != nullptr) {
-      WriteRow([in_f32](size_t dim) { return in_f32[dim]; }, scale, q, row);
-    } else {
-      WriteRow([in_bf16](size_t dim) { return BF16ToF32(in_bf16[dim]); }, scale, q, row);
-    }
-  }
-  template <class Get>
-  HWY_INLINE void WriteRow(const Get& get, float scale, float* HWY_RESTRICT q, Row& row) const {
-    if constexpr (kInt8Products) {
-      WriteInt8QueryRow<kIntDot>(get, scale, head_dim_, q, row);
-    } else {
-      WriteQueryRow(path_, get, scale, head_dim_, q);
     }
   }
 
@@ -383,8 +356,20 @@ class ItemRunner {
 
   // Runs every register block over an aligned pair of tiles, scored together where their
   // scores pair dims (TwoTileScoresPaired: only the first block prefetches their V), else one
-  // by one (TileScores); then BlockTwoTiles: a row that sees both whole takes one softmax step.
+  // by one (TileScores); then BlockTwoTiles: a row that sees both whole takes one softmax step
+  // (integer products: BlockTwoTilesInt8).
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
+#if HWY_TARGET == HWY_AVX3_DL
+    if constexpr (kIntPairs) {
+      const TileRefs<T> pair[2] = {first, second};
+      float* out[2] = {scores_, scores_ + Shape::kMaxRegRows * kTile};
+      return ForEachBlock(walk, [&](auto k_rows, Row* block, size_t num_real) {
+        BlockTwoTilesInt8<decltype(k_rows)::value, kTile>(
+            block, num_real, pair, walk.dim_stride, walk.prefetch, walk.v_stride, head_dim_,
+            v_head_dim_, options_.soft_cap, lane_offsets_, index_of_offset_, out);
+      });
+    }
+#endif
 #if HWY_TARGET != HWY_SCALAR
     if constexpr (kTilePairs) {
       const TileRefs<T> pair[2] = {first, second};
@@ -426,7 +411,7 @@ class ItemRunner {
               TileAddresser<Layout>(kv_, item_.kv_head), 0, KTilesAhead(dim_stride)};
     // kTilePairs: tiles go two at a time, each pair from an even tile (a tile before it
     // alone), the second held here.
-    const bool two_tiles = kTilePairs && dim_stride == kTile;
+    const bool two_tiles = (kTilePairs || kIntPairs) && dim_stride == kTile;
     TileRefs<T> held;
     bool holding = false;
     ForEachTile<kTile>(pos_begin, pos_end, [&](uint64_t tile_pos) {
@@ -439,9 +424,12 @@ class ItemRunner {
         return;
       }
       holding = false;
-      // The pair prefetches the next pair: each tile's V pass the K of the tile two after it.
-      held.k_next = KAfter(walk, tile_pos, 1);
-      tile.k_next = KAfter(walk, tile_pos, 2);
+      // The pair prefetches the next pair: each tile's V pass the K of the tile two after it
+      // (integer products: as TileAt set them).
+      if (!kIntPairs) {
+        held.k_next = KAfter(walk, tile_pos, 1);
+        tile.k_next = KAfter(walk, tile_pos, 2);
+      }
       TwoTiles(walk, held, tile);
     });
     if (holding) OneTile(walk, held);
