@@ -112,7 +112,11 @@ struct PrefetchShape {
   size_t k_line_stride = 0;    // elements between a tile's K lines
   size_t k_lines = 0;          // a tile's K lines
   size_t v_bytes_per_dim = 0;  // V bytes per scored dim (a tile's V bytes / head_dim, down)
-  bool to_l2 = false;          // PrefetchLine's cache (int8 tiled tiles: L1)
+  // K lines a line of the tile's V stands for in a V pass (AccumulateChunks): 2 for int8 whose
+  // K has at least twice the V's lines (flash int8: a K line per dim, half of it the tile's;
+  // with one, the V pass left half of the next tile's K to demand loads), else 1.
+  size_t k_per_v_line = 1;
+  bool to_l2 = false;  // PrefetchLine's cache (int8 tiled tiles: L1)
 
   // element_bytes: 2 for BF16, 1 for int8 (a 64-byte line holds 64 / element_bytes).
   PrefetchShape(size_t tile, size_t dim_stride, size_t head_dim, size_t v_head_dim,
@@ -122,7 +126,10 @@ struct PrefetchShape {
         k_lines(dim_stride == tile ? tile * head_dim * element_bytes / 64
                                    : head_dim * ((tile * element_bytes + 63) / 64)),
         v_bytes_per_dim(tile * v_head_dim * element_bytes / head_dim),
-        to_l2(PrefetchAheadToL2() && (element_bytes != 1 || dim_stride != tile)) {}
+        to_l2(PrefetchAheadToL2() && (element_bytes != 1 || dim_stride != tile)) {
+    const size_t v_lines = tile * ((v_head_dim * element_bytes + 63) / 64);
+    k_per_v_line = element_bytes == 1 && k_lines >= 2 * v_lines ? 2 : 1;
+  }
 };
 
 // Prefetches the lines of this tile's V that scored dim `dim` stands for: one, or two where a

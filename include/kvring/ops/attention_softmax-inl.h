@@ -180,41 +180,54 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const VPart<T>* parts, size
   }
   const int32_t first = kMasked ? lo_off : 0;
   const int32_t last = kMasked ? hi_off : static_cast<int32_t>(kTile) - 1;
-  // Each line of the next tile's K once: position `off` stands for lines off * lines_per_pos
-  // and on (its V row's lines, counted as if V rows started on line boundaries); a chunk that
-  // starts a line prefetches the one its elements stand for, while there is one. The address
-  // steps by a fixed amount per position, so the loop adds instead of computing it (the
-  // computation, with its multiply and its reloads of the shape, took scalar ops from the
-  // ports the FMAs use: measured on Intel AVX-512).
+  // Each line of the next tile's K once: position `off` stands for V lines off * lines_per_pos
+  // and on (its V row's, counted as if V rows started on line boundaries), each V line for
+  // `per_line` K lines (PrefetchShape::k_per_v_line; BF16: 1); a chunk that starts a V line
+  // prefetches the K lines it stands for, while there are some. The address steps by a fixed
+  // amount per position, so the loop adds instead of computing it (the computation, with its
+  // multiply and its reloads of the shape, took scalar ops from the ports the FMAs use:
+  // measured on Intel AVX-512).
   constexpr size_t kPerLine = 64 / sizeof(T);
   const size_t lines_per_pos = (v_stride + kPerLine - 1) / kPerLine;
+  const size_t per_line = sizeof(T) == 1 ? ps.k_per_v_line : 1;
   // (Addresses as integers: past the last line the address is never used, nor formed as a
   // pointer.)
-  const uintptr_t step = lines_per_pos * ps.k_line_stride * sizeof(T);
+  const uintptr_t line_bytes = ps.k_line_stride * sizeof(T);
+  const uintptr_t step = lines_per_pos * per_line * line_bytes;
   for (size_t part = 0; part < kParts; ++part) {
     const T* HWY_RESTRICT v_tile = parts[part].v;
     const float* HWY_RESTRICT v_scales = parts[part].v_scales;
     const float* HWY_RESTRICT p = parts[part].p;
     uintptr_t fetch_at[kChunks];
-    int32_t fetch_end[kChunks];  // positions before it prefetch
+    // Positions before them prefetch a V line's first K line, and its second (int8).
+    int32_t fetch_end[kChunks], second_end[kChunks];
+    // The positions whose V line `line` stands for K lines below `lines` (groups of per_line).
+    const auto end_for = [&](size_t line, size_t lines) {
+      const size_t groups = (lines + per_line - 1) / per_line;
+      if (line >= groups) return first;
+      const size_t positions = (groups - line + lines_per_pos - 1) / lines_per_pos;
+      return positions < static_cast<size_t>(last) + 1 ? static_cast<int32_t>(positions) : last + 1;
+    };
     for (size_t ch = 0; ch < kChunks; ++ch) {
       const size_t d = dim0 + ch * 2 * lanes;
       const size_t line = d / kPerLine;
-      fetch_end[ch] = first;
-      if (d % kPerLine == 0 && line < ps.k_lines) {
-        const size_t positions = (ps.k_lines - line + lines_per_pos - 1) / lines_per_pos;
-        fetch_end[ch] =
-            positions < static_cast<size_t>(last) + 1 ? static_cast<int32_t>(positions) : last + 1;
-      }
-      fetch_at[ch] =
-          reinterpret_cast<uintptr_t>(parts[part].k_next) +
-          (static_cast<size_t>(first) * lines_per_pos + line) * ps.k_line_stride * sizeof(T);
+      const bool starts = d % kPerLine == 0;
+      fetch_end[ch] = starts ? end_for(line, ps.k_lines) : first;
+      // (A second line exists for the groups below k_lines / 2.)
+      second_end[ch] = starts && per_line == 2 ? end_for(line, ps.k_lines / 2 * 2) : first;
+      fetch_at[ch] = reinterpret_cast<uintptr_t>(parts[part].k_next) +
+                     (static_cast<size_t>(first) * lines_per_pos + line) * per_line * line_bytes;
     }
     for (int32_t off = first; off <= last; ++off) {
       const T* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
       const size_t index = static_cast<size_t>(index_of_offset[off]);
       for (size_t ch = 0; ch < kChunks; ++ch) {
         if (off < fetch_end[ch]) PrefetchLine(reinterpret_cast<const T*>(fetch_at[ch]), ps.to_l2);
+        if constexpr (sizeof(T) == 1) {
+          if (off < second_end[ch]) {
+            PrefetchLine(reinterpret_cast<const T*>(fetch_at[ch] + line_bytes), ps.to_l2);
+          }
+        }
         fetch_at[ch] += step;
       }
       VecArray<DF, kRows> pr;
