@@ -289,9 +289,9 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
   }
 }
 
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
 // BlockTwoTilesInt8's merged step: kRows rows (num_real real) that see both tiles of an aligned
-// pair whole, on vpdpbusd. Each tile is scored as alone (Int8TileScoresVnni), then a row takes
+// pair whole, on vpdpbusd (AVX-512 VNNI's, or AVX-VNNI's). Each tile is scored as alone (Int8TileScoresVnni), then a row takes
 // both as one softmax step (SoftmaxRow over 2 * kTile positions) whose V weights share one
 // scale (Int8Weights over both), and the V pass sums each tile exactly in int32 (the first
 // applies the step's correction). One max, one correction and one weight scale per pair: a
@@ -301,7 +301,7 @@ HWY_INLINE void BlockPairInt8(Row* rows, size_t num_real, const TileRefs<int8_t>
                               size_t dim_stride, const PrefetchShape& ps, size_t v_stride,
                               size_t head_dim, size_t v_head_dim, float soft_cap,
                               const int32_t* lane_offsets, float* const* scores) {
-  static_assert(kVnniTile<kTile>, "vpdpbusd: its tiles only");
+  static_assert(kVnniTile<kTile> || kAvxVnniTile<kTile>, "vpdpbusd: its tiles only");
   const int8_t* q[kRows];
   int32_t q_bias[kRows];
   float q_scale[kRows], w_scale[kRows], correction[kRows], unchanged[kRows];
@@ -363,7 +363,7 @@ HWY_NOINLINE void RowsOverTwoTilesInt8(Row* rows, size_t num_real, const TileRef
   }
 }
 
-// The integer-product mode's BlockTwoTiles (AVX3_DL): one register block over an aligned pair
+// The integer-product mode's BlockTwoTiles (on vpdpbusd): one register block over an aligned pair
 // of consecutive tiles; rows that see both whole take them as one softmax step
 // (BlockPairInt8), every other row tile after tile (RowsOverTwoTilesInt8). Which rows merge
 // depends on each row's own range and the tiles' positions only (a row's bits as alone).
@@ -384,7 +384,7 @@ HWY_INLINE void BlockTwoTilesInt8(Row* rows, size_t num_real, const TileRefs<int
   BlockPairInt8<kRows, kTile>(rows, num_real, tiles, dim_stride, ps, v_stride, head_dim, v_head_dim,
                               soft_cap, lane_offsets, scores);
 }
-#endif  // HWY_TARGET == HWY_AVX3_DL
+#endif  // HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
 
 }  // namespace attention_internal
 // NOLINTNEXTLINE(google-readability-namespace-comments)

@@ -64,11 +64,11 @@ class ItemRunner {
   using Element = ElementKernel<T>;
   // Tiles of 16 positions or fewer go in aligned pairs (TwoTiles), but not on vdpbf16ps, the
   // fallbacks or pre-AVX2 x86 (pairs doubled those kernels' compile time); integer products
-  // only on AVX-512 VNNI (kIntPairs).
+  // only on vpdpbusd (kIntPairs).
   static constexpr bool kTilePairs = HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 &&
                                      HWY_TARGET != HWY_SSSE3 && HWY_TARGET != HWY_SSE4 &&
                                      kTile <= 16 && !kNative && !kInt8Products;
-  static constexpr bool kIntPairs = kPath == ProductPath::kInt8 && kIntDot && kTile <= 16;
+  static constexpr bool kIntPairs = kInt8Products && kIntDot && kTile <= 16;
   static_assert(Shape::kMaxRegRows <= kMaxRegisterRows, "the scratch holds 8 rows of scores");
 
   ItemRunner(const KVView<Layout>& kv, const AttentionBatch& batch, const AttentionOptions& options,
@@ -359,7 +359,7 @@ class ItemRunner {
   // by one (TileScores); then BlockTwoTiles: a row that sees both whole takes one softmax step
   // (integer products: BlockTwoTilesInt8).
   HWY_INLINE void TwoTiles(const Walk& walk, const TileRefs<T>& first, const TileRefs<T>& second) {
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
     if constexpr (kIntPairs) {
       const TileRefs<T> pair[2] = {first, second};
       float* out[2] = {scores_, scores_ + Shape::kMaxRegRows * kTile};
