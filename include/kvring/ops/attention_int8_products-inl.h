@@ -291,11 +291,12 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
 
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
 // BlockTwoTilesInt8's merged step: kRows rows (num_real real) that see both tiles of an aligned
-// pair whole, on vpdpbusd (AVX-512 VNNI's, or AVX-VNNI's). Each tile is scored as alone (Int8TileScoresVnni), then a row takes
-// both as one softmax step (SoftmaxRow over 2 * kTile positions) whose V weights share one
-// scale (Int8Weights over both), and the V pass sums each tile exactly in int32 (the first
-// applies the step's correction). One max, one correction and one weight scale per pair: a
-// tile's fixed steps were a third of a 16-slot tile's time (Zen 5, decode).
+// pair whole, on vpdpbusd (AVX-512 VNNI's, or AVX-VNNI's). Each tile is scored as alone
+// (Int8TileScoresVnni), then a row takes both as one softmax step (SoftmaxRow over 2 * kTile
+// positions) whose V weights share one scale (Int8Weights over both), and the V pass sums each
+// tile exactly in int32 (the first applies the step's correction). One max, one correction and
+// one weight scale per pair: a tile's fixed steps were about 40 % of a 16-slot tile's time
+// (Zen 5, decode).
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void BlockPairInt8(Row* rows, size_t num_real, const TileRefs<int8_t>* tiles,
                               size_t dim_stride, const PrefetchShape& ps, size_t v_stride,
