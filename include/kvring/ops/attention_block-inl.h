@@ -60,6 +60,13 @@ struct TileRows {
 HWY_INLINE bool SeesWhole(const Row& row, uint64_t pos, uint64_t span) {
   return row.lo <= pos && row.hi >= pos + span;
 }
+// Whether each of the num_real rows at `rows` does.
+HWY_INLINE bool AllSeeWhole(const Row* rows, size_t num_real, uint64_t pos, uint64_t span) {
+  for (size_t r = 0; r < num_real; ++r) {
+    if (!SeesWhole(rows[r], pos, span)) return false;
+  }
+  return true;
+}
 
 // The offsets [first, last] of the tile at `tile_pos` that some of the `num` rows see.
 template <uint64_t kTile>
@@ -304,12 +311,10 @@ HWY_INLINE void BlockTwoTiles(bool round_p, Row* rows, size_t num_real, const Ti
                               const int32_t* lane_offsets, const int32_t* index_of_offset,
                               float* const* scores) {
   KVRING_DASSERT(tiles[0].pos % (2 * kTile) == 0 && tiles[1].pos == tiles[0].pos + kTile);
-  for (size_t r = 0; r < num_real; ++r) {
-    if (!SeesWhole(rows[r], tiles[0].pos, 2 * kTile)) {
-      return RowsOverTwoTiles<kTile, T>(round_p, rows, num_real, tiles, dim_stride, ps, v_stride,
-                                        head_dim, v_head_dim, soft_cap, lane_offsets,
-                                        index_of_offset, scores);
-    }
+  if (!AllSeeWhole(rows, num_real, tiles[0].pos, 2 * kTile)) {
+    return RowsOverTwoTiles<kTile, T>(round_p, rows, num_real, tiles, dim_stride, ps, v_stride,
+                                      head_dim, v_head_dim, soft_cap, lane_offsets, index_of_offset,
+                                      scores);
   }
   BlockPairOfTiles<kRows, kTile, T>(round_p, rows, num_real, tiles, v_stride, ps, v_head_dim,
                                     soft_cap, lane_offsets, index_of_offset, scores, 0);

@@ -375,12 +375,9 @@ HWY_INLINE void BlockTwoTilesInt8(Row* rows, size_t num_real, const TileRefs<int
                                   const int32_t* lane_offsets, const int32_t* index_of_offset,
                                   float* const* scores) {
   KVRING_DASSERT(tiles[0].pos % (2 * kTile) == 0 && tiles[1].pos == tiles[0].pos + kTile);
-  for (size_t r = 0; r < num_real; ++r) {
-    if (!SeesWhole(rows[r], tiles[0].pos, 2 * kTile)) {
-      return RowsOverTwoTilesInt8<kTile>(rows, num_real, tiles, dim_stride, ps, v_stride, head_dim,
-                                         v_head_dim, soft_cap, lane_offsets, index_of_offset,
-                                         scores);
-    }
+  if (!AllSeeWhole(rows, num_real, tiles[0].pos, 2 * kTile)) {
+    return RowsOverTwoTilesInt8<kTile>(rows, num_real, tiles, dim_stride, ps, v_stride, head_dim,
+                                       v_head_dim, soft_cap, lane_offsets, index_of_offset, scores);
   }
   BlockPairInt8<kRows, kTile>(rows, num_real, tiles, dim_stride, ps, v_stride, head_dim, v_head_dim,
                               soft_cap, lane_offsets, scores);
