@@ -1,8 +1,10 @@
 // kvring/ops/attention_int8_products-inl.h: the integer-product mode of kvring's attention
 // kernels for int8 layers (Products::kInt8): each pre-scaled query row quantized to int8 with
-// a scale of its own, each tile's V weights (probability times V scale) to 16 bits with a
-// scale per row and tile, and both passes summed over the stored int8 K and V, then scaled
-// once. Internal to kvring/ops/attention-inl.h (namespace attention_internal).
+// a scale of its own, each softmax step's V weights (probability times V scale) to 16 bits
+// with a scale per row and step (a tile, or a pair of 16-slot tiles on vpdpbusd), and both
+// passes summed over the stored int8 K and V, then scaled once. It also holds the item's query
+// writing for every mode (WriteItemQuery), the first header that sees both the integer and the
+// float row writers. Internal to kvring/ops/attention-inl.h (namespace attention_internal).
 //
 // The AVX3_DL target (AVX-512 VNNI), and the AVX2 target on CPUs with AVX-VNNI (chosen at
 // run time: attention_int8_avx_vnni-inl.h), sum exactly in int32 with vpdpbusd, which multiplies
