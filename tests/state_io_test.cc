@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -646,6 +647,72 @@ TEST(StateIO, SinksAndBothCopiesAgree) {
   ASSERT_TRUE(plain.ok()) << plain.Message();
   EXPECT_EQ(HeldByCache(streamed), HeldByCache(source));
   EXPECT_EQ(HeldByCache(copied), HeldByCache(source));
+}
+
+// The stage a writer starts with (the bytes its caller expects: at least 4 KiB, at most
+// 512 KiB) changes no byte it writes: puts longer than the stage and staged blocks larger than
+// it (Reserve grows it) come out as with the whole stage, each section's CRC32C right, to a
+// sink with memory of its own and to one without.
+TEST(StateIO, TheWritersStageChangesNoByte) {
+  constexpr uint64_t kStage = detail::StateWriter::kStage;
+  std::mt19937 rng(11);
+  std::vector<uint8_t> data(3 << 20);
+  for (uint8_t& byte : data) byte = static_cast<uint8_t>(rng());
+  // Per section: puts (> 0) and staged blocks (< 0) of these many bytes.
+  const std::vector<std::vector<int64_t>> sections = {
+      {3, 8, 100},
+      {4101, -40000, 1, 200000},
+      {-static_cast<int64_t>(kStage), 7, -64, 700000},
+      {-5000, 2 * static_cast<int64_t>(kStage) + 13, -9000}};
+  const auto write = [&](uint64_t expected, ByteSink* sink) {
+    detail::StateWriter out(sink, expected);
+    uint64_t at = 0;
+    for (size_t section = 0; section < sections.size(); ++section) {
+      uint64_t payload = 0;
+      for (const int64_t bytes : sections[section]) payload += std::abs(bytes);
+      out.BeginSection(0x51u + static_cast<uint32_t>(section), payload);
+      for (const int64_t bytes : sections[section]) {
+        const uint64_t length = std::abs(bytes);
+        if (bytes > 0) {
+          out.Put(data.data() + at, length);
+        } else {
+          uint8_t* block = out.Reserve(length);
+          if (block == nullptr) return Result(Status::kOutOfMemory);
+          std::memcpy(block, data.data() + at, length);
+        }
+        at = (at + 4099) % (1 << 20);
+      }
+      out.EndSection();
+    }
+    return out.Finish();
+  };
+  std::vector<uint8_t> reference;
+  VectorSink reference_sink(&reference);
+  ASSERT_TRUE(write(kStage, &reference_sink).ok());
+  uint64_t offset = 0;
+  for (size_t section = 0; section < sections.size(); ++section) {
+    uint64_t payload;
+    ASSERT_LE(offset + 16, reference.size());
+    std::memcpy(&payload, reference.data() + offset + 8, 8);
+    ASSERT_LE(offset + 16 + payload + 4, reference.size());
+    uint32_t crc;
+    std::memcpy(&crc, reference.data() + offset + 16 + payload, 4);
+    EXPECT_EQ(crc, detail::Crc32c(0, reference.data() + offset, 16 + payload)) << section;
+    offset += 16 + payload + 4;
+  }
+  EXPECT_EQ(offset, reference.size());
+  for (const uint64_t expected : {uint64_t{0}, uint64_t{64}, uint64_t{5000}, uint64_t{70000},
+                                  uint64_t{300000}, ~uint64_t{0}}) {
+    std::vector<uint8_t> bytes;
+    VectorSink vector_sink(&bytes);
+    ASSERT_TRUE(write(expected, &vector_sink).ok()) << expected;
+    EXPECT_TRUE(bytes == reference) << expected;
+    std::vector<uint8_t> memory(reference.size());
+    MemorySink memory_sink(memory.data(), memory.size());
+    ASSERT_TRUE(write(expected, &memory_sink).ok()) << expected;
+    EXPECT_EQ(memory_sink.Size(), reference.size()) << expected;
+    EXPECT_TRUE(memory == reference) << expected;
+  }
 }
 
 // ---- Bad states ----

@@ -216,7 +216,8 @@ Result SavePrefixCache(const PrefixCache<Layout>& cache, const std::string& mode
   }
   const KVPool<Layout>& pool = *detail::PrefixStateAccess::PoolOf(cache);
   const uint64_t count = detail::PrefixStateAccess::Count(cache);
-  detail::StateWriter out(sink);
+  detail::StateWriter out(sink, detail::kStatePreambleBytes + detail::kSectionHeaderBytes + 8 +
+                                    detail::kSectionCrcBytes);
   out.Put(detail::kPrefixMagic, 8);
   out.PutU32(detail::kPrefixVersion);
   out.PutU32(0);
@@ -228,9 +229,10 @@ Result SavePrefixCache(const PrefixCache<Layout>& cache, const std::string& mode
       cache, [&](SequenceId sequence, uint64_t salt, uint32_t priority,
                  const std::vector<TokenId>& tokens) {
         if (!result.ok()) return;
-        detail::StateWriter record(sink);
-        record.BeginSection(detail::kPrefixCheckpointTag,
-                            detail::kPrefixCheckpointFixed + tokens.size() * sizeof(TokenId));
+        const uint64_t payload = detail::kPrefixCheckpointFixed + tokens.size() * sizeof(TokenId);
+        detail::StateWriter record(
+            sink, detail::kSectionHeaderBytes + payload + detail::kSectionCrcBytes);
+        record.BeginSection(detail::kPrefixCheckpointTag, payload);
         record.PutU64(salt);
         record.PutU32(priority);
         record.PutU32(0);

@@ -43,7 +43,7 @@ inline void PutRecurrentSections(const LayerPlan& plan, uint64_t end, const Recu
 // As PutRecurrentSections, to `sink`; returns the sink's failure, if any.
 inline Result WriteRecurrentSections(const LayerPlan& plan, uint64_t end,
                                      const RecurrentStates& states, ByteSink* sink) {
-  StateWriter out(sink);
+  StateWriter out(sink, RecurrentSectionsBytes(plan));
   PutRecurrentSections(plan, end, states, &out);
   return out.Finish();
 }

@@ -26,10 +26,10 @@ namespace detail {
 
 // Returns kOk if a state of `plan` and `model_id` whose owning layers hold held(layer) =
 // {first, end} may be written to `sink`; otherwise kBadArgument (a null sink, a model id past
-// kMaxModelIdBytes, a size past 64 bits).
+// kMaxModelIdBytes, a size past 64 bits); sets *state_bytes, when given, to its bytes.
 template <typename Held>
 Result CheckStateWrite(const LayerPlan& plan, const std::string& model_id, const Held& held,
-                       const ByteSink* sink) {
+                       const ByteSink* sink, uint64_t* state_bytes = nullptr) {
   if (sink == nullptr) return Result::Refused(Status::kBadArgument, "state: the sink is null");
   if (model_id.size() > kMaxModelIdBytes) {
     return Result::Refused(Status::kBadArgument,
@@ -41,6 +41,7 @@ Result CheckStateWrite(const LayerPlan& plan, const std::string& model_id, const
   if (!StateBytesOf(plan, model_id.size(), held, &total)) {
     return Result::Refused(Status::kBadArgument, "state: its size overflows 64 bits");
   }
+  if (state_bytes != nullptr) *state_bytes = total;
   return Status::kOk;
 }
 
@@ -173,9 +174,10 @@ bool WriteStateStep(const LayerPlan& plan, const Held& held, const LocateOf& loc
 template <typename Layout, typename Held, typename LocateOf>
 Result WriteState(const LayerPlan& plan, const std::string& model_id, uint64_t end,
                   const Held& held, const LocateOf& locate_of, ByteSink* sink) {
-  Result result = CheckStateWrite(plan, model_id, held, sink);
+  uint64_t bytes = 0;
+  Result result = CheckStateWrite(plan, model_id, held, sink, &bytes);
   if (!result.ok()) return result;
-  StateWriter out(sink);
+  StateWriter out(sink, bytes);
   WriteStateHeader(plan, model_id, end, &out);
   StateCursor cursor;
   while (!out.Failed() && WriteStateStep<Layout>(plan, held, locate_of, &cursor, &out)) {

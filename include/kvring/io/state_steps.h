@@ -34,13 +34,15 @@ class SequenceExport {
 
   // Starts the export of sequence `id` of `pool` with `model_id`, refused as SaveState is
   // (writing nothing: kUnknownSequence, kWrongPosition mid-step, kBadArgument), or
-  // kOutOfMemory without its 512 KiB staging buffer.
+  // kOutOfMemory without its staging buffer (the state's bytes, at most 512 KiB).
   static Result Begin(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
                       ByteSink* sink, SequenceExport* out) {
     if (out == nullptr) return Result::Refused(Status::kBadArgument, "export: out is null");
     const Result allowed = detail::StateAccess::CheckSave(pool, id, model_id, sink);
     if (!allowed.ok()) return allowed;
-    std::unique_ptr<detail::StateWriter> writer(new (std::nothrow) detail::StateWriter(sink));
+    const uint64_t bytes = detail::StateAccess::Bytes(pool, id, model_id);
+    std::unique_ptr<detail::StateWriter> writer(new (std::nothrow) detail::StateWriter(
+        sink, bytes == 0 ? detail::StateWriter::kStage : bytes));
     if (writer == nullptr || writer->Failed()) {
       return Result::Refused(Status::kOutOfMemory, "export: no memory for its staging buffer");
     }

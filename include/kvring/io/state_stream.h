@@ -53,21 +53,30 @@ inline void StagePiece(const RowPiece& piece, uint8_t* to) {
   }
 }
 
-// Writes sections to a ByteSink: bytes gather in a staging buffer of kStage bytes, which
-// stays in cache while each section's CRC32C is computed over it, and go to the sink when it
-// is full. After a failure (the sink's, or no memory for the buffer) it takes and drops
-// bytes, and Finish() returns the failure.
+// Writes sections to a ByteSink: bytes gather in a staging buffer of up to kStage bytes,
+// which stays in cache while each section's CRC32C is computed over it, and go to the sink
+// when it is full. After a failure (the sink's, or no memory for the buffer) it takes and
+// drops bytes, and Finish() returns the failure.
 class StateWriter {
  public:
   // Room for one kv_head's K of a chunk of the widest head in BF16 (a staged block).
   static constexpr uint64_t kStage = uint64_t{1} << 19;
   static_assert(kStage >= uint64_t{kMaxAttentionHeadDim} * kRowChunk * sizeof(BF16),
                 "a staged block must fit");
+  // The smallest stage: what a header or a record needs, from the allocator's cached sizes.
+  static constexpr uint64_t kMinStage = uint64_t{1} << 12;
 
-  explicit StateWriter(ByteSink* sink) : sink_(sink), stage_(new (std::nothrow) uint8_t[kStage]) {
+  // `expected`: the bytes the writer is to take, where the caller knows them. The stage holds
+  // them up to kStage, so a small state, a header or a record costs no 512 KiB buffer (a
+  // fresh mapping and its page faults in most allocators); a staged block larger than the
+  // stage (Reserve) grows it.
+  explicit StateWriter(ByteSink* sink, uint64_t expected = kStage)
+      : sink_(sink),
+        capacity_(StageBytes(expected)),
+        stage_(new (std::nothrow) uint8_t[capacity_]) {
     if (stage_ == nullptr) {
       failed_ = Result::Refused(Status::kOutOfMemory,
-                                "state: no memory for the %llu-byte staging buffer", kStage);
+                                "state: no memory for the %llu-byte staging buffer", capacity_);
     }
   }
 
@@ -90,7 +99,8 @@ class StateWriter {
   uint8_t* Reserve(uint64_t bytes) {
     KVRING_DASSERT(bytes <= kStage);
     if (stage_ == nullptr) return nullptr;
-    if (bytes > kStage - used_) Flush();
+    if (bytes > capacity_ - used_) Flush();
+    if (bytes > capacity_ && !Grow(bytes)) return nullptr;
     uint8_t* at = stage_.get() + used_;
     used_ += bytes;
     return at;
@@ -98,15 +108,15 @@ class StateWriter {
   void PutU32(uint32_t value) { Put(&value, 4); }
   void PutU64(uint64_t value) { Put(&value, 8); }
   void Put(const void* data, uint64_t bytes) {
-    if (bytes <= kStage - used_ && stage_ != nullptr) {  // the common case: it fits
+    if (bytes <= capacity_ - used_ && stage_ != nullptr) {  // the common case: it fits
       CopySmall(stage_.get() + used_, data, bytes);
       used_ += bytes;
       return;
     }
     const uint8_t* from = static_cast<const uint8_t*>(data);
     while (bytes != 0 && stage_ != nullptr) {
-      if (used_ == kStage) Flush();
-      const uint64_t len = std::min(bytes, kStage - used_);
+      if (used_ == capacity_) Flush();
+      const uint64_t len = std::min(bytes, capacity_ - used_);
       std::memcpy(stage_.get() + used_, from, len);
       used_ += len;
       from += len;
@@ -141,6 +151,26 @@ class StateWriter {
   bool Failed() const { return !failed_.ok(); }
 
  private:
+  static uint64_t StageBytes(uint64_t expected) {
+    if (expected >= kStage) return kStage;
+    return std::max(kMinStage, (expected + 63) & ~uint64_t{63});
+  }
+  // Replaces the empty stage (after a Flush) with one of StageBytes(bytes); false, keeping
+  // the old one and failing the writer with kOutOfMemory, without the memory.
+  bool Grow(uint64_t bytes) {
+    const uint64_t capacity = StageBytes(bytes);
+    std::unique_ptr<uint8_t[]> stage(new (std::nothrow) uint8_t[capacity]);
+    if (stage == nullptr) {
+      if (failed_.ok()) {
+        failed_ = Result::Refused(Status::kOutOfMemory,
+                                  "state: no memory for the %llu-byte staging buffer", capacity);
+      }
+      return false;
+    }
+    stage_ = std::move(stage);
+    capacity_ = capacity;
+    return true;
+  }
   // Where the sink has memory (HasMemory), copies `bytes` bytes from `data` into it in the pass
   // that checksums them, after what is staged: one pass over bytes that need no gathering (a
   // V piece), where the stage would take two (into the stage, then out of it). False, taking
@@ -179,6 +209,7 @@ class StateWriter {
   }
 
   ByteSink* sink_;
+  uint64_t capacity_;  // of the stage
   std::unique_ptr<uint8_t[]> stage_;
   uint64_t used_ = 0, crc_from_ = 0;
   uint32_t crc_ = 0;

@@ -210,7 +210,9 @@ Result WriteStateParallel(const LayerPlan& plan, const std::string& model_id, ui
   SavePlan save;
   PlanSave(plan, held, &save);
   {
-    StateWriter out(sink);
+    StateWriter out(sink, kStatePreambleBytes + kSectionHeaderBytes +
+                              HeaderPayloadBytes(model_id.size(), plan.NumLayers()) +
+                              kSectionCrcBytes);
     WriteStateHeader(plan, model_id, end, &out);
     result = out.Finish();
   }
