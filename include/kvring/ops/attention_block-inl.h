@@ -20,6 +20,7 @@
 
 #include "hwy/highway.h"
 #include "kvring/bf16.h"
+#include "kvring/ops/target_vectors-inl.h"
 
 // After highway.h: the parts of the kernels a block puts together.
 #include "kvring/ops/attention_products-inl.h"
@@ -42,6 +43,7 @@ struct TileRows {
   bool any_active = false;
 
   HWY_INLINE TileRows(const Row* rows, size_t num_real, uint64_t tile_pos) {
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) {
       const uint64_t lo = rows[r].lo > tile_pos ? rows[r].lo : tile_pos;
       const uint64_t hi = rows[r].hi < tile_pos + kTile ? rows[r].hi : tile_pos + kTile;
@@ -119,6 +121,7 @@ HWY_INLINE void BlockTile(bool round_p, Row* rows, size_t num_real, uint64_t til
   const float* p[kRows];
   float* acc[kRows];
   float correction[kRows];
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
     q[r] = rows[r].q;
     p[r] = scores + r * kTile;
@@ -246,12 +249,14 @@ HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real, const
                                  size_t row0) {
   float* acc[kRows];
   float correction[kRows];
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
     acc[r] = rows[r].acc;
     correction[r] = 0.0f;
   }
   for (size_t r = 0; r < num_real; ++r) {
     float* const parts[2] = {scores[0] + (row0 + r) * kTile, scores[1] + (row0 + r) * kTile};
+    KVRING_UNROLL
     for (size_t t = 0; t < 2; ++t) {
       ElementKernel<T>::template ScaleScores<kTile>(parts[t], tiles[t].k_scales);
     }
@@ -287,6 +292,7 @@ HWY_NOINLINE void RowsOverTwoTiles(bool round_p, Row* rows, size_t num_real,
                                     lane_offsets, index_of_offset, scores, r);
       continue;
     }
+    KVRING_UNROLL
     for (size_t t = 0; t < 2; ++t) {
       BlockTile<1, kTile, false>(round_p, rows + r, 1, tiles[t].pos, tiles[t].k, dim_stride,
                                  tiles[t].k_next, ps, tiles[t].v, v_stride, tiles[t].k_scales,

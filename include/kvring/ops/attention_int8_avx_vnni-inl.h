@@ -25,6 +25,7 @@
 
 #include "hwy/highway.h"
 #include "kvring/detail/cpu_choice.h"
+#include "kvring/ops/target_vectors-inl.h"
 
 // After highway.h: per-target helpers this file uses.
 #include "kvring/ops/attention_int8_vnni-inl.h"
@@ -54,8 +55,8 @@ constexpr bool kAvxVnniTile =
 #if HWY_TARGET == HWY_AVX2
 
 #define KVRING_AVX_VNNI_TARGET __attribute__((target(HWY_TARGET_STR ",avxvnni")))
-// Loops over register arrays are unrolled whole, so that the arrays stay in registers.
-#define KVRING_UNROLL _Pragma("GCC unroll 16")
+// Loops over register arrays are unrolled whole (KVRING_UNROLL, target_vectors-inl.h), so
+// that the arrays stay in registers.
 
 // Whether this CPU executes AVX-VNNI (CPUID leaf 7, subleaf 1: EAX bit 4; the AVX state is
 // enabled, as the AVX2 target requires) and the kernels may use it (detail::AvxVnniAllowed).
@@ -238,7 +239,6 @@ KVRING_AVX_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnni(
   }
 }
 
-#undef KVRING_UNROLL
 #undef KVRING_AVX_VNNI_TARGET
 
 #endif  // HWY_TARGET == HWY_AVX2

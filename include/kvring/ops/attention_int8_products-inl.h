@@ -41,6 +41,7 @@
 #include "kvring/formats/format.h"
 #include "kvring/formats/hadamard.h"
 #include "kvring/kernel_limits.h"
+#include "kvring/ops/target_vectors-inl.h"
 
 // After highway.h: per-target helpers this file uses.
 #include "kvring/ops/attention_block-inl.h"
@@ -209,6 +210,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
   float q_scale[kRows], w_scale[kRows], correction[kRows];
   float* acc[kRows];
   bool all_active = true;
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
     q_scale[r] = rows[r].q_scale;
     w_scale[r] = 0.0f;
@@ -220,6 +222,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
   if constexpr (kDot) {
     const int8_t* q[kRows];
     int32_t q_bias[kRows];
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) {
       q[r] = reinterpret_cast<const int8_t*>(rows[r].q);
       q_bias[r] = rows[r].q_bias;
@@ -230,6 +233,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
 #endif
   if constexpr (!kDot) {
     const float* q[kRows];
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) q[r] = rows[r].q;
     TileScores<kRows, kTile>(q, k_tile, dim_stride, head_dim, v_ahead, ps, scores);
     for (size_t r = 0; r < kRows; ++r) {
@@ -264,6 +268,7 @@ HWY_INLINE void BlockTileInt8(Row* rows, size_t num_real, uint64_t tile_pos,
 #if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
     if constexpr (kDot) {
       const uint8_t* w[kN];
+      KVRING_UNROLL
       for (size_t r = 0; r < kN; ++r) w[r] = weight_bytes[first + r];
       AccumulateInt8TileVnni<kN, kTile>(v_tile, v_stride, k_next, ps, v_head_dim, w,
                                         w_scale + first, acc + first, correction + first);
@@ -309,6 +314,7 @@ HWY_INLINE void BlockPairInt8(Row* rows, size_t num_real, const TileRefs<int8_t>
   int32_t q_bias[kRows];
   float q_scale[kRows], w_scale[kRows], correction[kRows], unchanged[kRows];
   float* acc[kRows];
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
     q[r] = reinterpret_cast<const int8_t*>(rows[r].q);
     q_bias[r] = rows[r].q_bias;
@@ -317,6 +323,7 @@ HWY_INLINE void BlockPairInt8(Row* rows, size_t num_real, const TileRefs<int8_t>
     correction[r] = unchanged[r] = 1.0f;
     acc[r] = rows[r].acc;
   }
+  KVRING_UNROLL
   for (size_t t = 0; t < 2; ++t) {
     Int8TileScoresVnni<kRows, kTile>(q, q_bias, q_scale, tiles[t].k_scales, tiles[t].k, dim_stride,
                                      head_dim, tiles[t].v_ahead, ps, scores[t]);
@@ -334,8 +341,10 @@ HWY_INLINE void BlockPairInt8(Row* rows, size_t num_real, const TileRefs<int8_t>
     correction[r] = SoftmaxRow<kTile, 2>(p, lane_offsets, 0, last, soft_cap, rows[r]);
     w_scale[r] = Int8Weights<kTile, true, 2>(p, v_scales, 0, last, bytes);
   }
+  KVRING_UNROLL
   for (size_t t = 0; t < 2; ++t) {
     const uint8_t* w[kRows];
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) w[r] = weight_bytes[t][r];
     AccumulateInt8TileVnni<kRows, kTile>(tiles[t].v, v_stride, tiles[t].k_next, ps, v_head_dim, w,
                                          w_scale, acc, t == 0 ? correction : unchanged);
@@ -357,6 +366,7 @@ HWY_NOINLINE void RowsOverTwoTilesInt8(Row* rows, size_t num_real, const TileRef
                               soft_cap, lane_offsets, scores);
       continue;
     }
+    KVRING_UNROLL
     for (size_t t = 0; t < 2; ++t) {
       BlockTileInt8<1, kTile, true>(rows + r, 1, tiles[t].pos, tiles[t].k, dim_stride,
                                     tiles[t].k_next, ps, tiles[t].v, tiles[t].v_ahead, v_stride,

@@ -18,6 +18,7 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kvring/ops/target_vectors-inl.h"
 
 // After highway.h: per-target helpers this file uses.
 #include "kvring/ops/attention_scores-inl.h"
@@ -91,8 +92,8 @@ struct KLinePrefetch {
 // The functions using vpdpbusd carry AVX512-VNNI on top of the target: Highway 1.0.3 requires
 // it of a CPU for AVX3_DL but its target string names AVX-VNNI instead.
 #define KVRING_VNNI_TARGET __attribute__((target(HWY_TARGET_STR ",avx512vnni")))
-// Loops over register arrays are unrolled whole, so that the arrays stay in registers.
-#define KVRING_UNROLL _Pragma("GCC unroll 16")
+// Loops over register arrays are unrolled whole (KVRING_UNROLL, target_vectors-inl.h), so
+// that the arrays stay in registers.
 
 // The byte permutation of four rows of 16 bytes (64 consecutive bytes) into 16 lanes of four:
 // byte 4i + j takes byte 16j + i, element i of row j (K: four dims of a 16-slot tile; V: 16
@@ -322,7 +323,6 @@ KVRING_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnni(
   }
 }
 
-#undef KVRING_UNROLL
 #undef KVRING_VNNI_TARGET
 
 #endif  // HWY_TARGET == HWY_AVX3_DL

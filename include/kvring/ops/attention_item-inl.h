@@ -26,6 +26,7 @@
 #include "kvring/bf16.h"
 #include "kvring/kernel_limits.h"
 #include "kvring/kv_view.h"
+#include "kvring/ops/target_vectors-inl.h"
 #include "kvring/views.h"
 
 // After highway.h: the parts of the kernels this file puts together.
@@ -116,7 +117,9 @@ class ItemRunner {
 #endif
     // The position offset of each score lane: BF16 pairs interleave even and odd positions
     // (LoadPairs); int8 lanes are in their natural order (LoadInt8Halves): ElementKernel.
+    KVRING_UNROLL
     for (size_t v = 0; v < Shape::kVectors; ++v) {
+      KVRING_UNROLL
       for (size_t j = 0; j < Shape::kLanes; ++j) {
         const size_t offset = Element::LaneOffset(v, j, Shape::kLanes);
         lane_offsets_[v * Shape::kLanes + j] = static_cast<int32_t>(offset);
@@ -376,6 +379,7 @@ class ItemRunner {
       ForEachBlock(walk, [&](auto k_rows, Row* block, size_t num_real) {
         constexpr size_t kRows = decltype(k_rows)::value;
         const float* q[kRows];
+        KVRING_UNROLL
         for (size_t r = 0; r < kRows; ++r) q[r] = block[r].q;
         float* out[2] = {scores_, scores_ + Shape::kMaxRegRows * kTile};
         if constexpr (kPairDims<kTile> && Element::kPairedScores) {
@@ -384,6 +388,7 @@ class ItemRunner {
           const BF16* k_tiles[2] = {first.k, second.k};
           TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);
         } else {
+          KVRING_UNROLL
           for (size_t t = 0; t < 2; ++t) {
             TileScores<kRows, kTile>(q, pair[t].k, walk.dim_stride, head_dim_, pair[t].v,
                                      walk.prefetch, out[t]);

@@ -32,6 +32,7 @@
 #include "hwy/highway.h"
 #include "kvring/attention.h"
 #include "kvring/bf16.h"
+#include "kvring/ops/target_vectors-inl.h"
 
 // After highway.h: per-target helpers this file uses.
 #include "kvring/ops/attention_scores-inl.h"
@@ -84,6 +85,7 @@ HWY_INLINE void PackProbabilityPairs(float* HWY_RESTRICT p) {
   using Shape = TileShape<kTile>;
   const hn::RebindToUnsigned<typename Shape::DK> du;
   uint32_t* bits = reinterpret_cast<uint32_t*>(p);
+  KVRING_UNROLL
   for (size_t pair = 0; pair < Shape::kPairs; ++pair) {
     const auto even = RoundedToBF16Bits(du, hn::LoadU(du, bits + 2 * pair * Shape::kLanes));
     const auto odd = RoundedToBF16Bits(du, hn::LoadU(du, bits + (2 * pair + 1) * Shape::kLanes));
@@ -138,25 +140,31 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void TileScoresNative16(
   constexpr size_t kAtOnce = AtOnce(kRows);
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
     __m512 acc[kAtOnce][kRows];
+    KVRING_UNROLL
     for (size_t s = 0; s < kAtOnce; ++s) {
+      KVRING_UNROLL
       for (size_t r = 0; r < kRows; ++r) acc[s][r] = _mm512_setzero_ps();
     }
     for (size_t pair0 = 0; pair0 < pairs; pair0 += kDimSplit) {
+      KVRING_UNROLL
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t pair = pair0 + s0 + s;
         PrefetchV(v_now, 2 * pair, ps);
         PrefetchV(v_now, 2 * pair + 1, ps);
         const __m512i kv = _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(k + pair * 32));
+        KVRING_UNROLL
         for (size_t r = 0; r < kRows; ++r) {
           const __m512i qp = _mm512_castps_si512(_mm512_set1_ps(q[r][pair]));
           acc[s][r] = _mm512_dpbf16_ps(acc[s][r], AsBH(kv), AsBH(qp));
         }
       }
     }
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) {
       float* out = scores + r * 16;
       __m512 sum = acc[0][r];
       if (s0 != 0) sum = _mm512_add_ps(_mm512_loadu_ps(out), sum);
+      KVRING_UNROLL
       for (size_t s = 1; s < kAtOnce; ++s) sum = _mm512_add_ps(sum, acc[s][r]);
       _mm512_storeu_ps(out, sum);
     }
@@ -175,25 +183,32 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void TileScoresNativeWide(
   constexpr size_t kAtOnce = AtOnce(kRows * 2 * kChunks);
   for (size_t s0 = 0; s0 < kDimSplit; s0 += kAtOnce) {
     __m512 acc[kAtOnce][kRows][2 * kChunks];
+    KVRING_UNROLL
     for (size_t s = 0; s < kAtOnce; ++s) {
+      KVRING_UNROLL
       for (size_t r = 0; r < kRows; ++r) {
+        KVRING_UNROLL
         for (size_t i = 0; i < 2 * kChunks; ++i) acc[s][r][i] = _mm512_setzero_ps();
       }
     }
     for (size_t pair0 = 0; pair0 < pairs; pair0 += kDimSplit) {
+      KVRING_UNROLL
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t pair = pair0 + s0 + s;
         const uint16_t* row = k + 2 * pair * dim_stride;
         PrefetchV(v_now, 2 * pair, ps);
         PrefetchV(v_now, 2 * pair + 1, ps);
         __m512i even[kChunks], odd[kChunks];
+        KVRING_UNROLL
         for (size_t c = 0; c < kChunks; ++c) {
           const __m512i a = _mm512_loadu_si512(row + 32 * c);
           const __m512i b = _mm512_loadu_si512(row + dim_stride + 32 * c);
           PairRows512(a, b, even[c], odd[c]);
         }
+        KVRING_UNROLL
         for (size_t r = 0; r < kRows; ++r) {
           const __m512i qp = _mm512_castps_si512(_mm512_set1_ps(q[r][pair]));
+          KVRING_UNROLL
           for (size_t c = 0; c < kChunks; ++c) {
             acc[s][r][2 * c] = _mm512_dpbf16_ps(acc[s][r][2 * c], AsBH(even[c]), AsBH(qp));
             acc[s][r][2 * c + 1] = _mm512_dpbf16_ps(acc[s][r][2 * c + 1], AsBH(odd[c]), AsBH(qp));
@@ -201,11 +216,14 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void TileScoresNativeWide(
         }
       }
     }
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) {
+      KVRING_UNROLL
       for (size_t i = 0; i < 2 * kChunks; ++i) {
         float* out = scores + r * kTile + i * 16;
         __m512 sum = acc[0][r][i];
         if (s0 != 0) sum = _mm512_add_ps(_mm512_loadu_ps(out), sum);
+        KVRING_UNROLL
         for (size_t s = 1; s < kAtOnce; ++s) sum = _mm512_add_ps(sum, acc[s][r][i]);
         _mm512_storeu_ps(out, sum);
       }
@@ -242,7 +260,9 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void AccumulatePairsNative(
   using VI = typename std::conditional<kTail, __m256i, __m512i>::type;
   constexpr size_t kLanes = kTail ? 8 : 16;
   VF even_acc[kChunks][kRows], odd_acc[kChunks][kRows];
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
+    KVRING_UNROLL
     for (size_t ch = 0; ch < kChunks; ++ch) {
       const float* a = acc[r] + dim0 + ch * 2 * kLanes;
       if constexpr (kTail) {
@@ -261,10 +281,12 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void AccumulatePairsNative(
     const bool has_a = !kMasked || off >= first, has_b = !kMasked || off + 1 <= last;
     const uint16_t* row_a = v + static_cast<size_t>(off) * v_stride + dim0;
     const uint16_t* row_b = row_a + v_stride;
+    KVRING_UNROLL
     for (size_t ch = 0; ch < kChunks; ++ch) {
       PrefetchK(k_next, static_cast<size_t>(off) * v_stride + dim0 + ch * 2 * kLanes, ps);
       PrefetchK(k_next, static_cast<size_t>(off + 1) * v_stride + dim0 + ch * 2 * kLanes, ps);
     }
+    KVRING_UNROLL
     for (size_t ch = 0; ch < kChunks; ++ch) {
       VI a, b, even, odd;
       if constexpr (kTail) {
@@ -279,6 +301,7 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void AccumulatePairsNative(
         b = has_b ? _mm512_loadu_si512(row_b + ch * 32) : _mm512_setzero_si512();
         PairRows512(a, b, even, odd);
       }
+      KVRING_UNROLL
       for (size_t r = 0; r < kRows; ++r) {
         if constexpr (kTail) {
           const __m256i pr = _mm256_castps_si256(_mm256_set1_ps(pp[r][off / 2]));
@@ -292,7 +315,9 @@ static KVRING_BF16_PRODUCTS_TARGET HWY_INLINE void AccumulatePairsNative(
       }
     }
   }
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
+    KVRING_UNROLL
     for (size_t ch = 0; ch < kChunks; ++ch) {
       float* a = acc[r] + dim0 + ch * 2 * kLanes;
       if constexpr (kTail) {

@@ -256,9 +256,11 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
     // might not run made GCC keep acc in memory as well, zeroing its 1 KiB each tile.)
     size_t dim0 = 0;
     do {
+      KVRING_UNROLL
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + 2 * (s0 + s);
         VecArray<decltype(df), kTiles> even, odd;
+        KVRING_UNROLL
         for (size_t t = 0; t < kTiles; ++t) {
           if (v_now[t] != nullptr) {
             // (Where a dim stands for half a line or less, the even dims' lines, at most a
@@ -280,11 +282,13 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
           even.Set(df, t, e);
           odd.Set(df, t, o);
         }
+        KVRING_UNROLL
         for (size_t r = 0; r < kRows; ++r) {
           // By dim: even, odd = dims d, d + 1. Else halves of both dims: one q vector.
           const V q0 = kByDim ? hn::Set(df, q[r][dim])
                               : hn::Combine(df, hn::Set(dh, q[r][dim + 1]), hn::Set(dh, q[r][dim]));
           const V q1 = kByDim ? hn::Set(df, q[r][dim + 1]) : q0;
+          KVRING_UNROLL
           for (size_t t = 0; t < kTiles; ++t) {
             acc.Set(df, at(s, r, t, 0),
                     hn::MulAdd(q0, even.Get(df, t), acc.Get(df, at(s, r, t, 0))));
@@ -298,7 +302,9 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
     // Each partial sum adds its dim d and d + 1 sums (by dim: its two vectors, whose lanes
     // hold the tile's positions in the scores' order; else each vector's halves), then adds
     // to the total in order.
+    KVRING_UNROLL
     for (size_t t = 0; t < kTiles; ++t) {
+      KVRING_UNROLL
       for (size_t r = 0; r < kRows; ++r) {
         if constexpr (kByDim) {
           float* HWY_RESTRICT out = scores[t] + r * kTile;
@@ -307,10 +313,12 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
           };
           V sum = folded(0);
           if (s0 != 0) sum = hn::Add(hn::LoadU(df, out), sum);
+          KVRING_UNROLL
           for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, folded(s));
           hn::StoreU(sum, df, out);
           continue;
         }
+        KVRING_UNROLL
         for (size_t e = 0; e < 2; ++e) {
           float* HWY_RESTRICT out = scores[t] + r * kTile + e * Shape::kLanes;
           const auto folded = [&](size_t s) {
@@ -319,6 +327,7 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
           };
           auto sum = folded(0);
           if (s0 != 0) sum = hn::Add(hn::LoadU(dh, out), sum);
+          KVRING_UNROLL
           for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, folded(s));
           hn::StoreU(sum, dh, out);
         }
@@ -344,6 +353,7 @@ HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
   }
   constexpr size_t kPart = kRows < 4 ? kRows : 4;
   const BF16* const none[2] = {nullptr, nullptr};
+  KVRING_UNROLL
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
     float* part_scores[2] = {scores[0] + r0 * kTile, scores[1] + r0 * kTile};
     // (The first part prefetches; the others read the same K.)
@@ -369,13 +379,16 @@ HWY_INLINE void SumTileDims(D d, const float* const* HWY_RESTRICT q, size_t head
     acc.SetAll(d, hn::Zero(d));
     size_t dim0 = 0;  // (a do-while, as in TileScoresPaired)
     do {
+      KVRING_UNROLL
       for (size_t s = 0; s < kAtOnce; ++s) {
         const size_t dim = dim0 + s0 + s;
         VecArray<D, kVectors> k;
         load_dim(dim, k);
+        KVRING_UNROLL
         for (size_t r = 0; r < kRows; ++r) {
           const V qd = hn::Set(d, q[r][dim]);
           const size_t base = (s * kRows + r) * kVectors;
+          KVRING_UNROLL
           for (size_t i = 0; i < kVectors; ++i) {
             acc.Set(d, base + i, hn::MulAdd(qd, k.Get(d, i), acc.Get(d, base + i)));
           }
@@ -383,11 +396,14 @@ HWY_INLINE void SumTileDims(D d, const float* const* HWY_RESTRICT q, size_t head
       }
       dim0 += kDimSplit;
     } while (dim0 < head_dim);
+    KVRING_UNROLL
     for (size_t r = 0; r < kRows; ++r) {
+      KVRING_UNROLL
       for (size_t i = 0; i < kVectors; ++i) {
         float* HWY_RESTRICT out = scores + r * kTile + i * kLanes;
         V sum = acc.Get(d, r * kVectors + i);
         if (s0 != 0) sum = hn::Add(hn::LoadU(d, out), sum);
+        KVRING_UNROLL
         for (size_t s = 1; s < kAtOnce; ++s) {
           sum = hn::Add(sum, acc.Get(d, (s * kRows + r) * kVectors + i));
         }
@@ -421,6 +437,7 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_REST
         [&](size_t dim, auto& k) {
           const int8_t* HWY_RESTRICT row = k_tile + dim * dim_stride;
           PrefetchV(v_now, dim, ps);  // see PrefetchShape
+          KVRING_UNROLL
           for (size_t i = 0; i < kVectors; ++i) {
             k.Set(dw, i, hn::ConvertTo(dw, hn::PromoteTo(d32, hn::LoadU(d8, row + i * kLanes))));
           }
@@ -445,6 +462,7 @@ HWY_INLINE void TileScores(const float* const* HWY_RESTRICT q, const T* HWY_REST
         [&](size_t dim, auto& k) {  // pair p: 2p even, 2p + 1 odd
           const T* HWY_RESTRICT row = k_tile + dim * dim_stride;
           PrefetchV(v_now, dim, ps);  // see PrefetchShape
+          KVRING_UNROLL
           for (size_t p = 0; p < Shape::kPairs; ++p) {
             hn::Vec<decltype(dk)> even, odd;
             ElementKernel<T>::Load(dk, row + p * 2 * Shape::kLanes, even, odd);

@@ -19,6 +19,7 @@
 #include "hwy/highway.h"
 #include "kvring/base.h"
 #include "kvring/bf16.h"
+#include "kvring/ops/target_vectors-inl.h"
 
 // After highway.h: per-target helpers this file uses.
 #include "hwy/contrib/math/math-inl.h"
@@ -97,6 +98,7 @@ HWY_INLINE float SoftmaxRow(float* const* HWY_RESTRICT parts,
   const bool full = lo_off == 0 && hi_off == static_cast<int32_t>(kTile) - 1;  // no masking
   KVRING_DASSERT(kParts == 1 || full);
   V max = neg_inf;
+  KVRING_UNROLL
   for (size_t i = 0; i < kParts * kVectors; ++i) {
     float* HWY_RESTRICT s = parts[i / kVectors] + i % kVectors * kLanes;
     V x = hn::LoadU(dk, s);
@@ -122,6 +124,7 @@ HWY_INLINE float SoftmaxRow(float* const* HWY_RESTRICT parts,
                                             : std::exp(row.m - m_new);
   const V vm = hn::Set(dk, m_new);
   V sum = hn::Zero(dk);
+  KVRING_UNROLL
   for (size_t i = 0; i < kParts * kVectors; ++i) {
     float* HWY_RESTRICT s = parts[i / kVectors] + i % kVectors * kLanes;
     const V x = hn::Sub(hn::LoadU(dk, s), vm);
@@ -170,8 +173,10 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const VPart<T>* parts, size
   const size_t lanes = hn::Lanes(df);
   // even_acc, odd_acc: chunk ch of row r at ch * kRows + r.
   VecArray<DF, kChunks * kRows> even_acc, odd_acc;
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
     const V c = hn::Set(df, correction[r]);
+    KVRING_UNROLL
     for (size_t ch = 0; ch < kChunks; ++ch) {
       const size_t d = dim0 + ch * 2 * lanes;
       even_acc.Set(df, ch * kRows + r, hn::Mul(hn::LoadU(df, acc[r] + d), c));
@@ -208,6 +213,7 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const VPart<T>* parts, size
       const size_t positions = (groups - line + lines_per_pos - 1) / lines_per_pos;
       return positions < static_cast<size_t>(last) + 1 ? static_cast<int32_t>(positions) : last + 1;
     };
+    KVRING_UNROLL
     for (size_t ch = 0; ch < kChunks; ++ch) {
       const size_t d = dim0 + ch * 2 * lanes;
       const size_t line = d / kPerLine;
@@ -221,6 +227,7 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const VPart<T>* parts, size
     for (int32_t off = first; off <= last; ++off) {
       const T* HWY_RESTRICT v_row = v_tile + static_cast<size_t>(off) * v_stride + dim0;
       const size_t index = static_cast<size_t>(index_of_offset[off]);
+      KVRING_UNROLL
       for (size_t ch = 0; ch < kChunks; ++ch) {
         if (off < fetch_end[ch]) PrefetchLine(reinterpret_cast<const T*>(fetch_at[ch]), ps.to_l2);
         if constexpr (sizeof(T) == 1) {
@@ -231,12 +238,15 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const VPart<T>* parts, size
         fetch_at[ch] += step;
       }
       VecArray<DF, kRows> pr;
+      KVRING_UNROLL
       for (size_t r = 0; r < kRows; ++r) {
         pr.Set(df, r, hn::Set(df, ElementKernel<T>::Weight(p[r * kTile + index], v_scales, off)));
       }
+      KVRING_UNROLL
       for (size_t ch = 0; ch < kChunks; ++ch) {
         V even, odd;
         ElementKernel<T>::Load(df, v_row + ch * 2 * lanes, even, odd);
+        KVRING_UNROLL
         for (size_t r = 0; r < kRows; ++r) {
           const size_t i = ch * kRows + r;
           even_acc.Set(df, i, hn::MulAdd(pr.Get(df, r), even, even_acc.Get(df, i)));
@@ -245,7 +255,9 @@ HWY_INLINE void AccumulateChunks(DF df, size_t dim0, const VPart<T>* parts, size
       }
     }
   }
+  KVRING_UNROLL
   for (size_t r = 0; r < kRows; ++r) {
+    KVRING_UNROLL
     for (size_t ch = 0; ch < kChunks; ++ch) {
       const size_t d = dim0 + ch * 2 * lanes;
       hn::StoreU(even_acc.Get(df, ch * kRows + r), df, acc[r] + d);
