@@ -256,7 +256,6 @@ HWY_INLINE void BlockPairOfTiles(bool round_p, Row* rows, size_t num_real, const
   }
   for (size_t r = 0; r < num_real; ++r) {
     float* const parts[2] = {scores[0] + (row0 + r) * kTile, scores[1] + (row0 + r) * kTile};
-    KVRING_UNROLL
     for (size_t t = 0; t < 2; ++t) {
       ElementKernel<T>::template ScaleScores<kTile>(parts[t], tiles[t].k_scales);
     }
@@ -292,7 +291,6 @@ HWY_NOINLINE void RowsOverTwoTiles(bool round_p, Row* rows, size_t num_real,
                                     lane_offsets, index_of_offset, scores, r);
       continue;
     }
-    KVRING_UNROLL
     for (size_t t = 0; t < 2; ++t) {
       BlockTile<1, kTile, false>(round_p, rows + r, 1, tiles[t].pos, tiles[t].k, dim_stride,
                                  tiles[t].k_next, ps, tiles[t].v, v_stride, tiles[t].k_scales,

@@ -117,9 +117,7 @@ class ItemRunner {
 #endif
     // The position offset of each score lane: BF16 pairs interleave even and odd positions
     // (LoadPairs); int8 lanes are in their natural order (LoadInt8Halves): ElementKernel.
-    KVRING_UNROLL
     for (size_t v = 0; v < Shape::kVectors; ++v) {
-      KVRING_UNROLL
       for (size_t j = 0; j < Shape::kLanes; ++j) {
         const size_t offset = Element::LaneOffset(v, j, Shape::kLanes);
         lane_offsets_[v * Shape::kLanes + j] = static_cast<int32_t>(offset);
@@ -388,7 +386,6 @@ class ItemRunner {
           const BF16* k_tiles[2] = {first.k, second.k};
           TwoTileScoresPaired<kRows, kTile>(q, k_tiles, head_dim_, v_now, walk.prefetch, out);
         } else {
-          KVRING_UNROLL
           for (size_t t = 0; t < 2; ++t) {
             TileScores<kRows, kTile>(q, pair[t].k, walk.dim_stride, head_dim_, pair[t].v,
                                      walk.prefetch, out[t]);

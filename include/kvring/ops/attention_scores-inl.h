@@ -316,20 +316,20 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
           KVRING_UNROLL
           for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, folded(s));
           hn::StoreU(sum, df, out);
-          continue;
-        }
-        KVRING_UNROLL
-        for (size_t e = 0; e < 2; ++e) {
-          float* HWY_RESTRICT out = scores[t] + r * kTile + e * Shape::kLanes;
-          const auto folded = [&](size_t s) {
-            const V v = acc.Get(df, at(s, r, t, e));
-            return hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v));
-          };
-          auto sum = folded(0);
-          if (s0 != 0) sum = hn::Add(hn::LoadU(dh, out), sum);
+        } else {
           KVRING_UNROLL
-          for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, folded(s));
-          hn::StoreU(sum, dh, out);
+          for (size_t e = 0; e < 2; ++e) {
+            float* HWY_RESTRICT out = scores[t] + r * kTile + e * Shape::kLanes;
+            const auto folded = [&](size_t s) {
+              const V v = acc.Get(df, at(s, r, t, e));
+              return hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v));
+            };
+            auto sum = folded(0);
+            if (s0 != 0) sum = hn::Add(hn::LoadU(dh, out), sum);
+            KVRING_UNROLL
+            for (size_t s = 1; s < kAtOnce; ++s) sum = hn::Add(sum, folded(s));
+            hn::StoreU(sum, dh, out);
+          }
         }
       }
     }
