@@ -87,7 +87,7 @@ TEST(HfConfigLibrary, ReadsEveryConfigAsTheToolDoes) {
     const Expected<HfModel> model = ReadHfConfig(path);
     const ToolRun tool = RunToolHere(path);
     // (A process costs 10-100 ms, under the sanitizers and the emulator; a sample of them pins
-    // the process to the function, and the files read and refused both fall in it.)
+    // the process to the function.)
     if (file % 8 == 0 || file + 1 == files.size()) {
       const ToolRun process = RunTool(path);
       EXPECT_EQ(process.status, tool.status);
