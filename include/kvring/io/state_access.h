@@ -193,13 +193,15 @@ struct StateAccess {
     if (sequence.step.InStep()) return sequence.MidStep(pool.table_);
     return CheckStatesHeld(sequence.states, sequence.step.HighEnd());
   }
-  // CheckSavable, and CheckStateWrite's rules for `model_id` and `sink`.
+  // CheckSavable, and CheckStateWrite's rules for `model_id` and `sink` (which sets
+  // *state_bytes, when given, to the state's bytes).
   template <typename Layout>
   static Result CheckSave(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
-                          const ByteSink* sink) {
+                          const ByteSink* sink, uint64_t* state_bytes = nullptr) {
     const Result savable = CheckSavable(pool, id);
     if (!savable.ok()) return savable;
-    return CheckStateWrite(pool.Plan(), model_id, HeldBy(pool, pool.sequences_.Get(id)), sink);
+    return CheckStateWrite(pool.Plan(), model_id, HeldBy(pool, pool.sequences_.Get(id)), sink,
+                           state_bytes);
   }
   // Writes the header of sequence `id` (CheckSave allowed it) to `out`.
   template <typename Layout>

@@ -124,6 +124,12 @@ inline Result CompareStateLayer(uint64_t layer, const StateLayer& file, const St
 inline uint64_t HeaderPayloadBytes(uint64_t id_bytes, uint64_t num_layers) {
   return kHeaderFixedBytes + id_bytes + num_layers * kLayerDescriptorBytes;
 }
+// Returns the bytes before a state's first layer section: the preamble and the header section
+// (its header, payload and CRC), under the same conditions.
+inline uint64_t StateHeadBytes(uint64_t id_bytes, uint64_t num_layers) {
+  return kStatePreambleBytes + kSectionHeaderBytes + HeaderPayloadBytes(id_bytes, num_layers) +
+         kSectionCrcBytes;
+}
 
 // Sets *bytes to the bytes of a state of `plan` with a model id of `id_bytes` whose owning
 // layers hold the positions held(layer) returns ({first, end}), its state sections included;

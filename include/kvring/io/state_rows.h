@@ -188,9 +188,8 @@ Result WriteState(const LayerPlan& plan, const std::string& model_id, uint64_t e
 // Returns where the first layer section of a checked state starts, or 0 if the source failed.
 inline uint64_t FirstLayerSection(StateReader* reader, const LayerPlan& plan) {
   uint64_t id_bytes = 0;
-  const uint64_t header = kStatePreambleBytes + kSectionHeaderBytes;
-  if (!reader->U32(header, &id_bytes)) return 0;
-  return header + HeaderPayloadBytes(id_bytes, plan.NumLayers()) + kSectionCrcBytes;
+  if (!reader->U32(kStatePreambleBytes + kSectionHeaderBytes, &id_bytes)) return 0;
+  return StateHeadBytes(id_bytes, plan.NumLayers());
 }
 
 // Calls begin(layer, first, end) with the range of every layer section of a state CheckState

@@ -38,11 +38,11 @@ class SequenceExport {
   static Result Begin(const KVPool<Layout>& pool, SequenceId id, const std::string& model_id,
                       ByteSink* sink, SequenceExport* out) {
     if (out == nullptr) return Result::Refused(Status::kBadArgument, "export: out is null");
-    const Result allowed = detail::StateAccess::CheckSave(pool, id, model_id, sink);
+    uint64_t bytes = 0;
+    const Result allowed = detail::StateAccess::CheckSave(pool, id, model_id, sink, &bytes);
     if (!allowed.ok()) return allowed;
-    const uint64_t bytes = detail::StateAccess::Bytes(pool, id, model_id);
-    std::unique_ptr<detail::StateWriter> writer(new (std::nothrow) detail::StateWriter(
-        sink, bytes == 0 ? detail::StateWriter::kStage : bytes));
+    std::unique_ptr<detail::StateWriter> writer(new (std::nothrow)
+                                                    detail::StateWriter(sink, bytes));
     if (writer == nullptr || writer->Failed()) {
       return Result::Refused(Status::kOutOfMemory, "export: no memory for its staging buffer");
     }

@@ -210,9 +210,7 @@ Result WriteStateParallel(const LayerPlan& plan, const std::string& model_id, ui
   SavePlan save;
   PlanSave(plan, held, &save);
   {
-    StateWriter out(sink, kStatePreambleBytes + kSectionHeaderBytes +
-                              HeaderPayloadBytes(model_id.size(), plan.NumLayers()) +
-                              kSectionCrcBytes);
+    StateWriter out(sink, StateHeadBytes(model_id.size(), plan.NumLayers()));
     WriteStateHeader(plan, model_id, end, &out);
     result = out.Finish();
   }

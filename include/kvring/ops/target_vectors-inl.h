@@ -10,7 +10,7 @@
 // a block's rows, vectors, chunks, tiles and parts, whose counts are small constants, so that
 // the VecArrays they index stay in registers. g++ unrolls such loops only at -O3
 // (-fpeel-loops); at -O2 (CMake's RelWithDebInfo) it kept the accumulators in memory, a load
-// and a store around every FMA, and BF16 and exact int8 decode took 2.3-2.8x the time.
+// and a store around every FMA, and BF16 and exact int8 decode took 2.1-2.8x the time.
 #define KVRING_UNROLL HWY_UNROLL(64)
 #endif
 
