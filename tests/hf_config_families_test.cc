@@ -451,6 +451,41 @@ TEST(HfConfigFamilies, MiniMaxLightningLayersKeepAHeadDimSquaredState) {
   EXPECT_EQ(listed.layers[3].head_dim, 32u);
 }
 
+TEST(HfConfigFamilies, MiniMaxM1ReadsAttnTypeListAndKeepsTheLightningStateInF32) {
+  // MiniMax-M1's remote code: attn_type_list [0, 0, 0, 1] makes layers 0-2 lightning (4 heads
+  // of 64 / 4 = 16: 4 x 16 x 16 = 1024 F32 elements, the remote code's float32) and layer 3
+  // full attention of 2 KV heads.
+  const HfModel model = Read("minimax_m1_tiny.json");
+  ASSERT_EQ(model.layers.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_FALSE(model.layers[i].attends) << i;
+    EXPECT_EQ(model.layers[i].state.conv_elements, 0u) << i;
+    EXPECT_EQ(model.layers[i].state.recurrent_elements, 1024u) << i;
+    EXPECT_EQ(model.layers[i].state.recurrent_format, Format::kF32) << i;
+  }
+  EXPECT_EQ(model.layers[3].kind, AttentionKind::kGlobal);
+  EXPECT_EQ(model.layers[3].num_kv_heads, 2u);
+  EXPECT_EQ(model.layers[3].head_dim, 16u);
+  EXPECT_FALSE(model.layers[3].HasState());
+  EXPECT_EQ(model.max_context, 8192u);
+  // The published file: 80 layers, softmax attention at i % 8 == 7 (8 KV heads of 128), the
+  // lightning layers 64 x 128 x 128 F32 elements each (4 MiB), 10240000 positions.
+  const HfModel published = Read("presets/minimax-m1.json");
+  ASSERT_EQ(published.layers.size(), 80u);
+  for (size_t i = 0; i < 80; ++i) {
+    const LayerSpec& spec = published.layers[i];
+    EXPECT_EQ(spec.attends, i % 8 == 7) << i;
+    if (spec.attends) {
+      EXPECT_EQ(spec.num_kv_heads, 8u) << i;
+      EXPECT_EQ(spec.head_dim, 128u) << i;
+    } else {
+      EXPECT_EQ(spec.state.recurrent_elements, 64u * 128u * 128u) << i;
+      EXPECT_EQ(spec.state.recurrent_format, Format::kF32) << i;
+    }
+  }
+  EXPECT_EQ(published.max_context, 10240000u);
+}
+
 TEST(HfConfigFamilies, OlmoHybridDerivesItsLinearHeadsFromTheAttentionHeads) {
   // No layer_types: full iff i % 4 == 3. Linear keys from the 4 attention heads: 4 key and 4
   // value heads, key head dim int(0.75 x 64 / 4) = 12, value head dim 24; conv (4 - 1) x
@@ -653,6 +688,14 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/minimax_layer_type.json",
        "layer_types[0]: \"lightning\" is not linear_attention or full_attention (MiniMaxConfig)"},
       {"bad/minimax_null_kv_heads.json", "num_key_value_heads: is null; MiniMaxConfig's default 8"},
+      {"bad/minimax_m1_no_attn_type_list.json",
+       "attn_type_list: is missing; MiniMaxM1Config (remote code)'s model reads one 0 (lightning) "
+       "or 1 (softmax attention) per layer from it"},
+      {"bad/minimax_m1_attn_type_value.json",
+       "attn_type_list[1]: 2 is not 0 (lightning attention) or 1 (softmax attention)"},
+      {"bad/minimax_m1_sliding_window.json",
+       "sliding_window: 64 is set, but MiniMaxM1Config (remote code)'s eager attention attends "
+       "every position"},
       {"bad/olmo_hybrid_no_attention.json",
        "layer_types: has no attention layer; OlmoHybridConfig expects at least one"},
       {"bad/olmo_hybrid_key_head_dim.json",

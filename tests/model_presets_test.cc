@@ -83,6 +83,7 @@ constexpr Pattern kPatterns[] = {
     {"glm-4.7-flash", 47, 0, 0, 47, 0, 0, 0, 0, 576, 202752},
     {"deepseek-v3.2-exp", 61, 0, 0, 61, 0, 0, 0, 0, 576, 163840},
     {"kimi-k2-instruct", 61, 0, 0, 61, 0, 0, 0, 0, 576, 131072},
+    {"minimax-m1", 80, 0, 0, 10, 0, 0, 8, 128, 0, 10240000, 0, 0, 70},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {

@@ -217,6 +217,7 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
       ReadFalconH1(scope, out);
       break;
     case Reader::kLightning:
+    case Reader::kLightningRemote:
       ReadLightningHybrid(scope, out);
       break;
     case Reader::kOlmoHybrid:

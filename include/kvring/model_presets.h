@@ -216,6 +216,18 @@ inline ModelPreset Granite4H1B() {
   return preset;
 }
 
+// MiniMax-M1 (40k and 80k: one config.json, published with the remote code): 80 layers, a
+// softmax attention layer (8 KV heads of 128) after every 7 lightning attention layers
+// (attn_type_list); a lightning layer keeps its K^T V sum, 64 heads x 128 x 128 F32 elements
+// (the remote code keeps it in float32), and no conv state.
+inline ModelPreset MiniMaxM1() {
+  const StateSpec lightning{0, Format::kBF16, 64 * 128 * 128, Format::kF32};
+  return {"minimax-m1", 10240000,
+          EveryNthGlobal(80, 8, LayerSpec::Recurrent(lightning), LayerSpec::Global(8, 128)),
+          "lightning layers: recurrent 1048576 F32 elements, no conv state; RoPE on 64 of the "
+          "128 dims"};
+}
+
 }  // namespace detail
 
 // Returns every preset, in a stable order. Allocates; cost O(total layers).
@@ -285,6 +297,7 @@ inline std::vector<ModelPreset> ModelPresets() {
                      "the MTP layer (num_nextn_predict_layers 1) is not among the 92"});
   presets.push_back({"glm-4.7-flash", 202752, std::vector<LayerSpec>(47, LayerSpec::Latent(576)),
                      "MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per position"});
+  presets.push_back(detail::MiniMaxM1());
   return presets;
 }
 

@@ -79,6 +79,7 @@ enum class Reader {
   kZamba2,
   kKimiLinear,
   kMimoV2,
+  kLightningRemote,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
@@ -210,6 +211,12 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kUnused, 0, PatternRule::kAllFull, 0, 0, false, false, false, true,
      "kda_layers and full_attn_layers of linear_attn_config (1-indexed)", "sliding_window_pattern",
      15, Reader::kKimiLinear},
+    // MiniMax-M1's lightning attention as its published remote code builds it
+    // (kvring/hf_config/hybrid.h): attn_type_list names every layer's mixer.
+    {"minimax_m1", "MiniMaxM1Config (remote code)", 131072, KvHeadsRule::kNumberNullIsMha, 8,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, kNullWindow, 0, false, false, false,
+     false, "attn_type_list: 0 lightning attention, 1 softmax attention (required)",
+     "sliding_window_pattern", 15, Reader::kLightningRemote},
     // Full and sliding layers of their own shapes (kvring/hf_config/mimo_v2.h); remote code.
     {"mimo_v2_flash", "MiMoV2FlashConfig (remote code)", 32768, KvHeadsRule::kNumberNullIsMha, 32,
      HeadDimRule::kRequired, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,

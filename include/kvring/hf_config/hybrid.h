@@ -7,8 +7,9 @@
 //   (transformers keeps kernel columns), and a recurrent state of linear_num_value_heads x
 //   linear_key_head_dim x linear_value_head_dim.
 // - Gated DeltaNet with q, k and v convolutions of their own (OLMo hybrid): the same state.
-// - Lightning attention (MiniMax): layer_types of "linear_attention" and "full_attention"; a
-//   linear layer keeps num_attention_heads x head_dim x head_dim elements.
+// - Lightning attention (MiniMax): layer_types of "linear_attention" and "full_attention" (or,
+//   in MiniMax-M1's remote code, attn_type_list); a linear layer keeps num_attention_heads x
+//   head_dim x head_dim elements.
 // - Short convolutions (LFM2): layer_types of conv and full_attention (or full_attn_idxs,
 //   default every layer); a conv layer keeps (conv_L_cache - 1) x hidden_size elements.
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
@@ -245,18 +246,49 @@ inline void CheckAttnTypeList(const Scope& scope, const std::vector<bool>& linea
   }
 }
 
+// Returns MiniMax-M1's layers as its remote code reads them (MiniMaxM1Model indexes
+// attn_type_list for every layer: 0 lightning attention, else softmax attention): true for a
+// lightning layer. The list is required, one 0 or 1 per layer.
+inline std::vector<bool> ReadAttnTypeList(const Scope& scope, uint64_t num_layers) {
+  const Json* list = scope.LayerList("attn_type_list", num_layers);
+  if (scope.Failed()) return {};
+  if (list == nullptr) {
+    scope.Fail("attn_type_list", "is missing; " + scope.ClassName() +
+                                     "'s model reads one 0 (lightning) or 1 (softmax attention) "
+                                     "per layer from it");
+    return {};
+  }
+  return scope.LayerChoices("attn_type_list", *list, Json(0), Json(1),
+                            "0 (lightning attention) or 1 (softmax attention)");
+}
+
 // Reads a MiniMax model (lightning attention) of `scope` into *model: layer_types of
 // "linear_attention" and "full_attention" (default: full on even layers, linear on odd). A
 // lightning layer keeps a state of num_attention_heads x head_dim x head_dim elements in the
 // model's type (its K^T V sum; no conv state); the attention layers slide when sliding_window is
-// set (the model's mask then slides for every softmax layer).
+// set (the model's mask then slides for every softmax layer). MiniMax-M1's remote code
+// (Reader::kLightningRemote) reads attn_type_list instead, keeps the lightning state in F32 (it
+// starts it as float32 and adds each position's K^T V into it), and slides only on its
+// flash-attention path: a sliding_window is refused there.
 inline void ReadLightningHybrid(const Scope& scope, HfModel* model) {
+  const bool remote = scope.family().reader == Reader::kLightningRemote;
   const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
   const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
   if (scope.Failed()) return;
-  const std::vector<bool> linear =
-      ReadLinearLayers(scope, num_layers, [](size_t i) { return (i + 1) % 2 == 0; });
-  CheckAttnTypeList(scope, linear);
+  std::vector<bool> linear;
+  if (remote) {
+    linear = ReadAttnTypeList(scope, num_layers);
+    if (!scope.Failed() && scope.IsSet("sliding_window")) {
+      scope.Fail("sliding_window",
+                 Show(*scope.Find("sliding_window")) + " is set, but " + scope.ClassName() +
+                     "'s eager attention attends every position and only its flash-attention "
+                     "path slides: the window depends on the attention implementation");
+    }
+  } else {
+    linear = ReadLinearLayers(scope, num_layers, [](size_t i) { return (i + 1) % 2 == 0; });
+    CheckAttnTypeList(scope, linear);
+  }
+  if (scope.Failed()) return;
   LayerSpec full = ReadShape(scope, num_heads);
   if (scope.Failed()) return;
   const uint64_t rank_heads =
@@ -264,7 +296,7 @@ inline void ReadLightningHybrid(const Scope& scope, HfModel* model) {
   if (scope.Failed()) return;
   StateSpec state;
   state.recurrent_elements = rank_heads * full.head_dim * full.head_dim;
-  state.recurrent_format = Format::kBF16;
+  state.recurrent_format = remote ? Format::kF32 : Format::kBF16;
   const std::optional<uint64_t> window = ReadWindow(scope);  // the class default: None
   if (scope.Failed()) return;
   if (window) full = LayerSpec::Sliding(*window, full.num_kv_heads, full.head_dim);
