@@ -150,6 +150,8 @@ TEST(HfConfigStates, TensorParallelSplitsEachFamilysStateAsVllmDoes) {
   ExpectStates("jamba_tiny.json", 2, {{0, 192, 512}});
   // Lightning attention (MiniMax: 4 heads of 16): 2 heads x 16 x 16 a rank.
   ExpectStates("minimax_tiny.json", 2, {{1, 0, 512}});
+  // MiniMax-M1's remote code: the same split of its lightning heads (F32 elements).
+  ExpectStates("minimax_m1_tiny.json", 2, {{0, 0, 512}, {2, 0, 512}});
   // Short convolution (LFM2: 128 channels, L_cache 3): 2 x 64 a rank.
   ExpectStates("lfm2_full_attn_idxs.json", 2, {{0, 128, 0}});
   // KDA (Kimi Linear: 32 heads of 128): 8 ranks keep 4 heads, conv 3 x 3 x 4 x 128 = 4608,
