@@ -166,7 +166,9 @@ class PoolModel {
   // may still be refused: an unreserved step's paged append (kPoolExhausted), or the engine
   // itself failing before layer `fail_at` (NumLayers(): after the last layer, every append
   // and state in; past it: it does not). Either way the engine calls AbandonStep (with the
-  // step's start, or without for a failure before the last layer, by a coin), and the
+  // step's start, or without for a failure before a layer that still had to append or write
+  // its states, by a coin: a failure after the last such layer, in a consumer layer, leaves a
+  // step whose appends and states are all in, which only the start takes back), and the
   // sequence must read as before the step, its states included. Returns whether the step
   // completed.
   bool StagedStep(size_t which, uint64_t num_tokens, bool reserve, size_t fail_at) {
@@ -176,7 +178,13 @@ class PoolModel {
     std::map<size_t, std::vector<std::vector<float>>> rows;
     std::map<size_t, std::vector<std::vector<uint8_t>>> states;
     for (size_t layer = 0; layer < pool_.NumLayers(); ++layer) {
-      if (layer == fail_at) return Abandon(which);
+      if (layer == fail_at) {
+        bool behind = false;  // a layer from here on still appends or writes states
+        for (size_t later = layer; later < pool_.NumLayers(); ++later) {
+          behind = behind || pool_.OwnsKV(later) || ref.states.count(later) != 0;
+        }
+        return Abandon(which, /*with_start=*/!behind);
+      }
       const bool has_state = ref.states.count(layer) != 0;
       const bool state_first = has_state && rng_() % 2 == 0;
       if (state_first && !WriteLayerStates(id, ref, layer, num_tokens, &states)) return false;
