@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvring/detail/checked_math.h"
@@ -224,42 +225,34 @@ inline void ReadOlmoHybrid(const Scope& scope, HfModel* model) {
   }
 }
 
-// Refuses MiniMax's remote-code key attn_type_list (1: softmax attention, 0: lightning) when
-// it disagrees with the layers MiniMaxConfig builds, which never read it: a file with only that
-// list would be planned with the class's alternating default, not the model's layers.
+// Returns attn_type_list, MiniMax's remote-code list of every layer's mixer (0: lightning
+// attention, true here; 1: softmax attention), or nullopt when it is absent or null; a list
+// that is not one 0 or 1 per layer fails (nullopt).
+inline std::optional<std::vector<bool>> ReadAttnTypeList(const Scope& scope, uint64_t num_layers) {
+  const Json* list = scope.LayerList("attn_type_list", num_layers);
+  if (list == nullptr) return std::nullopt;
+  std::vector<bool> lightning =
+      scope.LayerChoices("attn_type_list", *list, Json(0), Json(1),
+                         "0 (lightning attention) or 1 (softmax attention)");
+  if (scope.Failed()) return std::nullopt;
+  return lightning;
+}
+
+// Refuses MiniMax's remote-code key attn_type_list when it disagrees with the layers
+// MiniMaxConfig builds, which never read it: a file with only that list would be planned with
+// the class's alternating default, not the model's layers.
 inline void CheckAttnTypeList(const Scope& scope, const std::vector<bool>& linear) {
-  const Json* list = scope.Find("attn_type_list");
-  if (list == nullptr || list->is_null()) return;
-  if (!list->is_array() || list->size() != linear.size()) {
-    scope.Fail("attn_type_list", Mistyped(*list, "a list of one 0 or 1 per layer"));
-    return;
-  }
+  const std::optional<std::vector<bool>> listed = ReadAttnTypeList(scope, linear.size());
+  if (!listed) return;
   for (size_t i = 0; i < linear.size(); ++i) {
-    const Json& entry = (*list)[i];
-    if (entry == Json(linear[i] ? 0 : 1)) continue;
+    if ((*listed)[i] == linear[i]) continue;
     scope.Fail("attn_type_list[" + std::to_string(i) + "]",
-               Show(entry) + ", but " + scope.ClassName() +
+               Show(Json(linear[i] ? 1 : 0)) + ", but " + scope.ClassName() +
                    " reads layer_types, which make layer " + std::to_string(i) +
                    (linear[i] ? " linear_attention" : " full_attention") +
                    " (give layer_types that agree)");
     return;
   }
-}
-
-// Returns MiniMax-M1's layers as its remote code reads them (MiniMaxM1Model indexes
-// attn_type_list for every layer: 0 lightning attention, else softmax attention): true for a
-// lightning layer. The list is required, one 0 or 1 per layer.
-inline std::vector<bool> ReadAttnTypeList(const Scope& scope, uint64_t num_layers) {
-  const Json* list = scope.LayerList("attn_type_list", num_layers);
-  if (scope.Failed()) return {};
-  if (list == nullptr) {
-    scope.Fail("attn_type_list", "is missing; " + scope.ClassName() +
-                                     "'s model reads one 0 (lightning) or 1 (softmax attention) "
-                                     "per layer from it");
-    return {};
-  }
-  return scope.LayerChoices("attn_type_list", *list, Json(0), Json(1),
-                            "0 (lightning attention) or 1 (softmax attention)");
 }
 
 // Reads a MiniMax model (lightning attention) of `scope` into *model: layer_types of
@@ -277,7 +270,14 @@ inline void ReadLightningHybrid(const Scope& scope, HfModel* model) {
   if (scope.Failed()) return;
   std::vector<bool> linear;
   if (remote) {
-    linear = ReadAttnTypeList(scope, num_layers);
+    // MiniMaxM1Model indexes the list for every layer: the class has no default for it.
+    std::optional<std::vector<bool>> listed = ReadAttnTypeList(scope, num_layers);
+    if (!listed && !scope.Failed()) {
+      scope.Fail("attn_type_list", "is missing; " + scope.ClassName() +
+                                       "'s model reads one 0 (lightning) or 1 (softmax "
+                                       "attention) per layer from it");
+    }
+    if (listed) linear = std::move(*listed);
     if (!scope.Failed() && scope.IsSet("sliding_window")) {
       scope.Fail("sliding_window",
                  Show(*scope.Find("sliding_window")) + " is set, but " + scope.ClassName() +
