@@ -457,28 +457,50 @@ class StorageDriver {
     return bytes;
   }
 
+  // One row's buffers for the reads Check makes, sized once per layer (a vector per read was
+  // most of the sanitizer builds' time in these tests: their allocator records every call).
+  struct RowReads {
+    explicit RowReads(const KVShape& shape)
+        : k(shape.KRowElements()),
+          v(shape.VRowElements()),
+          k_f32(k.size()),
+          v_f32(v.size()),
+          k_int8(k.size()),
+          v_int8(v.size()),
+          k_scales(shape.num_kv_heads),
+          v_scales(shape.num_kv_heads) {}
+    std::vector<BF16> k, v;
+    std::vector<float> k_f32, v_f32;
+    std::vector<int8_t> k_int8, v_int8;
+    std::vector<float> k_scales, v_scales;
+  };
+
   // Checks the int8 row of `pos` against `row`: ReadRowInt8, the view's bytes and scales, and
-  // ReadRowF32 (their decoded values); ReadRow is refused.
-  static std::string CheckInt8Row(const KVCache<Layout>& cache, size_t layer, uint64_t pos,
-                                  const RowModel& row) {
-    const KVView<Layout> view = StoredView(cache, layer);
-    const IndexerKeysView keys = cache.IndexerKeys(layer);
+  // ReadRowF32 (their decoded values); ReadRow is refused. view, keys: StoredView and
+  // IndexerKeys of `layer`; reads: buffers of its shape.
+  static std::string CheckInt8Row(const KVCache<Layout>& cache, size_t layer,
+                                  const KVView<Layout>& view, const IndexerKeysView& keys,
+                                  uint64_t pos, const RowModel& row, RowReads& reads) {
     const KVShape shape = view.layout.Shape();
     if (view.format != Format::kInt8 || view.k != nullptr || view.v != nullptr ||
         view.HasV() != (shape.v_head_dim != 0)) {
       return "the view's format and pointers are not those of int8";
     }
-    std::vector<int8_t> k(shape.KRowElements()), v(shape.VRowElements());
-    std::vector<float> k_scales(shape.num_kv_heads), v_scales(shape.num_kv_heads);
-    std::vector<float> k_f32(k.size()), v_f32(v.size());
+    const std::vector<int8_t>& k = reads.k_int8;
+    const std::vector<int8_t>& v = reads.v_int8;
+    const std::vector<float>& k_scales = reads.k_scales;
+    const std::vector<float>& v_scales = reads.v_scales;
+    const std::vector<float>& k_f32 = reads.k_f32;
+    const std::vector<float>& v_f32 = reads.v_f32;
     const bool has_v = shape.v_head_dim != 0;
-    if (cache.ReadRowInt8(layer, pos, k.data(), k_scales.data(), has_v ? v.data() : nullptr,
-                          has_v ? v_scales.data() : nullptr) != Status::kOk ||
-        cache.ReadRowF32(layer, pos, k_f32.data(), has_v ? v_f32.data() : nullptr) != Status::kOk) {
+    if (cache.ReadRowInt8(layer, pos, reads.k_int8.data(), reads.k_scales.data(),
+                          has_v ? reads.v_int8.data() : nullptr,
+                          has_v ? reads.v_scales.data() : nullptr) != Status::kOk ||
+        cache.ReadRowF32(layer, pos, reads.k_f32.data(), has_v ? reads.v_f32.data() : nullptr) !=
+            Status::kOk) {
       return "int8 reads of " + std::to_string(pos) + " refused";
     }
-    std::vector<BF16> k16(k.size());
-    if (cache.ReadRow(layer, pos, k16.data(), nullptr) != Status::kBadArgument) {
+    if (cache.ReadRow(layer, pos, reads.k.data(), nullptr) != Status::kBadArgument) {
       return "a BF16 read of an int8 layer was not refused";
     }
     const uint64_t slot = view.SlotOf(pos);
@@ -572,12 +594,15 @@ class StorageDriver {
         return where + "the next query's window is not held";
       }
       const KVShape shape = view.layout.Shape();
-      std::vector<BF16> k(shape.KRowElements()), v(shape.VRowElements());
-      std::vector<float> k_f32(k.size()), v_f32(v.size());
+      RowReads reads(shape);
+      std::vector<BF16>& k = reads.k;
+      std::vector<BF16>& v = reads.v;
+      std::vector<float>& k_f32 = reads.k_f32;
+      std::vector<float>& v_f32 = reads.v_f32;
       for (uint64_t pos = first; pos < model.end; ++pos) {
         const RowModel& row = model.rows[pos];
         if (model.format == Format::kInt8) {
-          const std::string failure = CheckInt8Row(cache, layer, pos, row);
+          const std::string failure = CheckInt8Row(cache, layer, view, keys, pos, row, reads);
           if (!failure.empty()) return where + failure;
           continue;
         }
