@@ -14,6 +14,7 @@
 #include "kvring/ops/attention-inl.h"
 #include "kvring/storage/kv_pool.h"
 #include "reference/kv_fixture.h"
+#include "reference/random_floats.h"
 #include "reference/reference_attention.h"
 #include "reference/started_threads.h"
 
@@ -59,7 +60,7 @@ std::vector<float> Attend(const Problem& p, const History& history, const Storag
 
 std::vector<float> RandomQueries(const Problem& p, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  kvring::testing::NormalFloats normal(0.0f, 1.0f);
   std::vector<float> q(size_t{p.num_queries} * p.num_kv_heads * p.group * p.head_dim);
   for (float& x : q) x = normal(rng);
   return q;
@@ -199,7 +200,7 @@ void ManySequencesMatchOneCallEach() {
   kvring::KVPool<Layout> pool =
       kvring::KVPool<Layout>::Create(plan, kvring::PoolSpec{32u << 20, 24, 0}).value();
   std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  kvring::testing::NormalFloats normal(0.0f, 1.0f);
   std::vector<kvring::SequenceId> ids;
   std::vector<float> k(16 * 2 * 64), v(16 * 2 * 64);
   const auto step = [&](kvring::SequenceId id, uint64_t n) {

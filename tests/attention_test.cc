@@ -54,6 +54,7 @@ HWY_AFTER_NAMESPACE();
 #include "reference/best_target_share.h"
 #include "reference/history_storage.h"
 #include "reference/kv_fixture.h"
+#include "reference/random_floats.h"
 #include "reference/reference_attention.h"
 #include "reference/started_threads.h"
 #include "reference/sweep_memo.h"
@@ -285,7 +286,7 @@ Inputs MakeInputs(const Case& c) {
   in.history = History::Random(c.num_kv_heads, c.head_dim, c.latent_v_dims != 0 ? 0 : c.VHeadDim(),
                                c.EndPos(), c.seed);
   std::mt19937 rng(c.seed * 7919u + 13u);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  kvring::testing::NormalFloats normal(0.0f, 1.0f);
   in.queries.resize(size_t{c.num_queries} * c.NumQHeads() * c.head_dim);
   for (float& q : in.queries) q = normal(rng) * c.query_scale;
   if (c.bf16_queries) {

@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "kvring/kvring.h"
+#include "reference/random_floats.h"
 #include "reference/reference_attention.h"
 
 namespace {
@@ -96,7 +97,7 @@ kvring::KVCache<Layout> MakeCache() {
 }
 
 std::vector<float> Random(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  kvring::testing::NormalFloats normal(0.0f, 1.0f);
   std::vector<float> x(n);
   for (float& v : x) v = normal(rng);
   return x;

@@ -16,6 +16,7 @@
 #include "kvring/dispatch.h"
 #include "kvring/kvring.h"
 #include "reference/best_target_share.h"
+#include "reference/random_floats.h"
 #include "reference/reference_attention.h"
 
 namespace kvring {
@@ -49,7 +50,7 @@ std::vector<ShapedModel> Models() {
 }
 
 std::vector<float> Random(size_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  kvring::testing::UniformFloats u(-1.0f, 1.0f);
   std::vector<float> x(n);
   for (float& v : x) v = u(rng);
   return x;

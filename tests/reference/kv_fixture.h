@@ -21,6 +21,7 @@
 #include "kvring/kv_view.h"
 #include "kvring/layouts/kv_shape.h"
 #include "kvring/visibility.h"
+#include "reference/random_floats.h"
 #include "reference/reference_attention.h"
 
 namespace kvring {
@@ -55,7 +56,7 @@ struct History {
     h.v_head_dim = v_head_dim;
     h.num_positions = num_positions;
     std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    kvring::testing::NormalFloats normal(0.0f, 1.0f);
     h.k.resize(num_positions * num_kv_heads * head_dim);
     h.v.resize(num_positions * num_kv_heads * v_head_dim);
     for (BF16& x : h.k) x = BF16FromF32(normal(rng));

@@ -21,6 +21,7 @@
 #include "kvring/formats/int8.h"
 #include "kvring/kvring.h"
 #include "kvring/storage/kv_pool.h"
+#include "reference/random_floats.h"
 #include "reference/storage_model.h"
 
 namespace kvring {
@@ -492,7 +493,7 @@ class PoolModel {
 
  private:
   static uint64_t Key(SequenceId id) { return uint64_t{id.index} << 32 | id.generation; }
-  float Value() { return std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng_); }
+  float Value() { return UniformFloats(-2.0f, 2.0f)(rng_); }
   void ExpectUnchanged(const PoolUsage& before) {
     const PoolUsage after = pool_.Usage();
     KVRING_MODEL_EXPECT((after.bytes_in_use) == (before.bytes_in_use));
