@@ -469,6 +469,21 @@ class StorageDriver {
           v_int8(v.size()),
           k_scales(shape.num_kv_heads),
           v_scales(shape.num_kv_heads) {}
+    // Overwrites every buffer (bytes 0xA5), so that a read that writes less than it should
+    // never passes on the row read before it.
+    void Poison() {
+      const auto fill = [](auto& buffer) {
+        if (!buffer.empty()) std::memset(buffer.data(), 0xA5, buffer.size() * sizeof(buffer[0]));
+      };
+      fill(k);
+      fill(v);
+      fill(k_f32);
+      fill(v_f32);
+      fill(k_int8);
+      fill(v_int8);
+      fill(k_scales);
+      fill(v_scales);
+    }
     std::vector<BF16> k, v;
     std::vector<float> k_f32, v_f32;
     std::vector<int8_t> k_int8, v_int8;
@@ -493,6 +508,7 @@ class StorageDriver {
     const std::vector<float>& k_f32 = reads.k_f32;
     const std::vector<float>& v_f32 = reads.v_f32;
     const bool has_v = shape.v_head_dim != 0;
+    reads.Poison();
     if (cache.ReadRowInt8(layer, pos, reads.k_int8.data(), reads.k_scales.data(),
                           has_v ? reads.v_int8.data() : nullptr,
                           has_v ? reads.v_scales.data() : nullptr) != Status::kOk ||
@@ -606,6 +622,7 @@ class StorageDriver {
           if (!failure.empty()) return where + failure;
           continue;
         }
+        reads.Poison();
         if (cache.ReadRowF32(layer, pos, k_f32.data(), v.empty() ? nullptr : v_f32.data()) !=
             Status::kOk) {
           return where + "ReadRowF32(" + std::to_string(pos) + ") refused";
