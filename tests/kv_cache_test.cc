@@ -79,15 +79,19 @@ LayerPlan PlanOf(LayerPlan::Builder builder, uint64_t context, uint64_t batch, u
   return plan.value();
 }
 
-TYPED_TEST(KVCacheTest, AllocatesExactlyThePlanForEveryPreset) {
+// For the tests that create every preset's cache and free it before the next: glibc's mmap
+// threshold would rise and each calloc clear memory the one before freed (under qemu-aarch64
+// that clearing was 5.3 s of such a test's 5.6). A fixed threshold maps each large buffer
+// afresh, as a first cache's are (what the tests check, the bytes allocated, does not change).
+// This process only: ctest runs each test alone.
+void MapEachLargeBufferAfresh() {
 #if defined(__GLIBC__)
-  // The caches below are created and freed one after another, so glibc's mmap threshold rises
-  // and each calloc clears memory the one before freed: under qemu-aarch64 that clearing was
-  // 5.3 s of the test's 5.6. A fixed threshold maps each large buffer afresh, as a first
-  // cache's are (what the test checks, the bytes allocated, does not change). This process
-  // only: ctest runs each test alone.
   mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 #endif
+}
+
+TYPED_TEST(KVCacheTest, AllocatesExactlyThePlanForEveryPreset) {
+  MapEachLargeBufferAfresh();
   for (const ModelPreset& preset : ModelPresets()) {
     for (uint64_t context : {uint64_t{700}, uint64_t{5000}}) {
       const LayerPlan plan = PlanOf(BuilderFor(preset), context, 64, 8, TypeParam::kBackend,
@@ -708,6 +712,7 @@ TYPED_TEST(KVCacheTest, Int8SnapshotIsIndependentAndClearForgetsEveryLayer) {
 }
 
 TYPED_TEST(KVCacheTest, AllocatesExactlyTheInt8BytesForEveryPreset) {
+  MapEachLargeBufferAfresh();
   for (const ModelPreset& preset : ModelPresets()) {
     LayerPlan::Builder builder;
     for (size_t i = 0; i < preset.layers.size(); ++i) {
