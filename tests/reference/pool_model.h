@@ -63,21 +63,20 @@ LayerPlan PoolTestPlan(Format global_format, uint64_t batch, bool hybrid = false
   return std::move(plan).value();
 }
 
-// What the pool must read back for an input row of one layer: BF16 rounding, or int8
-// encoding per kv_head row then decoding.
-inline std::vector<float> Stored(const std::vector<float>& row, Format format, uint32_t kv_heads) {
-  std::vector<float> out(row.size());
+// Appends to *out what the pool must read back for an input row of one layer (`size`
+// elements at `row`): BF16 rounding, or int8 encoding per kv_head row then decoding (through
+// *bytes, at least a kv_head row long).
+inline void AppendStored(const float* row, size_t size, Format format, uint32_t kv_heads,
+                         std::vector<int8_t>* bytes, std::vector<float>* out) {
   if (format == Format::kBF16) {
-    for (size_t i = 0; i < row.size(); ++i) out[i] = BF16ToF32(BF16FromF32(row[i]));
-    return out;
+    for (size_t i = 0; i < size; ++i) out->push_back(BF16ToF32(BF16FromF32(row[i])));
+    return;
   }
-  const size_t dim = row.size() / kv_heads;
-  std::vector<int8_t> q(dim);
+  const size_t dim = size / kv_heads;
   for (uint32_t head = 0; head < kv_heads; ++head) {
-    const float scale = EncodeInt8Row(row.data() + head * dim, dim, q.data());
-    for (size_t i = 0; i < dim; ++i) out[head * dim + i] = DecodeInt8(scale, q[i]);
+    const float scale = EncodeInt8Row(row + head * dim, dim, bytes->data());
+    for (size_t i = 0; i < dim; ++i) out->push_back(DecodeInt8(scale, (*bytes)[i]));
   }
-  return out;
 }
 
 // Expects `condition`, else records it (and what is streamed after it) as the failure.
@@ -255,12 +254,14 @@ class PoolModel {
     const Result result = pool_.AppendF32(id, layer, ref.end, k.data(),
                                           v_elems == 0 ? nullptr : v.data(), num_tokens);
     if (!result.ok()) return result;
+    // (One vector per stored row, kept by the reference; no other allocation per row: under
+    // ASan each one records its stack.)
+    std::vector<int8_t> bytes(k_elems + v_elems);
     for (uint64_t t = 0; t < num_tokens; ++t) {
-      std::vector<float> kr(k.begin() + t * k_elems, k.begin() + (t + 1) * k_elems);
-      std::vector<float> vr(v.begin() + t * v_elems, v.begin() + (t + 1) * v_elems);
-      std::vector<float> stored = Stored(kr, info.spec.format, kv_heads);
-      const std::vector<float> stored_v = Stored(vr, info.spec.format, kv_heads);
-      stored.insert(stored.end(), stored_v.begin(), stored_v.end());
+      std::vector<float> stored;
+      stored.reserve(k_elems + v_elems);
+      AppendStored(k.data() + t * k_elems, k_elems, info.spec.format, kv_heads, &bytes, &stored);
+      AppendStored(v.data() + t * v_elems, v_elems, info.spec.format, kv_heads, &bytes, &stored);
       stored_rows->push_back(std::move(stored));
     }
     return result;
