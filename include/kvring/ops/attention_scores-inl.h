@@ -340,19 +340,19 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
 // more than four rows tile after tile, so that each K vector serves every row (measured on
 // Intel AVX-512, 8 rows over L1-resident tiles: 0.65 of the FMA twin, against 0.51 for the pair
 // form's two tiles at once in blocks of four rows, and 0.35 by dim in that shape); blocks of
-// three or four rows (decode at GQA 4, AttentionMany's GQA 8/2) take both tiles at once, so
-// that each broadcast query element serves 32 positions (tile after tile, four rows load more
-// than their FMAs take cycles: on Zen 5, D128 decode over 4096 positions warm, 0.87-0.90 of the
-// time; two rows stay tile after tile: both tiles at once, their dims in two passes, read K
-// from memory more slowly). Else in register blocks of at most four rows so that the
-// accumulators of both tiles stay in registers.
+// four rows (three or four rows per kv_head: decode at GQA 3-4, AttentionMany's GQA 8/2) take
+// both tiles at once, so that each broadcast query element serves 32 positions (tile after
+// tile, four rows load more than their FMAs take cycles: on Zen 5, D128 decode over 4096
+// positions warm, 0.87-0.90 of the time; two rows stay tile after tile: both tiles at once,
+// their dims in two passes, read K from memory more slowly). Else in register blocks of at
+// most four rows so that the accumulators of both tiles stay in registers.
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void TwoTileScoresPaired(const float* const* HWY_RESTRICT q,
                                     const BF16* const* HWY_RESTRICT k_tiles, size_t head_dim,
                                     const BF16* const* v_now, const PrefetchShape& ps,
                                     float* const* HWY_RESTRICT scores) {
   if constexpr (kScoreByDim<hn::Twice<typename TileShape<kTile>::DK>>) {
-    if constexpr (kRows > 2 && kRows <= 4) {
+    if constexpr (kRows == 4) {
       TileScoresPaired<kRows, 2, kTile>(q, k_tiles, head_dim, v_now, ps, scores);
       return;
     }
