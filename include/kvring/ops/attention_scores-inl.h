@@ -343,7 +343,7 @@ HWY_INLINE void TileScoresPaired(const float* const* HWY_RESTRICT q,
 }
 
 // Scores of two tiles for kRows rows (TileScoresPaired). By dim (kScoreByDim), blocks of
-// more than four rows tile after tile, so that each K vector serves every row (measured on
+// one, two or eight rows tile after tile, so that each K vector serves every row (measured on
 // Intel AVX-512, 8 rows over L1-resident tiles: 0.65 of the FMA twin, against 0.51 for the pair
 // form's two tiles at once in blocks of four rows, and 0.35 by dim in that shape); blocks of
 // four rows (three or four rows per kv_head: decode at GQA 3-4, AttentionMany's GQA 8/2) take
