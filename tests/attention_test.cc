@@ -28,13 +28,34 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kvring/ops/bf16_convert-inl.h"
+#include "kvring/ops/softmax_exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring_test {
 namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 
 void ConvertF32ToBF16(const float* in, kvring::BF16* out, size_t count) {
   kvring::HWY_NAMESPACE::F32ToBF16(in, out, count);
+}
+
+// How many of the `count` values at x (a multiple of 64) have a SoftmaxExp whose bits differ
+// from Highway's Exp, at every vector width the softmax uses (a tile of 4, 8 or more lanes).
+size_t SoftmaxExpMismatches(const float* x, size_t count) {
+  size_t mismatches = 0;
+  const auto compare = [&](auto d) {
+    const hn::RebindToUnsigned<decltype(d)> du;
+    for (size_t i = 0; i < count; i += hn::Lanes(d)) {
+      const auto v = hn::LoadU(d, x + i);
+      const auto ours = kvring::HWY_NAMESPACE::attention_internal::SoftmaxExp(d, v);
+      const auto ne = hn::Ne(hn::BitCast(du, ours), hn::BitCast(du, hn::Exp(d, v)));
+      mismatches += hn::CountTrue(du, ne);
+    }
+  };
+  compare(hn::ScalableTag<float>());
+  compare(hn::CappedTag<float, 8>());
+  compare(hn::CappedTag<float, 4>());
+  return mismatches;
 }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -61,6 +82,7 @@ HWY_AFTER_NAMESPACE();
 
 namespace kvring_test {
 HWY_EXPORT(ConvertF32ToBF16);
+HWY_EXPORT(SoftmaxExpMismatches);
 
 using kvring::AttentionKind;
 using kvring::AttentionOptions;
@@ -1617,6 +1639,29 @@ TEST(AttentionAppend, VectorConversionMatchesScalarRounding) {
         ASSERT_EQ(out[i].bits, kvring::BF16FromF32(values[i]).bits) << i;
       }
     }
+  });
+}
+
+// The softmax's exp (kvring/ops/softmax_exp-inl.h: on AVX-512 Highway's Exp with shorter
+// first and last steps) has Exp's bits on every target for the inputs a softmax gives it: every
+// 4099th float from -0 to -inf (normal, subnormal and underflowing results), the ends, and
+// positive values up to 88 (a subnormal x - m cannot be positive; they show the range holds).
+TEST(AttentionSoftmax, ExpHasTheBitsOfHighwaysExp) {
+  std::vector<float> x;
+  for (uint64_t bits = 0x80000000u; bits <= 0xFF800000u; bits += 4099) {
+    float f;
+    const uint32_t b = static_cast<uint32_t>(bits);
+    std::memcpy(&f, &b, sizeof(f));
+    x.push_back(f);
+  }
+  for (const float f : {0.0f, -0.0f, -std::numeric_limits<float>::infinity(), -104.0f, -103.99999f,
+                        -87.33655f, -87.33654f, -1e-45f, -0.5f, -0.34657359f}) {
+    x.push_back(f);
+  }
+  for (float f = 1e-6f; f <= 88.0f; f *= 1.37f) x.push_back(f);
+  while (x.size() % 64 != 0) x.push_back(-1.0f);
+  ForEachTarget([&](int64_t) {
+    EXPECT_EQ(HWY_DYNAMIC_DISPATCH(SoftmaxExpMismatches)(x.data(), x.size()), 0u);
   });
 }
 

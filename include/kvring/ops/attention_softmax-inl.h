@@ -25,6 +25,7 @@
 #include "hwy/contrib/math/math-inl.h"
 #include "kvring/ops/attention_scores-inl.h"
 #include "kvring/ops/bf16_convert-inl.h"
+#include "kvring/ops/softmax_exp-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvring {
@@ -98,6 +99,9 @@ HWY_INLINE float SoftmaxRow(float* const* HWY_RESTRICT parts,
   const bool full = lo_off == 0 && hi_off == static_cast<int32_t>(kTile) - 1;  // no masking
   KVRING_DASSERT(kParts == 1 || full);
   V max = neg_inf;
+  // Whether a lane exceeds the running max (then the step's max needs the reduction below).
+  const V old_max = hn::Set(dk, row.m);
+  auto exceeds = hn::Lt(old_max, old_max);
   KVRING_UNROLL
   for (size_t i = 0; i < kParts * kVectors; ++i) {
     float* HWY_RESTRICT s = parts[i / kVectors] + i % kVectors * kLanes;
@@ -115,9 +119,16 @@ HWY_INLINE float SoftmaxRow(float* const* HWY_RESTRICT parts,
     }
     hn::StoreU(x, dk, s);
     max = hn::Max(max, x);
+    exceeds = hn::Or(exceeds, hn::Gt(x, old_max));
   }
-  const float tile_max = hn::GetLane(hn::MaxOfLanes(dk, max));
-  const float m_new = tile_max > row.m ? tile_max : row.m;
+  // Most steps leave the max where it was: then no lane exceeds it and the reduction, which
+  // would give the same m_new, is skipped (a NaN lane exceeds nothing and moves no max). The
+  // exponentials then wait for the scores only, not for the reduction's chain of shuffles.
+  float m_new = row.m;
+  if (!hn::AllFalse(dk, exceeds)) {
+    const float tile_max = hn::GetLane(hn::MaxOfLanes(dk, max));
+    m_new = tile_max > row.m ? tile_max : row.m;
+  }
   // (exp(0) is exactly 1: most tiles leave the max where it was and skip the call.)
   const float correction = row.m == -std::numeric_limits<float>::infinity() ? 0.0f
                            : m_new == row.m                                 ? 1.0f
@@ -128,7 +139,7 @@ HWY_INLINE float SoftmaxRow(float* const* HWY_RESTRICT parts,
   for (size_t i = 0; i < kParts * kVectors; ++i) {
     float* HWY_RESTRICT s = parts[i / kVectors] + i % kVectors * kLanes;
     const V x = hn::Sub(hn::LoadU(dk, s), vm);
-    const V p = WhereNumber(x, [&](V y) { return hn::Exp(dk, y); });
+    const V p = WhereNumber(x, [&](V y) { return SoftmaxExp(dk, y); });
     hn::StoreU(p, dk, s);
     sum = hn::Add(sum, p);
   }
