@@ -169,6 +169,22 @@ HWY_INLINE float Int8Weights(float* const* HWY_RESTRICT p, const float* const* v
                                      : 0.0f;
   for (size_t t = 0; t < kParts; ++t) {
     for (size_t i = 0; i < kTile; i += kLanes) {
+#if HWY_TARGET == HWY_AVX3_DL
+      if constexpr (kDot) {
+        // The same bytes in four instructions: vcvtps2dq rounds to nearest even as Round does
+        // (the Min first still gives 65535 for 65535.5 and for NaN), and each vpmovdb keeps
+        // the low byte of every level (weights are never negative: nor are V scales), in place
+        // of the saturating packs and the lane permutation of DemoteTo.
+        static_assert(kLanes == 16, "vpdpbusd tiles fill 512-bit vectors");
+        const V capped = hn::Min(hn::Mul(hn::LoadU(df, p[t] + i), inverse), top);
+        const __m512i bits = _mm512_cvtps_epi32(capped.raw);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes[t] + i),
+                         _mm512_cvtepi32_epi8(_mm512_srli_epi32(bits, 8)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes[t] + kTile + i),
+                         _mm512_cvtepi32_epi8(bits));
+        continue;
+      }
+#endif
       const V level = hn::Min(hn::Round(hn::Mul(hn::LoadU(df, p[t] + i), inverse)), top);
       if constexpr (kDot) {
         const auto bits = hn::ConvertTo(di, level);
