@@ -1644,8 +1644,8 @@ TEST(AttentionAppend, VectorConversionMatchesScalarRounding) {
 
 // The softmax's exp (kvring/ops/softmax_exp-inl.h: on AVX-512 Highway's Exp with shorter
 // first and last steps) has Exp's bits on every target for the inputs a softmax gives it: every
-// 4099th float from -0 to -inf (normal, subnormal and underflowing results), the ends, and
-// positive values up to 88 (a subnormal x - m cannot be positive; they show the range holds).
+// 4099th float from -0 to -inf (normal, subnormal and underflowing results) and the ends; and
+// for positive values up to 88, beyond what a softmax passes (x - max is never positive).
 TEST(AttentionSoftmax, ExpHasTheBitsOfHighwaysExp) {
   std::vector<float> x;
   for (uint64_t bits = 0x80000000u; bits <= 0xFF800000u; bits += 4099) {
