@@ -99,9 +99,6 @@ HWY_INLINE float SoftmaxRow(float* const* HWY_RESTRICT parts,
   const bool full = lo_off == 0 && hi_off == static_cast<int32_t>(kTile) - 1;  // no masking
   KVRING_DASSERT(kParts == 1 || full);
   V max = neg_inf;
-  // Whether a lane exceeds the running max (then the step's max needs the reduction below).
-  const V old_max = hn::Set(dk, row.m);
-  auto exceeds = hn::Lt(old_max, old_max);
   KVRING_UNROLL
   for (size_t i = 0; i < kParts * kVectors; ++i) {
     float* HWY_RESTRICT s = parts[i / kVectors] + i % kVectors * kLanes;
@@ -119,13 +116,12 @@ HWY_INLINE float SoftmaxRow(float* const* HWY_RESTRICT parts,
     }
     hn::StoreU(x, dk, s);
     max = hn::Max(max, x);
-    exceeds = hn::Or(exceeds, hn::Gt(x, old_max));
   }
-  // Most steps leave the max where it was: then no lane exceeds it and the reduction, which
-  // would give the same m_new, is skipped (a NaN lane exceeds nothing and moves no max). The
-  // exponentials then wait for the scores only, not for the reduction's chain of shuffles.
+  // Most steps leave the max where it was: then no lane of `max` exceeds it, the reduction
+  // could not give more (its result is one of those lanes, or NaN) and is skipped, and the
+  // exponentials wait for the scores only, not for the reduction's chain of shuffles.
   float m_new = row.m;
-  if (!hn::AllFalse(dk, exceeds)) {
+  if (!hn::AllFalse(dk, hn::Gt(max, hn::Set(dk, row.m)))) {
     const float tile_max = hn::GetLane(hn::MaxOfLanes(dk, max));
     m_new = tile_max > row.m ? tile_max : row.m;
   }

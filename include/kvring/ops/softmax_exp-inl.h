@@ -43,12 +43,12 @@ HWY_INLINE __m128 ScaleF32(__m128 a, __m128 e) { return _mm_scalef_ps(a, e); }
 #endif
 
 // exp(x) for the softmax's lanes (x <= 0, -inf or NaN). On the AVX-512 targets it is Highway
-// 1.0.3's Exp (hwy/contrib/math: the same reduction by ln 2 in two parts, the same polynomial
-// in the same order) with a shorter chain at both ends: the quotient q truncated as a float
-// (vrndscaleps, not a conversion to int32 and back) and 2^q applied by vscalefps (not two
-// integer shifts and two multiplies). Both round (poly + 1) * 2^q once, so the bits are Exp's
-// for every x up to 88 (compared for every float; above it Exp's own range ends). The softmax
-// waits for this chain before the V pass can start. Other targets call Exp.
+// 1.0.3's Exp (hwy/contrib/math: the same reduction by ln 2 in two parts, then its own
+// ExpPoly) with a shorter chain at both ends: the quotient q truncated as a float (vrndscaleps,
+// not a conversion to int32 and back) and 2^q applied by vscalefps (not two integer shifts and
+// two multiplies). Both round (poly + 1) * 2^q once, so the bits are Exp's for every x up to 88
+// (compared for every float; above it Exp's own range ends). The softmax waits for this chain
+// before the V pass can start. Other targets call Exp.
 template <class D, class V>
 HWY_INLINE V SoftmaxExp(D d, V x) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -56,17 +56,9 @@ HWY_INLINE V SoftmaxExp(D d, V x) {
   const V q{TruncateF32(hn::MulAdd(x, hn::Set(d, 1.442695040888963407359924681f), half_away).raw)};
   V r = hn::MulAdd(q, hn::Set(d, -0.693145751953125f), x);
   r = hn::MulAdd(q, hn::Set(d, -1.428606765330187045e-6f), r);
-  // Highway's Estrin(r, k0, ..., k5) * r^2 + r.
-  const auto k = [&](float c) { return hn::Set(d, c); };
-  const V r2 = hn::Mul(r, r);
-  const V r4 = hn::Mul(r2, r2);
-  const V estrin = hn::MulAdd(
-      r4, hn::MulAdd(k(0.000198527617612853646278381f), r, k(0.00139304355252534151077271f)),
-      hn::MulAdd(r2,
-                 hn::MulAdd(k(0.00833336077630519866943359f), r, k(0.0416664853692054748535156f)),
-                 hn::MulAdd(k(0.166666671633720397949219f), r, k(0.5f))));
-  const V y = hn::Add(hn::MulAdd(estrin, r2, r), k(1.0f));
-  return hn::IfThenElseZero(hn::Ge(x, k(-104.0f)), V{ScaleF32(y.raw, q.raw)});
+  // Highway's own polynomial (its Exp's, called as Exp calls it).
+  const V y = hn::Add(hn::impl::ExpImpl<float>().ExpPoly(d, r), hn::Set(d, 1.0f));
+  return hn::IfThenElseZero(hn::Ge(x, hn::Set(d, -104.0f)), V{ScaleF32(y.raw, q.raw)});
 #else
   return hn::Exp(d, x);
 #endif
