@@ -97,8 +97,8 @@ KVRING_AVX_VNNI_TARGET HWY_INLINE void NaturalF32(__m256i first, __m256i second,
 // This target's Int8TileScoresVnni (attention_int8_vnni-inl.h has AVX-512's): scores[r * kTile + s]
 // = float(q . k) * q_scale[r] * k_scales[s] (in that order) in natural order, K entering vpdpbusd
 // as k + 128 and q_bias[r] (128 * the sum of row r's query bytes) taken off.
-template <size_t kRows, uint64_t kTile>
-KVRING_AVX_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(
+template <size_t kRows, uint64_t kTile, bool kToL2>
+KVRING_AVX_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnniTo(
     const int8_t* const* q, const int32_t* q_bias, const float* q_scale, const float* k_scales,
     const int8_t* k_tile, size_t dim_stride, size_t head_dim, const int8_t* v_now,
     const PrefetchShape& ps, float* scores) {
@@ -118,7 +118,7 @@ KVRING_AVX_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(
     KVRING_UNROLL
     for (size_t s = 0; s < kAtOnce; ++s) {
       const size_t dim = dim0 + 4 * s;
-      PrefetchVDims4(v_now, dim, ps);
+      PrefetchVDims4<kToL2>(v_now, dim, ps);
       __m256i qv[kRows];
       KVRING_UNROLL
       for (size_t r = 0; r < kRows; ++r) {
@@ -169,12 +169,27 @@ KVRING_AVX_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(
   }
 }
 
+// Int8TileScoresVnniTo for the cache ps.to_l2 (attention_int8_vnni-inl.h says why).
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void Int8TileScoresVnni(const int8_t* const* q, const int32_t* q_bias,
+                                   const float* q_scale, const float* k_scales,
+                                   const int8_t* k_tile, size_t dim_stride, size_t head_dim,
+                                   const int8_t* v_now, const PrefetchShape& ps, float* scores) {
+  if (ps.to_l2) {
+    Int8TileScoresVnniTo<kRows, kTile, true>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
+                                             head_dim, v_now, ps, scores);
+  } else {
+    Int8TileScoresVnniTo<kRows, kTile, false>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
+                                              head_dim, v_now, ps, scores);
+  }
+}
+
 // The V pass of kRows (at most 2) rows on AVX-VNNI for 16 dims from dim0: the tile's
 // positions four at a time, weighed by the high and the low bytes of their weights w[r]
 // (Int8Weights), then AddTileSums(256 * high + low).
-template <size_t kRows, uint64_t kTile>
+template <size_t kRows, uint64_t kTile, bool kToL2>
 KVRING_AVX_VNNI_TARGET HWY_INLINE void AccumulateInt8AvxVnni(
-    size_t dim0, const int8_t* v_tile, size_t v_stride, KLinePrefetch& fetch,
+    size_t dim0, const int8_t* v_tile, size_t v_stride, KLinePrefetch<kToL2>& fetch,
     const uint8_t* const* w, const float* w_scale, float* const* acc, const float* correction) {
   __m256i high[kRows][2], low[kRows][2];
   KVRING_UNROLL
@@ -222,20 +237,35 @@ KVRING_AVX_VNNI_TARGET HWY_INLINE void AccumulateInt8AvxVnni(
 
 // This target's AccumulateInt8TileVnni: rows two at a time, dims 16 at a time. The first two
 // rows' pass prefetches the next tile's K (the others read the same V).
-template <size_t kRows, uint64_t kTile>
-KVRING_AVX_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnni(
+template <size_t kRows, uint64_t kTile, bool kToL2>
+KVRING_AVX_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnniTo(
     const int8_t* v_tile, size_t v_stride, const int8_t* k_next, const PrefetchShape& ps,
     size_t v_head_dim, const uint8_t* const* w, const float* w_scale, float* const* acc,
     const float* correction) {
   constexpr size_t kPart = kRows < 2 ? kRows : 2;
   const size_t groups = kTile / 4 * (v_head_dim / 16);
-  KLinePrefetch fetch(k_next, ps, groups);
+  KLinePrefetch<kToL2> fetch(k_next, ps, groups);
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
     if (r0 != 0) fetch.k = nullptr;
     for (size_t dim0 = 0; dim0 < v_head_dim; dim0 += 16) {
       AccumulateInt8AvxVnni<kPart, kTile>(dim0, v_tile, v_stride, fetch, w + r0, w_scale + r0,
                                           acc + r0, correction + r0);
     }
+  }
+}
+
+// AccumulateInt8TileVnniTo for the cache ps.to_l2.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void AccumulateInt8TileVnni(const int8_t* v_tile, size_t v_stride, const int8_t* k_next,
+                                       const PrefetchShape& ps, size_t v_head_dim,
+                                       const uint8_t* const* w, const float* w_scale,
+                                       float* const* acc, const float* correction) {
+  if (ps.to_l2) {
+    AccumulateInt8TileVnniTo<kRows, kTile, true>(v_tile, v_stride, k_next, ps, v_head_dim, w,
+                                                 w_scale, acc, correction);
+  } else {
+    AccumulateInt8TileVnniTo<kRows, kTile, false>(v_tile, v_stride, k_next, ps, v_head_dim, w,
+                                                  w_scale, acc, correction);
   }
 }
 

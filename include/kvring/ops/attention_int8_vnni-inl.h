@@ -52,16 +52,23 @@ HWY_INLINE void AddTileSums(DF df, hn::Vec<DF> tile_sums, float correction, floa
              df, acc);
 }
 
+// The loops below take the prefetches' cache (PrefetchShape::to_l2) as a template argument,
+// kToL2, so that their prefetches carry no branch: g++ takes a run-time flag out of a loop
+// only at -O3 (-funswitch-loops), and at -O2 the branches made the AVX3_DL decode 10 %
+// slower (docs/benchmarks.md). Each kernel is compiled for both caches and picks one per call.
+
 // Prefetches the lines of this tile's V that four scored dims from `dim` stand for.
+template <bool kToL2>
 HWY_INLINE void PrefetchVDims4(const int8_t* v_now, size_t dim, const PrefetchShape& ps) {
   for (size_t byte = 0; byte < 4 * ps.v_bytes_per_dim; byte += 64) {
-    PrefetchLine(v_now + dim * ps.v_bytes_per_dim + byte, ps.to_l2);
+    PrefetchLine(v_now + dim * ps.v_bytes_per_dim + byte, kToL2);
   }
 }
 
 // The next tile's K lines, prefetched a few at a time over a V pass's groups of positions
 // (every line once, whatever the ratio of K lines to V lines: flash int8 has a K line per
-// dim, twice its V lines).
+// dim, twice its V lines), into the cache kToL2 says (PrefetchShape::to_l2).
+template <bool kToL2>
 struct KLinePrefetch {
   // The lines of the tile at k_next (PrefetchShape ps), spread over a V pass of `groups`
   // groups of positions.
@@ -69,20 +76,18 @@ struct KLinePrefetch {
       : k(k_next),
         stride(ps.k_line_stride),
         lines(ps.k_lines),
-        per_group((ps.k_lines + groups - 1) / groups),
-        to_l2(ps.to_l2) {}
+        per_group((ps.k_lines + groups - 1) / groups) {}
 
   const int8_t* k = nullptr;  // null: no prefetching (a V pass's later row parts)
   size_t stride = 0;
   size_t lines = 0;
   size_t per_group = 0;
   size_t next = 0;
-  bool to_l2 = false;  // PrefetchShape::to_l2
 
   HWY_INLINE void Step() {
     if (k == nullptr) return;
     for (size_t end = next + per_group < lines ? next + per_group : lines; next < end; ++next) {
-      PrefetchLine(k + next * stride, to_l2);
+      PrefetchLine(k + next * stride, kToL2);
     }
   }
 };
@@ -147,13 +152,11 @@ KVRING_VNNI_TARGET HWY_INLINE void LoadKQuads(const int8_t* k_tile, size_t dim, 
 // Scores of kRows rows over one tile on vpdpbusd: scores[r * kTile + s] = float(q . k) *
 // q_scale[r] * k_scales[s] (in that order) in natural order. q[r]: the row's int8 query bytes;
 // q_bias[r]: 128 * their sum.
-template <size_t kRows, uint64_t kTile>
-KVRING_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(const int8_t* const* q,
-                                                        const int32_t* q_bias, const float* q_scale,
-                                                        const float* k_scales, const int8_t* k_tile,
-                                                        size_t dim_stride, size_t head_dim,
-                                                        const int8_t* v_now,
-                                                        const PrefetchShape& ps, float* scores) {
+template <size_t kRows, uint64_t kTile, bool kToL2>
+KVRING_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnniTo(
+    const int8_t* const* q, const int32_t* q_bias, const float* q_scale, const float* k_scales,
+    const int8_t* k_tile, size_t dim_stride, size_t head_dim, const int8_t* v_now,
+    const PrefetchShape& ps, float* scores) {
   constexpr size_t kVectors = static_cast<size_t>(kTile) / 16;
   constexpr size_t kAtOnce = AtOnce(kRows * kVectors);  // independent sums: integers, any order
   __m512i acc[kAtOnce][kRows][kVectors];
@@ -169,7 +172,7 @@ KVRING_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(const int8_t* const* q,
     KVRING_UNROLL
     for (size_t s = 0; s < kAtOnce; ++s) {
       const size_t dim = dim0 + 4 * s;
-      PrefetchVDims4(v_now, dim, ps);
+      PrefetchVDims4<kToL2>(v_now, dim, ps);
       __m512i quads[kVectors];
       LoadKQuads<kTile>(k_tile, dim, dim_stride, quads);
       KVRING_UNROLL
@@ -200,6 +203,21 @@ KVRING_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnni(const int8_t* const* q,
       _mm512_storeu_ps(scores + r * kTile + 16 * i,
                        _mm512_mul_ps(scaled, _mm512_loadu_ps(k_scales + 16 * i)));
     }
+  }
+}
+
+// Int8TileScoresVnniTo for the cache ps.to_l2.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void Int8TileScoresVnni(const int8_t* const* q, const int32_t* q_bias,
+                                   const float* q_scale, const float* k_scales,
+                                   const int8_t* k_tile, size_t dim_stride, size_t head_dim,
+                                   const int8_t* v_now, const PrefetchShape& ps, float* scores) {
+  if (ps.to_l2) {
+    Int8TileScoresVnniTo<kRows, kTile, true>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
+                                             head_dim, v_now, ps, scores);
+  } else {
+    Int8TileScoresVnniTo<kRows, kTile, false>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
+                                              head_dim, v_now, ps, scores);
   }
 }
 
@@ -251,9 +269,9 @@ KVRING_VNNI_TARGET HWY_INLINE __m512i LoadVQuads16(const int8_t* rows, size_t v_
 // The V pass of kRows (at most 2) rows on vpdpbusd for kVectors (4: 64 dims, or 1: 16)
 // vectors of dims from dim0: the tile's positions four at a time, weighed by the high and the
 // low bytes of their weights w[r] (Int8Weights), then AddTileSums(256 * high + low).
-template <size_t kRows, size_t kVectors, uint64_t kTile>
+template <size_t kRows, size_t kVectors, uint64_t kTile, bool kToL2>
 KVRING_VNNI_TARGET HWY_INLINE void AccumulateInt8Vnni(size_t dim0, const int8_t* v_tile,
-                                                      size_t v_stride, KLinePrefetch& fetch,
+                                                      size_t v_stride, KLinePrefetch<kToL2>& fetch,
                                                       const uint8_t* const* w, const float* w_scale,
                                                       float* const* acc, const float* correction) {
   __m512i high[kRows][kVectors], low[kRows][kVectors];
@@ -301,14 +319,14 @@ KVRING_VNNI_TARGET HWY_INLINE void AccumulateInt8Vnni(size_t dim0, const int8_t*
 
 // The V pass of kRows rows on vpdpbusd: rows two at a time, dims 64 then 16 at a time. The
 // first two rows' pass prefetches the next tile's K (the others read the same V).
-template <size_t kRows, uint64_t kTile>
-KVRING_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnni(
+template <size_t kRows, uint64_t kTile, bool kToL2>
+KVRING_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnniTo(
     const int8_t* v_tile, size_t v_stride, const int8_t* k_next, const PrefetchShape& ps,
     size_t v_head_dim, const uint8_t* const* w, const float* w_scale, float* const* acc,
     const float* correction) {
   constexpr size_t kPart = kRows < 2 ? kRows : 2;
   const size_t groups = kTile / 4 * (v_head_dim / 64 + v_head_dim % 64 / 16);
-  KLinePrefetch fetch(k_next, ps, groups);
+  KLinePrefetch<kToL2> fetch(k_next, ps, groups);
   for (size_t r0 = 0; r0 < kRows; r0 += kPart) {
     if (r0 != 0) fetch.k = nullptr;
     size_t dim0 = 0;
@@ -320,6 +338,21 @@ KVRING_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnni(
       AccumulateInt8Vnni<kPart, 1, kTile>(dim0, v_tile, v_stride, fetch, w + r0, w_scale + r0,
                                           acc + r0, correction + r0);
     }
+  }
+}
+
+// AccumulateInt8TileVnniTo for the cache ps.to_l2.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void AccumulateInt8TileVnni(const int8_t* v_tile, size_t v_stride, const int8_t* k_next,
+                                       const PrefetchShape& ps, size_t v_head_dim,
+                                       const uint8_t* const* w, const float* w_scale,
+                                       float* const* acc, const float* correction) {
+  if (ps.to_l2) {
+    AccumulateInt8TileVnniTo<kRows, kTile, true>(v_tile, v_stride, k_next, ps, v_head_dim, w,
+                                                 w_scale, acc, correction);
+  } else {
+    AccumulateInt8TileVnniTo<kRows, kTile, false>(v_tile, v_stride, k_next, ps, v_head_dim, w,
+                                                  w_scale, acc, correction);
   }
 }
 
