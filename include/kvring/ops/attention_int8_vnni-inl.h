@@ -54,7 +54,7 @@ HWY_INLINE void AddTileSums(DF df, hn::Vec<DF> tile_sums, float correction, floa
 
 // The loops below take the prefetches' cache (PrefetchShape::to_l2) as a template argument,
 // kToL2, so that their prefetches carry no branch: g++ takes a run-time flag out of a loop
-// only at -O3 (-funswitch-loops), and at -O2 the branches made the AVX3_DL decode 10 %
+// only at -O3 (-funswitch-loops), and at -O2 the branches made the decode 5-11 %
 // slower (docs/benchmarks.md). Each kernel is compiled for both caches and picks one per call.
 
 // Prefetches the lines of this tile's V that four scored dims from `dim` stand for.
