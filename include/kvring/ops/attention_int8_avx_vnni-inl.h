@@ -94,9 +94,10 @@ KVRING_AVX_VNNI_TARGET HWY_INLINE void NaturalF32(__m256i first, __m256i second,
   out[1] = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(first, second, 0x31));
 }
 
-// This target's Int8TileScoresVnni (attention_int8_vnni-inl.h has AVX-512's): scores[r * kTile + s]
-// = float(q . k) * q_scale[r] * k_scales[s] (in that order) in natural order, K entering vpdpbusd
-// as k + 128 and q_bias[r] (128 * the sum of row r's query bytes) taken off.
+// This target's Int8TileScoresVnniTo (attention_int8_vnni-inl.h has AVX-512's):
+// scores[r * kTile + s] = float(q . k) * q_scale[r] * k_scales[s] (in that order) in natural
+// order, K entering vpdpbusd as k + 128 and q_bias[r] (128 * the sum of row r's query bytes)
+// taken off.
 template <size_t kRows, uint64_t kTile, bool kToL2>
 KVRING_AVX_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnniTo(
     const int8_t* const* q, const int32_t* q_bias, const float* q_scale, const float* k_scales,
@@ -169,21 +170,6 @@ KVRING_AVX_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnniTo(
   }
 }
 
-// Int8TileScoresVnniTo for the cache ps.to_l2 (attention_int8_vnni-inl.h says why).
-template <size_t kRows, uint64_t kTile>
-HWY_INLINE void Int8TileScoresVnni(const int8_t* const* q, const int32_t* q_bias,
-                                   const float* q_scale, const float* k_scales,
-                                   const int8_t* k_tile, size_t dim_stride, size_t head_dim,
-                                   const int8_t* v_now, const PrefetchShape& ps, float* scores) {
-  if (ps.to_l2) {
-    Int8TileScoresVnniTo<kRows, kTile, true>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
-                                             head_dim, v_now, ps, scores);
-  } else {
-    Int8TileScoresVnniTo<kRows, kTile, false>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
-                                              head_dim, v_now, ps, scores);
-  }
-}
-
 // The V pass of kRows (at most 2) rows on AVX-VNNI for 16 dims from dim0: the tile's
 // positions four at a time, weighed by the high and the low bytes of their weights w[r]
 // (Int8Weights), then AddTileSums(256 * high + low).
@@ -235,7 +221,7 @@ KVRING_AVX_VNNI_TARGET HWY_INLINE void AccumulateInt8AvxVnni(
   }
 }
 
-// This target's AccumulateInt8TileVnni: rows two at a time, dims 16 at a time. The first two
+// This target's AccumulateInt8TileVnniTo: rows two at a time, dims 16 at a time. The first two
 // rows' pass prefetches the next tile's K (the others read the same V).
 template <size_t kRows, uint64_t kTile, bool kToL2>
 KVRING_AVX_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnniTo(
@@ -254,6 +240,30 @@ KVRING_AVX_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnniTo(
   }
 }
 
+#undef KVRING_AVX_VNNI_TARGET
+
+#endif  // HWY_TARGET == HWY_AVX2
+
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3_DL
+
+// Both targets' vpdpbusd kernels (this file's and attention_int8_vnni-inl.h's) are compiled
+// for each prefetch cache (attention_int8_vnni-inl.h says why); these pick one per call.
+
+// Int8TileScoresVnniTo for the cache ps.to_l2.
+template <size_t kRows, uint64_t kTile>
+HWY_INLINE void Int8TileScoresVnni(const int8_t* const* q, const int32_t* q_bias,
+                                   const float* q_scale, const float* k_scales,
+                                   const int8_t* k_tile, size_t dim_stride, size_t head_dim,
+                                   const int8_t* v_now, const PrefetchShape& ps, float* scores) {
+  if (ps.to_l2) {
+    Int8TileScoresVnniTo<kRows, kTile, true>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
+                                             head_dim, v_now, ps, scores);
+  } else {
+    Int8TileScoresVnniTo<kRows, kTile, false>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
+                                              head_dim, v_now, ps, scores);
+  }
+}
+
 // AccumulateInt8TileVnniTo for the cache ps.to_l2.
 template <size_t kRows, uint64_t kTile>
 HWY_INLINE void AccumulateInt8TileVnni(const int8_t* v_tile, size_t v_stride, const int8_t* k_next,
@@ -269,9 +279,7 @@ HWY_INLINE void AccumulateInt8TileVnni(const int8_t* v_tile, size_t v_stride, co
   }
 }
 
-#undef KVRING_AVX_VNNI_TARGET
-
-#endif  // HWY_TARGET == HWY_AVX2
+#endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3_DL
 
 }  // namespace attention_internal
 // NOLINTNEXTLINE(google-readability-namespace-comments)

@@ -55,7 +55,8 @@ HWY_INLINE void AddTileSums(DF df, hn::Vec<DF> tile_sums, float correction, floa
 // The loops below take the prefetches' cache (PrefetchShape::to_l2) as a template argument,
 // kToL2, so that their prefetches carry no branch: g++ takes a run-time flag out of a loop
 // only at -O3 (-funswitch-loops), and at -O2 the branches made the decode 5-11 %
-// slower (docs/benchmarks.md). Each kernel is compiled for both caches and picks one per call.
+// slower (docs/benchmarks.md). Each kernel (...To) is compiled for both caches, and the
+// functions of its name without To in attention_int8_avx_vnni-inl.h pick one per call.
 
 // Prefetches the lines of this tile's V that four scored dims from `dim` stand for.
 template <bool kToL2>
@@ -206,21 +207,6 @@ KVRING_VNNI_TARGET HWY_NOINLINE void Int8TileScoresVnniTo(
   }
 }
 
-// Int8TileScoresVnniTo for the cache ps.to_l2.
-template <size_t kRows, uint64_t kTile>
-HWY_INLINE void Int8TileScoresVnni(const int8_t* const* q, const int32_t* q_bias,
-                                   const float* q_scale, const float* k_scales,
-                                   const int8_t* k_tile, size_t dim_stride, size_t head_dim,
-                                   const int8_t* v_now, const PrefetchShape& ps, float* scores) {
-  if (ps.to_l2) {
-    Int8TileScoresVnniTo<kRows, kTile, true>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
-                                             head_dim, v_now, ps, scores);
-  } else {
-    Int8TileScoresVnniTo<kRows, kTile, false>(q, q_bias, q_scale, k_scales, k_tile, dim_stride,
-                                              head_dim, v_now, ps, scores);
-  }
-}
-
 // Four V rows (positions off .. off + 3) of 64 dims from `dim0`, as vpdpbusd's signed operand:
 // vector c, lane d holds bytes (v[off][dim0 + 16c + d] .. v[off + 3][dim0 + 16c + d]).
 KVRING_VNNI_TARGET HWY_INLINE void LoadVQuads64(const int8_t* rows, size_t v_stride,
@@ -338,21 +324,6 @@ KVRING_VNNI_TARGET HWY_NOINLINE void AccumulateInt8TileVnniTo(
       AccumulateInt8Vnni<kPart, 1, kTile>(dim0, v_tile, v_stride, fetch, w + r0, w_scale + r0,
                                           acc + r0, correction + r0);
     }
-  }
-}
-
-// AccumulateInt8TileVnniTo for the cache ps.to_l2.
-template <size_t kRows, uint64_t kTile>
-HWY_INLINE void AccumulateInt8TileVnni(const int8_t* v_tile, size_t v_stride, const int8_t* k_next,
-                                       const PrefetchShape& ps, size_t v_head_dim,
-                                       const uint8_t* const* w, const float* w_scale,
-                                       float* const* acc, const float* correction) {
-  if (ps.to_l2) {
-    AccumulateInt8TileVnniTo<kRows, kTile, true>(v_tile, v_stride, k_next, ps, v_head_dim, w,
-                                                 w_scale, acc, correction);
-  } else {
-    AccumulateInt8TileVnniTo<kRows, kTile, false>(v_tile, v_stride, k_next, ps, v_head_dim, w,
-                                                  w_scale, acc, correction);
   }
 }
 
