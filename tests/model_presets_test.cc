@@ -83,6 +83,7 @@ constexpr Pattern kPatterns[] = {
     {"glm-4.7-flash", 47, 0, 0, 47, 0, 0, 0, 0, 576, 202752},
     {"deepseek-v3.2-exp", 61, 0, 0, 61, 0, 0, 0, 0, 576, 163840},
     {"kimi-k2-instruct", 61, 0, 0, 61, 0, 0, 0, 0, 576, 131072},
+    {"glm-5.3", 78, 0, 0, 78, 0, 0, 0, 0, 576, 1048576},
     {"minimax-m1", 80, 0, 0, 10, 0, 0, 8, 128, 0, 10240000, 0, 0, 70},
 };
 
@@ -197,6 +198,16 @@ TEST(ModelPresets, DeepSeekV32ExpCountsItsIndexerKeys) {
   const LayerPlan plan = PlanPreset("deepseek-v3.2-exp", 32768, 512);
   EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), 61 * uint64_t{32768} * (576 + 128) * 2);
   EXPECT_EQ(plan.ContextTokenBytes(), 61u * 1408);
+}
+
+TEST(ModelPresets, Glm53CountsTheIndexerKeysOfItsFullIndexerLayersOnly) {
+  // 78 layers of a 576-element latent; 21 of them (0, 1, 2, 6, 10, ..., 74) also keep a
+  // 128-element indexer key. BF16: 78 x 1152 + 21 x 256 bytes a position, apart from padding.
+  const LayerPlan plan = PlanPreset("glm-5.3", 32768, 512);
+  EXPECT_EQ(plan.ContextTokenBytes(), 78u * 1152 + 21u * 256);
+  EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), uint64_t{32768} * (78 * 576 + 21 * 128) * 2);
+  for (const size_t i : {0, 1, 2, 6, 10, 74}) EXPECT_EQ(plan.Layer(i).spec.indexer_dim, 128u) << i;
+  for (const size_t i : {3, 4, 5, 7, 75, 77}) EXPECT_EQ(plan.Layer(i).spec.indexer_dim, 0u) << i;
 }
 
 TEST(ModelPresets, Gemma3_270MAt8192Is39MiB) {

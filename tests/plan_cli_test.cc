@@ -236,7 +236,8 @@ TEST(PlanCli, ListPresetsNamesEveryModel) {
                            "lfm2-1.2b",        "falcon-h1-7b",         "qwen3.6-35b-a3b",
                            "glm-4.6",          "glm-4.7-flash",        "deepseek-v3.2-exp",
                            "kimi-k2-instruct", "trinity-nano-preview", "granite-4.0-h-1b",
-                           "olmo-3-7b",        "qwen2-vl-2b-instruct", "minimax-m1"}) {
+                           "olmo-3-7b",        "qwen2-vl-2b-instruct", "minimax-m1",
+                           "glm-5.3"}) {
     EXPECT_NE(run.out.find(name), std::string::npos) << name;
   }
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvring/base.h"
@@ -132,6 +133,18 @@ inline ModelPreset MimoV2Flash() {
                      "K head dim 192, V 128; attention sinks on sliding layers"};
   preset.layers.front() = full;
   return preset;
+}
+
+// GLM-5.3 (glm_moe_dsa): 78 latent layers of 512 + 64. Layers 0, 1, 2 and every 4th from 6
+// (indexer_types "full") run a DSA indexer and keep its 128-element key; the others reuse the
+// last one's selection and keep none.
+inline ModelPreset Glm53() {
+  std::vector<LayerSpec> layers(78, LayerSpec::Latent(576));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if ((i > 2 ? i - 2 : 0) % 4 == 0) layers[i] = LayerSpec::Latent(576).WithIndexer(128);
+  }
+  return {"glm-5.3", 1048576, std::move(layers),
+          "MLA with DSA: 21 of the 78 layers keep a 128-element indexer key per position"};
 }
 
 // Kimi-Linear-48B-A3B: Kimi Delta Attention layers with layer numbers 4, 8, ..., 24 and 27
@@ -297,6 +310,7 @@ inline std::vector<ModelPreset> ModelPresets() {
                      "the MTP layer (num_nextn_predict_layers 1) is not among the 92"});
   presets.push_back({"glm-4.7-flash", 202752, std::vector<LayerSpec>(47, LayerSpec::Latent(576)),
                      "MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per position"});
+  presets.push_back(detail::Glm53());
   presets.push_back(detail::MiniMaxM1());
   return presets;
 }
