@@ -84,6 +84,8 @@ constexpr Pattern kPatterns[] = {
     {"deepseek-v3.2-exp", 61, 0, 0, 61, 0, 0, 0, 0, 576, 163840},
     {"kimi-k2-instruct", 61, 0, 0, 61, 0, 0, 0, 0, 576, 131072},
     {"glm-5.3", 78, 0, 0, 78, 0, 0, 0, 0, 576, 1048576},
+    // Zamba2: every block keeps a Mamba2 state; the 9 hybrid ones also attend (MHA, head 160).
+    {"zamba2-2.7b-instruct-v2", 54, 0, 0, 9, 0, 0, 32, 160, 0, 4096, 0, 0, 45},
     {"minimax-m1", 80, 0, 0, 10, 0, 0, 8, 128, 0, 10240000, 0, 0, 70},
 };
 
@@ -253,6 +255,12 @@ TEST(ModelPresets, HybridPresetsStatesAreTheirFamiliesFormulas) {
   const LayerPlan qwen = PlanPreset("qwen3.6-35b-a3b", 4096, 512);
   EXPECT_EQ(qwen.StateBytes(), 30 * (48 * kKiB + 2 * kMiB));
   EXPECT_EQ(qwen.TotalBytes() - qwen.PaddingBytes(), 10 * 4096 * 2 * kKiB);
+  // Zamba2-2.7B-Instruct-v2: 54 Mamba2 blocks of 3 x (5120 + 2 x 64) and 80 x 64 x 64 BF16
+  // elements (30.75 KiB + 640 KiB); the 9 hybrid ones also K/V of 32 x 160, 20 KiB a position.
+  const LayerPlan zamba2 = PlanPreset("zamba2-2.7b-instruct-v2", 4096, 512);
+  EXPECT_EQ(zamba2.StateBytes(), 54 * (3 * 5248 * 2 + 640 * kKiB));
+  EXPECT_EQ(zamba2.ContextTokenBytes(), 9 * 20 * kKiB);
+  EXPECT_EQ(zamba2.TotalBytes() - zamba2.PaddingBytes(), 9 * 4096 * 20 * kKiB);
 }
 
 TEST(ModelPresets, EveryPresetPlansAtSmallAndFullContext) {

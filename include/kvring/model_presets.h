@@ -229,6 +229,20 @@ inline ModelPreset Granite4H1B() {
   return preset;
 }
 
+// Zamba2-2.7B-Instruct-v2: 54 Mamba2 blocks, each keeping a conv state of 3 x (5120 + 2 x 64)
+// and a recurrent state of 80 x 64 x 64 BF16 elements; the 9 hybrid ones (6, 12, ..., 42, 47,
+// 51) also run the shared attention block, K/V of their own: 32 KV heads of 160.
+inline ModelPreset Zamba2_2_7B() {
+  const StateSpec mamba2{3 * (5120 + 2 * 64), Format::kBF16, 80 * 64 * 64, Format::kBF16};
+  ModelPreset preset{"zamba2-2.7b-instruct-v2", 4096,
+                     std::vector<LayerSpec>(54, LayerSpec::Recurrent(mamba2)),
+                     "Mamba2 blocks: conv 15744 and recurrent 327680 BF16 elements; the hybrid "
+                     "blocks' attention reads the hidden state and the embeddings side by side"};
+  constexpr size_t kHybridBlocks[] = {6, 12, 18, 24, 30, 36, 42, 47, 51};
+  for (size_t i : kHybridBlocks) preset.layers[i] = LayerSpec::Global(32, 160).WithState(mamba2);
+  return preset;
+}
+
 // MiniMax-M1 (40k and 80k: one config.json, published with the remote code): 80 layers, a
 // softmax attention layer (8 KV heads of 128) after every 7 lightning attention layers
 // (attn_type_list); a lightning layer keeps its K^T V sum, 64 heads x 128 x 128 F32 elements
@@ -311,6 +325,7 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back({"glm-4.7-flash", 202752, std::vector<LayerSpec>(47, LayerSpec::Latent(576)),
                      "MLA: kv_lora_rank 512 + qk_rope_head_dim 64 per position"});
   presets.push_back(detail::Glm53());
+  presets.push_back(detail::Zamba2_2_7B());
   presets.push_back(detail::MiniMaxM1());
   return presets;
 }
