@@ -46,9 +46,10 @@ def transformers_layers(path, dropped=None):
             # transformers 5.12 cannot build a Zamba2 of two or more shared blocks (its
             # tie_weights_keys check fails); their count decides only which blocks share
             # weights, not a layer's K/V or state, so the check builds one.
+            blocks = config_dict.get("num_mem_blocks", 1)
             if ("tie_weights_keys" in str(error) and config_dict.get("model_type") == "zamba2"
-                    and dropped is not None and config_dict.get("num_mem_blocks", 1) > 1):
-                dropped.append(f"num_mem_blocks: {config_dict['num_mem_blocks']}")
+                    and dropped is not None and isinstance(blocks, int) and blocks > 1):
+                dropped.append(f"num_mem_blocks: {blocks}")
                 config_dict["num_mem_blocks"] = 1
                 continue
             found = re.search(r"Validation error for field '(\w+)'", str(error))
