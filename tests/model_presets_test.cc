@@ -73,6 +73,7 @@ constexpr Pattern kPatterns[] = {
     {"olmo-3-7b", 32, 24, 0, 8, 0, 4096, 32, 128, 0, 65536},
     {"trinity-nano-preview", 56, 42, 0, 14, 0, 2048, 2, 128, 0, 131072},
     {"smollm3-3b", 36, 0, 0, 36, 0, 0, 4, 128, 0, 65536},
+    {"ministral-3-3b", 26, 0, 0, 26, 0, 0, 8, 128, 0, 262144},
     {"nemotron-h-8b", 52, 0, 0, 4, 0, 0, 8, 128, 0, 8192, 0, 0, 24},
     {"jamba-1.5-mini", 32, 0, 0, 4, 0, 0, 8, 128, 0, 262144, 0, 0, 28},
     {"lfm2-1.2b", 16, 0, 0, 6, 0, 0, 8, 64, 0, 128000, 0, 0, 10},
@@ -210,6 +211,15 @@ TEST(ModelPresets, Glm53CountsTheIndexerKeysOfItsFullIndexerLayersOnly) {
   EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), uint64_t{32768} * (78 * 576 + 21 * 128) * 2);
   for (const size_t i : {0, 1, 2, 6, 10, 74}) EXPECT_EQ(plan.Layer(i).spec.indexer_dim, 128u) << i;
   for (const size_t i : {3, 4, 5, 7, 75, 77}) EXPECT_EQ(plan.Layer(i).spec.indexer_dim, 0u) << i;
+}
+
+TEST(ModelPresets, Ministral3_3BKeeps104KiBAPositionAt262144Positions) {
+  // No sliding window: 26 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes = 104 KiB a
+  // position, 26 GiB at the model's 262144 positions, apart from padding.
+  const LayerPlan plan = PlanPreset("ministral-3-3b", 262144, 512);
+  EXPECT_EQ(plan.ContextTokenBytes(), 104 * kKiB);
+  EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), 26 * kGiB);
+  EXPECT_EQ(plan.TotalBytes(), plan.FlatBytes());
 }
 
 TEST(ModelPresets, Gemma3_270MAt8192Is39MiB) {

@@ -314,6 +314,9 @@ inline std::vector<ModelPreset> ModelPresets() {
        EveryNthGlobal(56, 4, LayerSpec::Sliding(2048, 2, 128), LayerSpec::Global(2, 128)), ""});
   presets.push_back({"smollm3-3b", 65536, std::vector<LayerSpec>(36, LayerSpec::Global(4, 128)),
                      "every 4th layer uses no RoPE (no_rope_layers)"});
+  presets.push_back(
+      {"ministral-3-3b", 262144, std::vector<LayerSpec>(26, LayerSpec::Global(8, 128)),
+       "no sliding window; queries scaled by 1 + 0.1 ln(1 + floor(pos / 16384)) before attending"});
   presets.push_back(detail::NemotronH8B());
   presets.push_back(detail::Jamba15Mini());
   presets.push_back(detail::Lfm2_1_2B());
