@@ -1,8 +1,8 @@
 // Tests of kvring/hf_config.h on the families added for transformers 5.12: Gemma 4 (global
-// layers of their own shape), OLMo 3, EXAONE 4, AFMoE, SmolLM3, Ministral, Ministral 3 and
-// Qwen2-VL's flat files, and MiMo-V2-Flash (remote code: sliding layers of their own shape); and
-// their bad files. Every expected layer is worked out here by hand
-// from the file and the family's rules (docs/configs.md); tools/transformers/check_configs.py
+// layers of their own shape; its unified 12B text model too), OLMo 3, EXAONE 4, AFMoE, SmolLM3,
+// Ministral, Ministral 3 and Qwen2-VL's flat files, and MiMo-V2-Flash (remote code: sliding
+// layers of their own shape); and their bad files. Every expected layer is worked out here by
+// hand from the file and the family's rules (docs/configs.md); tools/transformers/check_configs.py
 // checks the same files against transformers itself.
 #include <gtest/gtest.h>
 
@@ -78,6 +78,26 @@ TEST(HfConfigFamilies, Gemma4KEqVTakesTheGlobalKvHeadsAndTheLastLayerIsAlwaysFul
                         : ShapedRow{{'S', 16, i, 17}, 2, 256});
   }
   ExpectShapedRows(Plan(model.layers, 1024, 2), rows);
+}
+
+TEST(HfConfigFamilies, Gemma4UnifiedReadsGemma4sRulesWithItsOwnDefaults) {
+  const HfModel model = Read("gemma4_unified_tiny.json");
+  EXPECT_EQ(model.model_type, "gemma4_unified_text");
+  // Gemma4UnifiedTextConfig's defaults: 262144 positions, a window of 1024 (Gemma 4's: 131072
+  // and 512), full iff (i + 1) % 6 == 0 and the last layer; the full layers take the one
+  // num_global_key_value_heads of global_head_dim's 512 (attention_k_eq_v).
+  EXPECT_EQ(model.max_context, 262144u);
+  EXPECT_TRUE(HasDefault(model, "text_config.sliding_window", "1024"));
+  EXPECT_TRUE(HasDefault(model, "text_config.global_head_dim", "512"));
+  EXPECT_TRUE(HasDefault(model, "text_config.layer_types[7]",
+                         "full_attention (Gemma4UnifiedTextConfig makes the last layer full)"));
+  std::vector<ShapedRow> rows;
+  for (size_t i = 0; i < 8; ++i) {
+    const bool full = i == 5 || i == 7;
+    rows.push_back(full ? ShapedRow{{'G', 0, i, 2048}, 1, 512}
+                        : ShapedRow{{'S', 1024, i, 1027}, 2, 32});
+  }
+  ExpectShapedRows(Plan(model.layers, 2048, 4), rows);
 }
 
 TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
@@ -618,6 +638,8 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/gemma4_shared_full_without_owner.json",
        "num_kv_shared_layers: 3 makes layer 5 (full_attention) read shared KV, but no earlier"},
       {"bad/gemma4_bidirectional_all.json", "use_bidirectional_attention: is \"all\""},
+      {"bad/gemma4_unified_bidirectional_all.json",
+       "text_config.use_bidirectional_attention: is \"all\""},
       {"bad/gemma4_bidirectional_unknown.json",
        "use_bidirectional_attention: \"text\" is not \"all\", \"vision\" or null"},
       {"bad/gemma4_text_config_model_type.json",

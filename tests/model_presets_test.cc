@@ -50,6 +50,7 @@ constexpr Pattern kPatterns[] = {
     // Gemma 4 E2B: full iff (i + 1) % 5 == 0; E4B and the others (i + 1) % 6 == 0 (and the last).
     {"gemma-4-e2b", 35, 28, 0, 7, 20, 512, 1, 256, 0, 131072, 1, 512},
     {"gemma-4-e4b", 42, 35, 0, 7, 18, 512, 2, 256, 0, 131072, 2, 512},
+    {"gemma-4-12b", 48, 40, 0, 8, 0, 1024, 8, 256, 0, 262144, 1, 512},
     {"gemma-4-26b-a4b", 30, 25, 0, 5, 0, 1024, 8, 256, 0, 262144, 2, 512},
     {"gemma-4-31b", 60, 50, 0, 10, 0, 1024, 16, 256, 0, 262144, 4, 512},
     {"mistral-7b-v0.1", 32, 32, 0, 0, 0, 4096, 8, 128, 0, 32768},
@@ -211,6 +212,17 @@ TEST(ModelPresets, Glm53CountsTheIndexerKeysOfItsFullIndexerLayersOnly) {
   EXPECT_EQ(plan.TotalBytes() - plan.PaddingBytes(), uint64_t{32768} * (78 * 576 + 21 * 128) * 2);
   for (const size_t i : {0, 1, 2, 6, 10, 74}) EXPECT_EQ(plan.Layer(i).spec.indexer_dim, 128u) << i;
   for (const size_t i : {3, 4, 5, 7, 75, 77}) EXPECT_EQ(plan.Layer(i).spec.indexer_dim, 0u) << i;
+}
+
+TEST(ModelPresets, Gemma4_12BGrowsByItsEightGlobalLayersOnly) {
+  // 40 sliding layers over 1024 positions (8 KV heads of 256) and 8 full ones (5, 11, ..., 47)
+  // of one KV head of 512 (attention_k_eq_v: K and V both cached): 2 KiB a position each.
+  const LayerPlan plan = PlanPreset("gemma-4-12b", 262144, 512);
+  EXPECT_EQ(plan.ContextTokenBytes(), 8 * 2 * kKiB);
+  EXPECT_EQ(plan.Layer(5).capacity, 262144u);
+  EXPECT_EQ(plan.Layer(4).capacity, 1023u + 512);
+  EXPECT_EQ(plan.Layer(47).spec.head_dim, 512u);
+  EXPECT_EQ(plan.Layer(46).spec.num_kv_heads, 8u);
 }
 
 TEST(ModelPresets, Ministral3_3BKeeps104KiBAPositionAt262144Positions) {

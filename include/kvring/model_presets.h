@@ -274,6 +274,7 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Gemma3n("gemma-3n-e4b", 35, 15));
   presets.push_back(detail::Gemma4("gemma-4-e2b", 35, 5, 512, 1, 1, 20, 131072));
   presets.push_back(detail::Gemma4("gemma-4-e4b", 42, 6, 512, 2, 2, 18, 131072));
+  presets.push_back(detail::Gemma4("gemma-4-12b", 48, 6, 1024, 8, 1, 0, 262144));
   presets.push_back(detail::Gemma4("gemma-4-26b-a4b", 30, 6, 1024, 8, 2, 0, 262144));
   presets.push_back(detail::Gemma4("gemma-4-31b", 60, 6, 1024, 16, 4, 0, 262144));
   presets.push_back(

@@ -250,6 +250,11 @@ inline constexpr Family kFamilies[] = {
     {"gemma4_text", "Gemma4TextConfig", 131072, KvHeadsRule::kNumberNoNullRule, 4,
      HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryNthFull, 512, 6, true, false, true, false,
      "full iff (i + 1) % 6 == 0, and the last layer", "sliding_window_pattern", 0, Reader::kGemma4},
+    // Gemma 4 12B's unified text model: Gemma 4's rules with its own defaults.
+    {"gemma4_unified_text", "Gemma4UnifiedTextConfig", 262144, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryNthFull, 1024, 6, true, false, true,
+     false, "full iff (i + 1) % 6 == 0, and the last layer", "sliding_window_pattern", 0,
+     Reader::kGemma4},
 };
 
 // Families transformers reads whose attention kvring does not plan yet: refused with the
@@ -273,11 +278,15 @@ struct Wrapper {
   const char* text_model_type;
   bool flat = false;  // without text_config, the text keys sit at the top level (older files)
 };
-inline constexpr Wrapper kWrappers[] = {
-    {"gemma3", "gemma3_text"},           {"gemma3n", "gemma3n_text"},
-    {"llama4", "llama4_text"},           {"gemma4", "gemma4_text"},
-    {"qwen3_5", "qwen3_5_text"},         {"qwen3_5_moe", "qwen3_5_moe_text"},
-    {"qwen2_vl", "qwen2_vl_text", true}, {"minimax_m3_vl", "minimax_m3_vl_text"}};
+inline constexpr Wrapper kWrappers[] = {{"gemma3", "gemma3_text"},
+                                        {"gemma3n", "gemma3n_text"},
+                                        {"llama4", "llama4_text"},
+                                        {"gemma4", "gemma4_text"},
+                                        {"qwen3_5", "qwen3_5_text"},
+                                        {"qwen3_5_moe", "qwen3_5_moe_text"},
+                                        {"qwen2_vl", "qwen2_vl_text", true},
+                                        {"minimax_m3_vl", "minimax_m3_vl_text"},
+                                        {"gemma4_unified", "gemma4_unified_text"}};
 
 inline const Family* FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {
