@@ -42,6 +42,17 @@ void ExpectShapedRows(const LayerPlan& plan, const std::vector<ShapedRow>& rows)
   }
 }
 
+// Eight Gemma 4 layers without layer_types: full at 5 ((i + 1) % 6 == 0) and 7 (the last, made
+// full), sliding elsewhere, each its own owner.
+std::vector<ShapedRow> EightGemma4Layers(const ShapedRow& full, const ShapedRow& sliding) {
+  std::vector<ShapedRow> rows;
+  for (size_t i = 0; i < 8; ++i) {
+    rows.push_back(i == 5 || i == 7 ? full : sliding);
+    rows.back().row.owner = i;
+  }
+  return rows;
+}
+
 TEST(HfConfigFamilies, Gemma4GlobalLayersHaveTheirOwnHeadDimAndSharedLayersReadTheLastOwner) {
   const HfModel model = Read("gemma4_e2b_like.json");
   EXPECT_EQ(model.model_type, "gemma4_text");
@@ -71,13 +82,8 @@ TEST(HfConfigFamilies, Gemma4KEqVTakesTheGlobalKvHeadsAndTheLastLayerIsAlwaysFul
                          "full_attention (Gemma4TextConfig makes the last layer full)"));
   EXPECT_TRUE(HasDefault(model, "global_head_dim", "512"));
   EXPECT_TRUE(HasDefault(model, "max_position_embeddings", "131072"));
-  std::vector<ShapedRow> rows;
-  for (size_t i = 0; i < 8; ++i) {
-    const bool full = i == 5 || i == 7;
-    rows.push_back(full ? ShapedRow{{'G', 0, i, 1024}, 1, 512}
-                        : ShapedRow{{'S', 16, i, 17}, 2, 256});
-  }
-  ExpectShapedRows(Plan(model.layers, 1024, 2), rows);
+  ExpectShapedRows(Plan(model.layers, 1024, 2),
+                   EightGemma4Layers({{'G', 0, 0, 1024}, 1, 512}, {{'S', 16, 0, 17}, 2, 256}));
 }
 
 TEST(HfConfigFamilies, Gemma4UnifiedReadsGemma4sRulesWithItsOwnDefaults) {
@@ -91,13 +97,8 @@ TEST(HfConfigFamilies, Gemma4UnifiedReadsGemma4sRulesWithItsOwnDefaults) {
   EXPECT_TRUE(HasDefault(model, "text_config.global_head_dim", "512"));
   EXPECT_TRUE(HasDefault(model, "text_config.layer_types[7]",
                          "full_attention (Gemma4UnifiedTextConfig makes the last layer full)"));
-  std::vector<ShapedRow> rows;
-  for (size_t i = 0; i < 8; ++i) {
-    const bool full = i == 5 || i == 7;
-    rows.push_back(full ? ShapedRow{{'G', 0, i, 2048}, 1, 512}
-                        : ShapedRow{{'S', 1024, i, 1027}, 2, 32});
-  }
-  ExpectShapedRows(Plan(model.layers, 2048, 4), rows);
+  ExpectShapedRows(Plan(model.layers, 2048, 4),
+                   EightGemma4Layers({{'G', 0, 0, 2048}, 1, 512}, {{'S', 1024, 0, 1027}, 2, 32}));
 }
 
 TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
