@@ -1,9 +1,9 @@
 // Tests of kvring/hf_config.h on the families added for transformers 5.12: Gemma 4 (global
-// layers of their own shape; its unified 12B text model too), OLMo 3, EXAONE 4, AFMoE, SmolLM3,
-// Ministral, Ministral 3 and Qwen2-VL's flat files, and MiMo-V2-Flash (remote code: sliding
-// layers of their own shape); and their bad files. Every expected layer is worked out here by
-// hand from the file and the family's rules (docs/configs.md); tools/transformers/check_configs.py
-// checks the same files against transformers itself.
+// layers of their own shape; its unified 12B text model too), OLMo 3, EXAONE 4 (and its MoE),
+// AFMoE, SmolLM3, Ministral, Ministral 3 and Qwen2-VL's flat files, and MiMo-V2-Flash (remote
+// code: sliding layers of their own shape); and their bad files. Every expected layer is worked
+// out here by hand from the file and the family's rules (docs/configs.md);
+// tools/transformers/check_configs.py checks the same files against transformers itself.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -124,6 +124,19 @@ TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
               {'S', 64, 6, 67},
               {'G', 0, 7, 1024}},
              2, 32);
+  // EXAONE MoE: EXAONE 4's rules; no layer_types nor pattern: the default period 4 (layer 3
+  // full); head_dim hidden_size / num_attention_heads; the MoE keys do not touch attention.
+  const HfModel exaone_moe = Read("exaone_moe_tiny.json");
+  EXPECT_TRUE(HasDefault(exaone_moe, "sliding_window_pattern", "4"));
+  EXPECT_EQ(exaone_moe.max_context, 2048u);
+  ExpectRows(Plan(exaone_moe.layers, 1024, 4),
+             {{'S', 32, 0, 35},
+              {'S', 32, 1, 35},
+              {'S', 32, 2, 35},
+              {'G', 0, 3, 1024},
+              {'S', 32, 4, 35},
+              {'S', 32, 5, 35}},
+             2, 64);
   // AFMoE: global_attn_every_n_layers 3; head_dim absent: AfmoeConfig's 128.
   const HfModel afmoe = Read("afmoe_tiny.json");
   EXPECT_TRUE(HasDefault(afmoe, "head_dim", "128"));
@@ -647,6 +660,8 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "text_config.model_type: \"gemma3_text\" is not gemma4_text"},
       {"bad/exaone4_pattern_string_without_layer_types.json",
        "sliding_window_pattern: \"LLLG\" is a string, not a number; Exaone4Config derives"},
+      {"bad/exaone_moe_pattern_string_without_layer_types.json",
+       "sliding_window_pattern: \"LLLG\" is a string, not a number; ExaoneMoeConfig derives"},
       {"bad/exaone4_pattern_letters.json",
        "sliding_window_pattern: \"LLXG\" is not a period nor a string of L (local) and G"},
       {"bad/exaone4_pattern_contradicts.json",

@@ -234,6 +234,10 @@ inline constexpr Family kFamilies[] = {
     {"exaone4", "Exaone4Config", 2048, KvHeadsRule::kNumberNoNullRule, 32,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kSlidingPattern, 4096, 4, true, false, false,
      false, "full iff (i + 1) % sliding_window_pattern == 0"},
+    // EXAONE 4's MoE sibling (K-EXAONE): EXAONE 4's rules and defaults.
+    {"exaone_moe", "ExaoneMoeConfig", 2048, KvHeadsRule::kNumberNoNullRule, 32,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kSlidingPattern, 4096, 4, true, false, false,
+     false, "full iff (i + 1) % sliding_window_pattern == 0"},
     {"afmoe", "AfmoeConfig", 16384, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kDefaultNoNull, 128,
      PatternRule::kSlidingPattern, 1024, 4, true, false, false, false,
      "full iff (i + 1) % global_attn_every_n_layers == 0", "global_attn_every_n_layers"},
