@@ -1,8 +1,8 @@
 // Tests of kvring/hf_config.h on the families added for transformers 5.12: Gemma 4 (global
 // layers of their own shape; its unified 12B text model too), OLMo 3, EXAONE 4 (and its MoE),
-// AFMoE, SmolLM3, Ministral, Ministral 3 and Qwen2-VL's flat files, and MiMo-V2-Flash (remote
-// code: sliding layers of their own shape); and their bad files. Every expected layer is worked
-// out here by hand from the file and the family's rules (docs/configs.md);
+// AFMoE, SmolLM3, Ministral, Ministral 3, Mellum and Qwen2-VL's flat files, and MiMo-V2-Flash
+// (remote code: sliding layers of their own shape); and their bad files. Every expected layer is
+// worked out here by hand from the file and the family's rules (docs/configs.md);
 // tools/transformers/check_configs.py checks the same files against transformers itself.
 #include <gtest/gtest.h>
 
@@ -137,6 +137,15 @@ TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
               {'S', 32, 4, 35},
               {'S', 32, 5, 35}},
              2, 64);
+  // Mellum: layer_types read (all full without them); sliding_window absent: MellumConfig's
+  // 1024; head_dim absent: its 128.
+  const HfModel mellum = Read("mellum_tiny.json");
+  EXPECT_TRUE(HasDefault(mellum, "sliding_window", "1024"));
+  EXPECT_TRUE(HasDefault(mellum, "head_dim", "128"));
+  EXPECT_EQ(mellum.max_context, 131072u);
+  ExpectRows(Plan(mellum.layers, 4096, 4),
+             {{'S', 1024, 0, 1027}, {'S', 1024, 1, 1027}, {'S', 1024, 2, 1027}, {'G', 0, 3, 4096}},
+             2, 128);
   // AFMoE: global_attn_every_n_layers 3; head_dim absent: AfmoeConfig's 128.
   const HfModel afmoe = Read("afmoe_tiny.json");
   EXPECT_TRUE(HasDefault(afmoe, "head_dim", "128"));
@@ -662,6 +671,7 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "sliding_window_pattern: \"LLLG\" is a string, not a number; Exaone4Config derives"},
       {"bad/exaone_moe_pattern_string_without_layer_types.json",
        "sliding_window_pattern: \"LLLG\" is a string, not a number; ExaoneMoeConfig derives"},
+      {"bad/mellum_null_window.json", "sliding_window: is null, but layer 0 is sliding_attention"},
       {"bad/exaone4_pattern_letters.json",
        "sliding_window_pattern: \"LLXG\" is not a period nor a string of L (local) and G"},
       {"bad/exaone4_pattern_contradicts.json",

@@ -234,6 +234,10 @@ inline constexpr Family kFamilies[] = {
     {"exaone4", "Exaone4Config", 2048, KvHeadsRule::kNumberNoNullRule, 32,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kSlidingPattern, 4096, 4, true, false, false,
      false, "full iff (i + 1) % sliding_window_pattern == 0"},
+    // Mellum 2 (JetBrains): all full unless layer_types names sliding layers.
+    {"mellum", "MellumConfig", 131072, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 1024, 0, true, false, false, false,
+     "every layer full_attention"},
     // EXAONE 4's MoE sibling (K-EXAONE): EXAONE 4's rules and defaults.
     {"exaone_moe", "ExaoneMoeConfig", 2048, KvHeadsRule::kNumberNoNullRule, 32,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kSlidingPattern, 4096, 4, true, false, false,
