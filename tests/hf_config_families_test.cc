@@ -1,6 +1,6 @@
 // Tests of kvring/hf_config.h on the families added for transformers 5.12: Gemma 4 (global
 // layers of their own shape; its unified 12B text model too), OLMo 3, EXAONE 4 (and its MoE),
-// AFMoE, SmolLM3, Ministral, Ministral 3, Mellum and Qwen2-VL's flat files, and MiMo-V2-Flash
+// AFMoE, SmolLM3, Ministral, Ministral 3, Mellum, CWM and Qwen2-VL's flat files, and MiMo-V2-Flash
 // (remote code: sliding layers of their own shape); and their bad files. Every expected layer is
 // worked out here by hand from the file and the family's rules (docs/configs.md);
 // tools/transformers/check_configs.py checks the same files against transformers itself.
@@ -137,6 +137,20 @@ TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
               {'S', 32, 4, 35},
               {'S', 32, 5, 35}},
              2, 64);
+  // CWM: no layer_types: full iff i % 4 == 0 (layer 0 full, unlike OLMo 3's (i + 1) % 4);
+  // head_dim absent: CwmConfig's 128.
+  const HfModel cwm = Read("cwm_tiny.json");
+  EXPECT_TRUE(HasDefault(cwm, "head_dim", "128"));
+  ExpectRows(Plan(cwm.layers, 1024, 4),
+             {{'G', 0, 0, 1024},
+              {'S', 16, 1, 19},
+              {'S', 16, 2, 19},
+              {'S', 16, 3, 19},
+              {'G', 0, 4, 1024},
+              {'S', 16, 5, 19},
+              {'S', 16, 6, 19},
+              {'S', 16, 7, 19}},
+             2, 128);
   // Mellum: layer_types read (all full without them); sliding_window absent: MellumConfig's
   // 1024; head_dim absent: its 128.
   const HfModel mellum = Read("mellum_tiny.json");
@@ -671,6 +685,7 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "sliding_window_pattern: \"LLLG\" is a string, not a number; Exaone4Config derives"},
       {"bad/exaone_moe_pattern_string_without_layer_types.json",
        "sliding_window_pattern: \"LLLG\" is a string, not a number; ExaoneMoeConfig derives"},
+      {"bad/cwm_null_window.json", "sliding_window: is null, but layer 1 is sliding_attention"},
       {"bad/mellum_null_window.json", "sliding_window: is null, but layer 0 is sliding_attention"},
       {"bad/exaone4_pattern_letters.json",
        "sliding_window_pattern: \"LLXG\" is not a period nor a string of L (local) and G"},

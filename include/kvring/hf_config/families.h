@@ -58,6 +58,7 @@ enum class PatternRule {
   kEvenSliding,      // sliding on even layers (Gemma 2, GPT-OSS)
   kSlidingPattern,   // full iff (i + 1) % <pattern_key> == 0 (Gemma 3, Cohere 2, EXAONE 4, AFMoE)
   kEveryNthFull,     // full iff (i + 1) % pattern_default == 0, a constant (Gemma 3n, 4, OLMo 3)
+  kFirstOfEveryNth,  // full iff i % pattern_default == 0, a constant (CWM: layer 0 full)
   kMaxWindowLayers,  // sliding iff use_sliding_window and i >= max_window_layers (Qwen 2, 3)
   kNoRopeLayers,     // chunked iff no_rope_layers[i] == 1 (Llama 4)
   kNoRopeSliding,    // sliding iff use_sliding_window and no_rope_layers[i] == 0 (SmolLM3)
@@ -234,6 +235,9 @@ inline constexpr Family kFamilies[] = {
     {"exaone4", "Exaone4Config", 2048, KvHeadsRule::kNumberNoNullRule, 32,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kSlidingPattern, 4096, 4, true, false, false,
      false, "full iff (i + 1) % sliding_window_pattern == 0"},
+    // Meta's CWM: layers 0, 4, 8, ... full without layer_types.
+    {"cwm", "CwmConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8, HeadDimRule::kDefaultNoNull,
+     128, PatternRule::kFirstOfEveryNth, 8192, 4, true, false, false, false, "full iff i % 4 == 0"},
     // Mellum 2 (JetBrains): all full unless layer_types names sliding layers.
     {"mellum", "MellumConfig", 131072, KvHeadsRule::kNumberNoNullRule, 4,
      HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 1024, 0, true, false, false, false,

@@ -274,6 +274,11 @@ inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers,
         if ((i + 1) % family.pattern_default != 0) types[i] = LayerType::kSliding;
       }
       break;
+    case PatternRule::kFirstOfEveryNth:
+      for (size_t i = 0; i < num_layers; ++i) {
+        if (i % family.pattern_default != 0) types[i] = LayerType::kSliding;
+      }
+      break;
     case PatternRule::kMaxWindowLayers: {
       if (!switched_window) break;
       const uint64_t first_sliding =
