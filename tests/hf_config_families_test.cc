@@ -1,8 +1,8 @@
 // Tests of kvring/hf_config.h on the families added for transformers 5.12: Gemma 4 (global
 // layers of their own shape; its unified 12B text model too), OLMo 3, EXAONE 4 (and its MoE),
-// AFMoE, SmolLM3, Ministral, Ministral 3, Mellum, CWM and Qwen2-VL's flat files, and MiMo-V2-Flash
-// (remote code: sliding layers of their own shape); and their bad files. Every expected layer is
-// worked out here by hand from the file and the family's rules (docs/configs.md);
+// AFMoE, SmolLM3, Ministral, Ministral 3, Mellum, CWM, VaultGemma and Qwen2-VL's flat files, and
+// MiMo-V2-Flash (remote code: sliding layers of their own shape); and their bad files. Every
+// expected layer is worked out here by hand from the file and the family's rules (docs/configs.md);
 // tools/transformers/check_configs.py checks the same files against transformers itself.
 #include <gtest/gtest.h>
 
@@ -137,6 +137,12 @@ TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
               {'S', 32, 4, 35},
               {'S', 32, 5, 35}},
              2, 64);
+  // VaultGemma: Gemma 2's rule, sliding on even layers; head_dim absent: its 256.
+  const HfModel vaultgemma = Read("vaultgemma_tiny.json");
+  EXPECT_TRUE(HasDefault(vaultgemma, "head_dim", "256"));
+  EXPECT_EQ(vaultgemma.max_context, 8192u);
+  ExpectRows(Plan(vaultgemma.layers, 1024, 4),
+             {{'S', 32, 0, 35}, {'G', 0, 1, 1024}, {'S', 32, 2, 35}, {'G', 0, 3, 1024}}, 1, 256);
   // CWM: no layer_types: full iff i % 4 == 0 (layer 0 full, unlike OLMo 3's (i + 1) % 4);
   // head_dim absent: CwmConfig's 128.
   const HfModel cwm = Read("cwm_tiny.json");
@@ -685,6 +691,8 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "sliding_window_pattern: \"LLLG\" is a string, not a number; Exaone4Config derives"},
       {"bad/exaone_moe_pattern_string_without_layer_types.json",
        "sliding_window_pattern: \"LLLG\" is a string, not a number; ExaoneMoeConfig derives"},
+      {"bad/vaultgemma_missing_kv_heads.json",
+       "num_key_value_heads: is missing; VaultGemmaConfig's default 4 is one checkpoint's count"},
       {"bad/cwm_null_window.json", "sliding_window: is null, but layer 1 is sliding_attention"},
       {"bad/mellum_null_window.json", "sliding_window: is null, but layer 0 is sliding_attention"},
       {"bad/exaone4_pattern_letters.json",

@@ -123,6 +123,10 @@ inline constexpr Family kFamilies[] = {
     {"gemma2", "Gemma2Config", 8192, KvHeadsRule::kNumberNoNullRule, 4, HeadDimRule::kDefaultNoNull,
      256, PatternRule::kEvenSliding, 4096, 0, true, false, false, false,
      "sliding on even layers, full on odd"},
+    // VaultGemma: Gemma 2's attention and defaults.
+    {"vaultgemma", "VaultGemmaConfig", 8192, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kDefaultNoNull, 256, PatternRule::kEvenSliding, 4096, 0, true, false, false,
+     false, "sliding on even layers, full on odd"},
     {"gemma3_text", "Gemma3TextConfig", 131072, KvHeadsRule::kNumberNoNullRule, 4,
      HeadDimRule::kDefaultNoNull, 256, PatternRule::kSlidingPattern, 4096, 6, true, false, false,
      false, "full iff (i + 1) % sliding_window_pattern == 0"},
