@@ -1,9 +1,10 @@
 // Tests of kvring/hf_config.h on the families added for transformers 5.12: Gemma 4 (global
 // layers of their own shape; its unified 12B text model too), OLMo 3, EXAONE 4 (and its MoE),
-// AFMoE, SmolLM3, Ministral, Ministral 3, Mellum, CWM, VaultGemma and Qwen2-VL's flat files, and
-// MiMo-V2-Flash (remote code: sliding layers of their own shape); and their bad files. Every
-// expected layer is worked out here by hand from the file and the family's rules (docs/configs.md);
-// tools/transformers/check_configs.py checks the same files against transformers itself.
+// AFMoE, SmolLM3, Ministral, Ministral 3, Mellum, CWM, VaultGemma, dots.llm1 and Qwen2-VL's flat
+// files, and MiMo-V2-Flash (remote code: sliding layers of their own shape); and their bad
+// files. Every expected layer is worked out here by hand from the file and the family's rules
+// (docs/configs.md); tools/transformers/check_configs.py checks the same files against
+// transformers itself.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -137,6 +138,18 @@ TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
               {'S', 32, 4, 35},
               {'S', 32, 5, 35}},
              2, 64);
+  // dots.llm1: sliding iff sliding_window is set and i >= max_window_layers (4 here); null KV
+  // heads: MHA; head_dim hidden_size / num_attention_heads.
+  const HfModel dots1 = Read("dots1_tiny.json");
+  EXPECT_EQ(dots1.max_context, 2048u);
+  ExpectRows(Plan(dots1.layers, 1024, 4),
+             {{'G', 0, 0, 1024},
+              {'G', 0, 1, 1024},
+              {'G', 0, 2, 1024},
+              {'G', 0, 3, 1024},
+              {'S', 16, 4, 19},
+              {'S', 16, 5, 19}},
+             4, 64);
   // VaultGemma: Gemma 2's rule, sliding on even layers; head_dim absent: its 256.
   const HfModel vaultgemma = Read("vaultgemma_tiny.json");
   EXPECT_TRUE(HasDefault(vaultgemma, "head_dim", "256"));
@@ -691,6 +704,7 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "sliding_window_pattern: \"LLLG\" is a string, not a number; Exaone4Config derives"},
       {"bad/exaone_moe_pattern_string_without_layer_types.json",
        "sliding_window_pattern: \"LLLG\" is a string, not a number; ExaoneMoeConfig derives"},
+      {"bad/dots1_null_max_window_layers.json", "max_window_layers: is null; Dots1Config needs"},
       {"bad/vaultgemma_missing_kv_heads.json",
        "num_key_value_heads: is missing; VaultGemmaConfig's default 4 is one checkpoint's count"},
       {"bad/cwm_null_window.json", "sliding_window: is null, but layer 1 is sliding_attention"},

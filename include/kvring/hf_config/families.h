@@ -60,6 +60,7 @@ enum class PatternRule {
   kEveryNthFull,     // full iff (i + 1) % pattern_default == 0, a constant (Gemma 3n, 4, OLMo 3)
   kFirstOfEveryNth,  // full iff i % pattern_default == 0, a constant (CWM: layer 0 full)
   kMaxWindowLayers,  // sliding iff use_sliding_window and i >= max_window_layers (Qwen 2, 3)
+  kWindowFromLayer,  // sliding iff sliding_window is not null and i >= max_window_layers (dots1)
   kNoRopeLayers,     // chunked iff no_rope_layers[i] == 1 (Llama 4)
   kNoRopeSliding,    // sliding iff use_sliding_window and no_rope_layers[i] == 0 (SmolLM3)
 };
@@ -97,7 +98,8 @@ struct Family {
   PatternRule pattern;
   uint64_t sliding_window_default;  // 0: the family has no sliding window; kNullWindow: None
   uint64_t pattern_default;         // kSlidingPattern: <pattern_key>'s default; kEveryNthFull: the
-                                    // period; kMaxWindowLayers: max_window_layers' default
+                                    // period; kMaxWindowLayers, kWindowFromLayer:
+                                    // max_window_layers' default
   bool reads_layer_types;
   bool reads_chunk;       // attention_chunk_size (default 8192)
   bool shares_kv;         // num_kv_shared_layers (default shared_default)
@@ -239,6 +241,10 @@ inline constexpr Family kFamilies[] = {
     {"exaone4", "Exaone4Config", 2048, KvHeadsRule::kNumberNoNullRule, 32,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kSlidingPattern, 4096, 4, true, false, false,
      false, "full iff (i + 1) % sliding_window_pattern == 0"},
+    // rednote's dots.llm1: Qwen 2's layers, switched by the window itself.
+    {"dots1", "Dots1Config", 2048, KvHeadsRule::kNumberNullIsMha, 32, HeadDimRule::kAbsentIsHidden,
+     0, PatternRule::kWindowFromLayer, 4096, 62, true, false, false, false,
+     "sliding iff sliding_window is not null and i >= max_window_layers"},
     // Meta's CWM: layers 0, 4, 8, ... full without layer_types.
     {"cwm", "CwmConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8, HeadDimRule::kDefaultNoNull,
      128, PatternRule::kFirstOfEveryNth, 8192, 4, true, false, false, false, "full iff i % 4 == 0"},

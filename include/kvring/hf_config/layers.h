@@ -279,8 +279,13 @@ inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers,
         if (i % family.pattern_default != 0) types[i] = LayerType::kSliding;
       }
       break;
-    case PatternRule::kMaxWindowLayers: {
-      if (!switched_window) break;
+    case PatternRule::kMaxWindowLayers:
+    case PatternRule::kWindowFromLayer: {
+      // Qwen 2 and 3 switch the window by use_sliding_window; dots1 by the window itself.
+      const bool windowed = family.pattern == PatternRule::kMaxWindowLayers
+                                ? switched_window.has_value()
+                                : ReadWindow(scope).has_value();
+      if (!windowed) break;
       const uint64_t first_sliding =
           scope.OrDefault("max_window_layers", family.pattern_default, 0, UINT64_MAX);
       for (size_t i = first_sliding < num_layers ? first_sliding : num_layers; i < num_layers;
