@@ -270,15 +270,14 @@ inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers,
       break;
     }
     case PatternRule::kEveryNthFull:
+    case PatternRule::kFirstOfEveryNth: {
+      // Gemma 3n and 4 and OLMo 3 make the last layer of each period full; CWM the first.
+      const size_t shift = family.pattern == PatternRule::kEveryNthFull ? 1 : 0;
       for (size_t i = 0; i < num_layers; ++i) {
-        if ((i + 1) % family.pattern_default != 0) types[i] = LayerType::kSliding;
+        if ((i + shift) % family.pattern_default != 0) types[i] = LayerType::kSliding;
       }
       break;
-    case PatternRule::kFirstOfEveryNth:
-      for (size_t i = 0; i < num_layers; ++i) {
-        if (i % family.pattern_default != 0) types[i] = LayerType::kSliding;
-      }
-      break;
+    }
     case PatternRule::kMaxWindowLayers:
     case PatternRule::kWindowFromLayer: {
       // Qwen 2 and 3 switch the window by use_sliding_window; dots1 by the window itself.
