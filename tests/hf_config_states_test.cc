@@ -128,6 +128,50 @@ void ExpectStates(const std::string& file, uint64_t ranks, const std::vector<Ran
   }
 }
 
+TEST(HfConfigStates, ZambaBlocksKeepAMambaStateAndHybridOnesAlsoAttend) {
+  // No block list: mamba, mamba, hybrid, then hybrid iff (i - 3) % 3 == 1: blocks 2, 4 and 7
+  // attend (2 KV heads of 2 x 64 / 4 = 32). Every block's multi-head Mamba state: 2 x 64 = 128
+  // channels in 4 heads, a conv state of (3 - 1) x 128 = 256 and an SSM state of 128 x 8 =
+  // 1024 BF16 elements.
+  const Expected<HfModel> model = ReadRanks("zamba_tiny.json", 1);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ(model->model_type, "zamba");
+  EXPECT_EQ(model->max_context, 2048u);
+  ASSERT_EQ(model->layers.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    const LayerSpec& spec = model->layers[i];
+    EXPECT_EQ(spec.attends, i == 2 || i == 4 || i == 7) << i;
+    EXPECT_EQ(spec.state.conv_elements, 256u) << i;
+    EXPECT_EQ(spec.state.conv_format, Format::kBF16);
+    EXPECT_EQ(spec.state.recurrent_elements, 1024u) << i;
+    EXPECT_EQ(spec.state.recurrent_format, Format::kBF16);
+    if (!spec.attends) continue;
+    EXPECT_EQ(spec.num_kv_heads, 2u) << i;
+    EXPECT_EQ(spec.head_dim, 32u) << i;
+  }
+  EXPECT_TRUE(
+      HasDefault(*model, "attention_head_dim", "2 x hidden_size / num_attention_heads (32)"));
+  // Two ranks keep 2 of the 4 Mamba heads each: half of each state.
+  const Expected<HfModel> half = ReadRanks("zamba_tiny.json", 2);
+  ASSERT_TRUE(half.ok()) << half.error().message;
+  EXPECT_EQ(half->layers[0].state.conv_elements, 128u);
+  EXPECT_EQ(half->layers[7].state.recurrent_elements, 512u);
+  // The file's block list (layer_types, the class's other name for it) replaces the computed
+  // one; head_dim wins over attention_head_dim; class defaults: 2 Mamba heads of 64, state 16,
+  // kernel 4 (conv 3 x 128 = 384, SSM 128 x 16 = 2048), 4096 positions.
+  const Expected<HfModel> listed = ReadRanks("zamba_block_list.json", 1);
+  ASSERT_TRUE(listed.ok()) << listed.error().message;
+  EXPECT_EQ(listed->max_context, 4096u);
+  ASSERT_EQ(listed->layers.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const LayerSpec& spec = listed->layers[i];
+    EXPECT_EQ(spec.attends, i % 2 == 1) << i;
+    EXPECT_EQ(spec.state.conv_elements, 384u) << i;
+    EXPECT_EQ(spec.state.recurrent_elements, 2048u) << i;
+    if (spec.attends) EXPECT_EQ(spec.head_dim, 32u) << i;
+  }
+}
+
 TEST(HfConfigStates, TensorParallelSplitsEachFamilysStateAsVllmDoes) {
   // Gated DeltaNet (Qwen3-Next tiny: 2 key heads of 32, 4 value heads of 16, kernel 4): a rank
   // of 2 keeps 1 key head and its 2 value heads, conv 3 x (2 x 1 x 32 + 2 x 16) = 288,

@@ -89,11 +89,11 @@ def build_layers(config_dict):
             channels, _, kernel = short_conv.conv.weight.shape
             facts.append(dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2))
             continue
-        if hasattr(layer, "shared_transformer"):  # Zamba2's hybrid block: attention, then Mamba2
-            facts.append(hybrid_facts(text, i, layer.shared_transformer.self_attn,
-                                      layer.mamba_decoder.mamba, facts))
+        shared = getattr(layer, "shared_transformer", None) or getattr(layer, "shared_transf", None)
+        if shared is not None:  # Zamba2's and Zamba's hybrid blocks: attention, then Mamba
+            facts.append(hybrid_facts(text, i, shared.self_attn, layer.mamba_decoder.mamba, facts))
             continue
-        mamba = getattr(layer, "mamba", None)  # Granite 4.0-H, Jamba; Falcon-H1 beside attention
+        mamba = getattr(layer, "mamba", None)  # Granite 4.0-H, Jamba, Zamba; Falcon-H1 (+ attention)
         if mamba is not None:
             beside = getattr(layer, "self_attn", None)
             facts.append(mamba_facts(text, mamba) if beside is None else
@@ -156,7 +156,7 @@ def mamba_facts(text, mixer):
 
 
 def hybrid_facts(text, i, attention, mixer, earlier):
-    """A layer that attends and keeps a Mamba state (Falcon-H1, Zamba2's hybrid blocks): the
+    """A layer that attends and keeps a Mamba state (Falcon-H1, Zamba's hybrid blocks): the
     attention's facts with the mixer's state bytes."""
     state = mamba_facts(text, mixer)
     return dict(layer_facts(text, None, i, attention, earlier),

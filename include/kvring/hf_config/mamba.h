@@ -14,9 +14,8 @@
 // - Mamba1 (Jamba): attention iff i % attn_layer_period == attn_layer_offset, else a mamba layer
 //   keeping a conv state of (mamba_d_conv - 1) x intermediate and an SSM state of intermediate x
 //   mamba_d_state, intermediate = mamba_expand x hidden_size.
-// - Mamba2 with a shared attention block (Zamba2): layers_block_type of mamba and hybrid blocks;
-//   a hybrid block attends and keeps a Mamba2 state.
 // Conv states are counted as engines keep them (kernel - 1 columns; transformers keeps kernel).
+// Zamba's and Zamba2's shared attention blocks are read in kvring/hf_config/zamba.h.
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_MAMBA_H_
 #define KVRING_HF_CONFIG_MAMBA_H_
@@ -343,93 +342,6 @@ inline void ReadJamba(const Scope& scope, HfModel* model) {
   if (scope.Failed()) return;
   for (uint64_t i = 0; i < num_layers; ++i) {
     model->layers.push_back(i % period == offset ? attention : LayerSpec::Recurrent(mamba));
-  }
-}
-
-// Returns a Zamba2 Mamba2 state: n_mamba_heads heads of mamba_expand x hidden_size / heads,
-// conv channels mamba_expand x hidden_size + 2 x mamba_ngroups x mamba_d_state.
-inline StateSpec ReadZamba2State(const Scope& scope, uint64_t hidden) {
-  const uint64_t expand = scope.OrDefault("mamba_expand", 2, 1, kMaxDim);
-  const uint64_t heads = scope.OrDefault("n_mamba_heads", 8, 1, kMaxDim);
-  const uint64_t state_size = scope.OrDefault("mamba_d_state", 64, 1, kMaxDim);
-  const uint64_t groups = scope.OrDefault("mamba_ngroups", 1, 1, kMaxDim);
-  const uint64_t kernel = scope.OrDefault("mamba_d_conv", 4, 1, kMaxDim);
-  StateSpec state;
-  if (scope.Failed()) return state;
-  const uint64_t intermediate = StateProduct(scope, "mamba_expand", {expand, hidden});
-  if (!scope.Failed() && intermediate % heads != 0) {
-    scope.Fail("n_mamba_heads", std::to_string(heads) + " does not divide mamba_expand x " +
-                                    "hidden_size " + std::to_string(intermediate) +
-                                    " (the Mamba head dim would be cut)");
-  }
-  if (scope.Failed()) return state;
-  return Mamba2State(scope, intermediate, heads, groups, state_size, kernel, Format::kBF16,
-                     {"n_mamba_heads", "mamba_ngroups", "mamba_d_state"});
-}
-
-// Returns Zamba2's block types ("mamba" or "hybrid"): layers_block_type (layer_types is its
-// other name), else the class default, the 54 blocks of Zamba2-2.7B (refused for another
-// num_hidden_layers).
-inline std::vector<bool> ReadZamba2Hybrid(const Scope& scope, uint64_t num_layers) {
-  std::vector<bool> hybrid(num_layers, false);
-  for (const char* key : {"layers_block_type", "layer_types"}) {
-    const Json* list = scope.LayerList(key, num_layers);
-    if (scope.Failed()) return hybrid;
-    if (list == nullptr) continue;
-    return scope.LayerChoices(key, *list, Json("hybrid"), Json("mamba"),
-                              "mamba or hybrid (" + scope.ClassName() + ")");
-  }
-  if (num_layers != 54) {
-    scope.Fail("layers_block_type", "is missing; " + scope.ClassName() +
-                                        "'s default lists the 54 blocks of Zamba2-2.7B, but "
-                                        "num_hidden_layers is " +
-                                        std::to_string(num_layers));
-    return hybrid;
-  }
-  scope.Record("layers_block_type", "Zamba2-2.7B's 54 blocks");
-  // mamba, then 7 x (5 mamba, hybrid), 4 mamba, hybrid, 3 mamba, hybrid, 2 mamba.
-  for (size_t i = 0; i < 7; ++i) hybrid[6 + 6 * i] = true;
-  hybrid[47] = true;
-  hybrid[51] = true;
-  return hybrid;
-}
-
-// Reads a Zamba2 model of `scope` into *model: mamba blocks keep a Mamba2 state; a hybrid block
-// runs the shared attention block (K/V of its own per layer, heads of head_dim, whose class
-// value is 2 x hidden_size / num_attention_heads: the block reads the hidden state and the
-// embeddings side by side) before its Mamba2 mixer, so it keeps both.
-inline void ReadZamba2(const Scope& scope, HfModel* model) {
-  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
-  // use_long_context replaces max_position_embeddings, the file's too, with 16384.
-  const Json* long_context = scope.Find("use_long_context");
-  const bool long_16k = long_context != nullptr && *long_context == Json(true);
-  if (long_16k) scope.Record("max_position_embeddings", "16384 (use_long_context)");
-  const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
-  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
-  if (scope.Failed()) return;
-  if (long_16k) model->max_context = 16384;
-  const std::vector<bool> hybrid = ReadZamba2Hybrid(scope, num_layers);
-  const uint64_t kv_heads = ReadKvHeads(scope, num_heads);
-  const StateSpec mamba = ReadZamba2State(scope, hidden);
-  if (scope.Failed()) return;
-  // head_dim is attention_head_dim's other name; the file's value replaces the class's.
-  const char* key = scope.Find("attention_head_dim") != nullptr ? "attention_head_dim" : "head_dim";
-  uint64_t head_dim = 2 * hidden / num_heads;
-  if (scope.Find(key) != nullptr) {
-    head_dim = scope.Required(key, 1, kMaxDim);
-  } else {
-    scope.Record(key, "2 x hidden_size / num_attention_heads (" + std::to_string(head_dim) + ")");
-  }
-  if (scope.Failed()) return;
-  if (head_dim == 0 || head_dim > kMaxDim) {
-    scope.Fail("num_attention_heads", std::to_string(num_heads) + " leaves 2 x hidden_size " +
-                                          std::to_string(2 * hidden) + " no head dim");
-    return;
-  }
-  const LayerSpec attention =
-      LayerSpec::Global(static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim));
-  for (bool is_hybrid : hybrid) {
-    model->layers.push_back(is_hybrid ? attention.WithState(mamba) : LayerSpec::Recurrent(mamba));
   }
 }
 
