@@ -93,7 +93,7 @@ def build_layers(config_dict):
         if shared is not None:  # Zamba2's and Zamba's hybrid blocks: attention, then Mamba
             facts.append(hybrid_facts(text, i, shared.self_attn, layer.mamba_decoder.mamba, facts))
             continue
-        mamba = getattr(layer, "mamba", None)  # Granite 4.0-H, Jamba, Zamba; Falcon-H1 (+ attention)
+        mamba = getattr(layer, "mamba", None)  # Granite 4.0-H, Jamba, Zamba; Falcon-H1: + attention
         if mamba is not None:
             beside = getattr(layer, "self_attn", None)
             facts.append(mamba_facts(text, mamba) if beside is None else
