@@ -128,6 +128,36 @@ void ExpectStates(const std::string& file, uint64_t ranks, const std::vector<Ran
   }
 }
 
+TEST(HfConfigStates, BambaAttendsOnItsListedLayersAndKeepsMamba2StatesElsewhere) {
+  // attn_layer_indices [2, 5]: those attend (2 KV heads of 64 / 4 = 16); the others keep a
+  // Mamba2 state of 2 x 64 = 128 channels in 8 heads, 2 groups of 16: a conv state of (4 - 1)
+  // x (128 + 2 x 2 x 16) = 576 and an SSM state of 128 x 16 = 2048 BF16 elements.
+  const Expected<HfModel> model = ReadRanks("bamba_tiny.json", 1);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ(model->model_type, "bamba");
+  EXPECT_EQ(model->max_context, 8192u);
+  ASSERT_EQ(model->layers.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const LayerSpec& spec = model->layers[i];
+    const bool attends = i == 2 || i == 5;
+    EXPECT_EQ(spec.attends, attends) << i;
+    EXPECT_EQ(spec.HasState(), !attends) << i;
+    if (attends) {
+      EXPECT_EQ(spec.num_kv_heads, 2u) << i;
+      EXPECT_EQ(spec.head_dim, 16u) << i;
+      continue;
+    }
+    EXPECT_EQ(spec.state.conv_elements, 576u) << i;
+    EXPECT_EQ(spec.state.recurrent_elements, 2048u) << i;
+    EXPECT_EQ(spec.state.recurrent_format, Format::kBF16);
+  }
+  // Two ranks: 4 heads of 16 and one of the 2 groups each, conv 3 x (64 + 2 x 16) = 288.
+  const Expected<HfModel> half = ReadRanks("bamba_tiny.json", 2);
+  ASSERT_TRUE(half.ok()) << half.error().message;
+  EXPECT_EQ(half->layers[0].state.conv_elements, 288u);
+  EXPECT_EQ(half->layers[0].state.recurrent_elements, 1024u);
+}
+
 TEST(HfConfigStates, ZambaBlocksKeepAMambaStateAndHybridOnesAlsoAttend) {
   // No block list: mamba, mamba, hybrid, then hybrid iff (i - 3) % 3 == 1: blocks 2, 4 and 7
   // attend (2 KV heads of 2 x 64 / 4 = 32). Every block's multi-head Mamba state: 2 x 64 = 128

@@ -8,6 +8,8 @@
 //   mamba keys named mamba_n_heads, mamba_d_head ("auto": mamba_expand x hidden_size /
 //   mamba_n_heads), mamba_d_state, mamba_n_groups, mamba_d_conv, the conv channels mamba_expand x
 //   hidden_size + 2 x groups x state.
+// - Mamba2 (Bamba): Granite 4.0-H's mamba keys and defaults; attention iff i is in
+//   attn_layer_indices.
 // - Mamba2 beside attention in every layer (Falcon-H1): each layer attends (full attention) and
 //   keeps a Mamba2 state, its channels mamba_d_ssm (default 1024; null: mamba_expand x
 //   hidden_size) + 2 x mamba_n_groups x mamba_d_state.
@@ -218,12 +220,48 @@ inline std::vector<std::string> ReadGraniteLayerTypes(const Scope& scope) {
   return types;
 }
 
-// Reads a Mamba2 hybrid (Nemotron-H, Granite 4.0-H) of `scope` into *model.
+// Returns Bamba's layer kinds: "attention" iff i is in attn_layer_indices, else "mamba" (the
+// list absent, null or empty: every layer mamba; an index past the last layer, which
+// transformers silently ignores, is refused). BambaConfig computes layers_block_type (and
+// layer_types, its other name) from the indices and has no setter for it: a file that gives
+// either is refused, as the class refuses it.
+inline std::vector<std::string> ReadBambaLayerTypes(const Scope& scope) {
+  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  std::vector<std::string> types;
+  if (scope.Failed()) return types;
+  for (const char* key : {"layers_block_type", "layer_types"}) {
+    if (scope.Find(key) == nullptr) continue;
+    scope.Fail(key, "is given, but " + scope.ClassName() +
+                        " computes the layer kinds from attn_layer_indices and refuses a list");
+    return types;
+  }
+  types.assign(num_layers, "mamba");
+  const char* key = "attn_layer_indices";
+  const Json* indices = scope.Find(key);
+  if (indices == nullptr || indices->is_null()) return types;
+  if (!indices->is_array()) {
+    scope.Fail(key, Mistyped(*indices, "a list of layer indices"));
+    return {};
+  }
+  for (size_t i = 0; i < indices->size(); ++i) {
+    const uint64_t index = scope.ToUInt(std::string(key) + "[" + std::to_string(i) + "]",
+                                        (*indices)[i], 0, num_layers - 1);
+    if (scope.Failed()) return {};
+    types[index] = "attention";
+  }
+  return types;
+}
+
+// Reads a Mamba2 hybrid (Nemotron-H; Granite 4.0-H and Bamba, whose Mamba keys are alike) of
+// `scope` into *model.
 inline void ReadMamba2Hybrid(const Scope& scope, HfModel* model) {
-  const bool granite = std::string(scope.family().model_type) == "granitemoehybrid";
+  const std::string family = scope.family().model_type;
+  const bool bamba = family == "bamba";
+  const bool granite = bamba || family == "granitemoehybrid";
   const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
-  const std::vector<std::string> types =
-      granite ? ReadGraniteLayerTypes(scope) : ReadBlockTypes(scope);
+  const std::vector<std::string> types = bamba     ? ReadBambaLayerTypes(scope)
+                                         : granite ? ReadGraniteLayerTypes(scope)
+                                                   : ReadBlockTypes(scope);
   if (scope.Failed()) return;
   if (types.size() > kMaxLayers) {
     scope.Fail("layers_block_type", "has too many blocks");
