@@ -1,7 +1,8 @@
 // kvring/hf_config.h as an engine uses it: compiled with -fno-exceptions (this file only) and
 // checked against kvring-plan on every config.json the tool's tests read (family, preset and
 // bad files): the same layers (kind, window, chunk, owner, heads, dims) for the files it reads,
-// the same one-line error for the files it refuses. The tool runs in this process (its
+// the same one-line error for the files it refuses (a model that names no context is planned at
+// a --context given). The tool runs in this process (its
 // RunPlanCli, what its main calls) for every file, and as a process for every eighth, whose
 // status and output must be the in-process run's byte for byte. And a plan built from it.
 #include <gtest/gtest.h>
@@ -51,12 +52,19 @@ std::string ReadAll(std::FILE* file) {
   return text;
 }
 
-// Runs `kvring-plan --config path --json` as a process.
-ToolRun RunTool(const std::string& path) {
+// The context a model that names none (HfModel::max_context 0) is planned at, which the tool
+// needs as --context; "" for the others.
+std::string ContextFor(const Expected<HfModel>& model) {
+  return model.ok() && model->max_context == 0 ? "4096" : "";
+}
+
+// Runs `kvring-plan --config path --json [--context N]` as a process.
+ToolRun RunTool(const std::string& path, const std::string& context) {
   const std::string err_path = ::testing::TempDir() + "kvring_plan_stderr.txt";
   // (KVRING_PLAN_EMULATOR: the emulator of a cross build, with a trailing space; or empty.)
-  const std::string command = std::string(KVRING_PLAN_EMULATOR) + "'" + KVRING_PLAN_BINARY +
-                              "' --config '" + path + "' --json 2>'" + err_path + "'";
+  const std::string command =
+      std::string(KVRING_PLAN_EMULATOR) + "'" + KVRING_PLAN_BINARY + "' --config '" + path +
+      "' --json" + (context.empty() ? "" : " --context " + context) + " 2>'" + err_path + "'";
   ToolRun run;
   std::FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
@@ -71,9 +79,11 @@ ToolRun RunTool(const std::string& path) {
 }
 
 // Runs the same command line in this process (tools/plan_cli.h).
-ToolRun RunToolHere(const std::string& path) {
+ToolRun RunToolHere(const std::string& path, const std::string& context) {
+  std::vector<std::string> args = {"--config", path, "--json"};
+  if (!context.empty()) args.insert(args.end(), {"--context", context});
   ToolRun run;
-  run.status = tools::RunPlanCli({"--config", path, "--json"}, &run.out, &run.err);
+  run.status = tools::RunPlanCli(args, &run.out, &run.err);
   return run;
 }
 
@@ -85,11 +95,12 @@ TEST(HfConfigLibrary, ReadsEveryConfigAsTheToolDoes) {
     const std::string& path = files[file];
     SCOPED_TRACE(path);
     const Expected<HfModel> model = ReadHfConfig(path);
-    const ToolRun tool = RunToolHere(path);
+    const std::string context = ContextFor(model);
+    const ToolRun tool = RunToolHere(path, context);
     // (A process costs 10-100 ms, under the sanitizers and the emulator; a sample of them pins
     // the process to the function.)
     if (file % 8 == 0 || file + 1 == files.size()) {
-      const ToolRun process = RunTool(path);
+      const ToolRun process = RunTool(path, context);
       EXPECT_EQ(process.status, tool.status);
       EXPECT_EQ(process.out, tool.out);
       EXPECT_EQ(process.err, tool.err);

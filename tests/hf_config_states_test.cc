@@ -158,6 +158,61 @@ TEST(HfConfigStates, BambaAttendsOnItsListedLayersAndKeepsMamba2StatesElsewhere)
   EXPECT_EQ(half->layers[0].state.recurrent_elements, 1024u);
 }
 
+TEST(HfConfigStates, StateSpaceModelsKeepOnlyStatesAndNameNoContext) {
+  // Mamba: every layer a Mamba1 state of 2 x 64 = 128 channels, conv (3 - 1) x 128 = 256 and
+  // SSM 128 x 8 = 1024 BF16 elements; no attention, no context named.
+  const Expected<HfModel> mamba = ReadRanks("mamba_tiny.json", 1);
+  ASSERT_TRUE(mamba.ok()) << mamba.error().message;
+  EXPECT_EQ(mamba->model_type, "mamba");
+  EXPECT_EQ(mamba->max_context, 0u);
+  EXPECT_EQ(mamba->num_attention_heads, 0u);
+  ASSERT_EQ(mamba->layers.size(), 3u);
+  for (const LayerSpec& spec : mamba->layers) {
+    EXPECT_FALSE(spec.attends);
+    EXPECT_EQ(spec.state.conv_elements, 256u);
+    EXPECT_EQ(spec.state.recurrent_elements, 1024u);
+    EXPECT_EQ(spec.state.recurrent_format, Format::kBF16);
+  }
+  EXPECT_TRUE(
+      HasDefault(*mamba, "max_position_embeddings", "none (no layer attends; give the context)"));
+  // The plan needs a context the model does not name: refused until one is set.
+  EXPECT_FALSE(mamba->PlanBuilder().Build().ok());
+  const Expected<LayerPlan> plan = mamba->PlanBuilder().SetContext(4096).Build();
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_EQ(plan->StateBytes(), 3u * (256 + 1024) * 2);
+  EXPECT_EQ(plan->ContextTokenBytes(), 0u);
+  const CliRun refused = RunCli({"--config", ConfigPath("mamba_tiny.json")});
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("mamba_tiny.json: MambaConfig names no context length (no layer "
+                             "attends, so the state does not grow with it): give --context N"),
+            std::string::npos)
+      << refused.err;
+  const CliRun run = RunCli({"--config", ConfigPath("mamba_tiny.json"), "--context", "4096"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("recurrent state, per sequence: 7.50 KiB in 3 layers"), std::string::npos)
+      << run.out;
+  // Falcon Mamba: the class defaults (expand 2, state 16, kernel 4) over 32: conv 3 x 64 =
+  // 192, SSM 64 x 16 = 1024; the file states a context.
+  const Expected<HfModel> falcon = ReadRanks("falcon_mamba_tiny.json", 1);
+  ASSERT_TRUE(falcon.ok()) << falcon.error().message;
+  EXPECT_EQ(falcon->max_context, 8192u);
+  ASSERT_EQ(falcon->layers.size(), 2u);
+  EXPECT_EQ(falcon->layers[1].state.conv_elements, 192u);
+  EXPECT_EQ(falcon->layers[1].state.recurrent_elements, 1024u);
+  // Mamba2: 8 heads of 16 (2 x 64 = 128 channels), 2 groups of 16: conv (4 - 1) x (128 + 2 x 2
+  // x 16) = 576, SSM 128 x 16 = 2048; two ranks keep 4 heads and a group each: conv 3 x (64 +
+  // 2 x 16) = 288, SSM 64 x 16 = 1024.
+  const Expected<HfModel> mamba2 = ReadRanks("mamba2_tiny.json", 1);
+  ASSERT_TRUE(mamba2.ok()) << mamba2.error().message;
+  ASSERT_EQ(mamba2->layers.size(), 2u);
+  EXPECT_EQ(mamba2->layers[0].state.conv_elements, 576u);
+  EXPECT_EQ(mamba2->layers[0].state.recurrent_elements, 2048u);
+  const Expected<HfModel> half = ReadRanks("mamba2_tiny.json", 2);
+  ASSERT_TRUE(half.ok()) << half.error().message;
+  EXPECT_EQ(half->layers[1].state.conv_elements, 288u);
+  EXPECT_EQ(half->layers[1].state.recurrent_elements, 1024u);
+}
+
 TEST(HfConfigStates, ZambaBlocksKeepAMambaStateAndHybridOnesAlsoAttend) {
   // No block list: mamba, mamba, hybrid, then hybrid iff (i - 3) % 3 == 1: blocks 2, 4 and 7
   // attend (2 KV heads of 2 x 64 / 4 = 32). Every block's multi-head Mamba state: 2 x 64 = 128

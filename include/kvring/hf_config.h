@@ -31,6 +31,7 @@
 #include "kvring/hf_config/mla.h"
 #include "kvring/hf_config/reader.h"
 #include "kvring/hf_config/scope.h"
+#include "kvring/hf_config/ssm.h"
 #include "kvring/hf_config/zamba.h"
 #include "kvring/layer_plan.h"
 
@@ -223,6 +224,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
       break;
     case Reader::kOlmoHybrid:
       ReadOlmoHybrid(scope, out);
+      break;
+    case Reader::kStateSpace:
+      ReadStateSpace(scope, out);
       break;
     case Reader::kZamba:
       ReadZamba(scope, out);

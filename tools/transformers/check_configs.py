@@ -31,7 +31,8 @@ KV_KEYS = {"model_type", "text_config", "num_hidden_layers", "num_attention_head
            "max_window_layers", "sliding_window_pattern", "num_kv_shared_layers",
            "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "kv_lora_rank",
            "qk_rope_head_dim", "max_position_embeddings", "global_attn_every_n_layers",
-           "use_bidirectional_attention"}
+           "use_bidirectional_attention", "state_size", "conv_kernel", "expand", "num_heads",
+           "n_groups"}
 
 
 def transformers_layers(path, dropped=None):
@@ -99,6 +100,10 @@ def build_layers(config_dict):
             facts.append(mamba_facts(text, mamba) if beside is None else
                          hybrid_facts(text, i, beside, mamba, facts))
             continue
+        mixer = getattr(layer, "mixer", None)  # Mamba, Falcon Mamba, Mamba2: every layer a mixer
+        if getattr(layer, "block_type", None) is None and hasattr(mixer, "conv1d"):
+            facts.append(mamba_facts(text, mixer))
+            continue
         block = getattr(layer, "block_type", None)  # Nemotron-H: mamba, attention, moe, mlp
         if block in ("mamba", "moe", "mlp"):
             facts.append(mamba_facts(text, layer.mixer) if block == "mamba" else
@@ -117,7 +122,8 @@ def build_layers(config_dict):
             continue
         attention = getattr(layer, "self_attn", None) or getattr(layer, "attention")
         facts.append(layer_facts(text, layer_types, i, attention, facts))
-    return text.max_position_embeddings, facts
+    # Mamba, Falcon Mamba and Mamba2 name no context (a file may state one).
+    return getattr(text, "max_position_embeddings", None), facts
 
 
 def decoder_layers(model):
@@ -219,6 +225,7 @@ def layer_facts(text, layer_types, i, attention, earlier):
 
 
 MLA = "latent"  # --mla
+NO_CONTEXT = 4096  # the context a model that names none is planned at
 
 # Families whose published files name transformers classes through remote code: Kimi K2's
 # configuration_deepseek.DeepseekV3Config.
@@ -229,9 +236,10 @@ REMOTE_CODE = {"kimi_k2": "deepseek_v3"}
 REMOTE_ONLY = {"kimi_linear", "mimo_v2_flash", "minimax_m1"}
 
 
-def kvring_layers(binary, path):
-    run = subprocess.run([binary, "--config", path, "--json", "--mla", MLA], capture_output=True,
-                         text=True)
+def kvring_layers(binary, path, context=None):
+    extra = ["--context", str(context)] if context is not None else []
+    run = subprocess.run([binary, "--config", path, "--json", "--mla", MLA, *extra],
+                         capture_output=True, text=True)
     if run.returncode != 0:
         return run.returncode, run.stderr.strip(), None
     plan = json.loads(run.stdout)
@@ -265,11 +273,22 @@ def check(binary, path):
             return [], f"refused by both ({type(error).__name__}; {context_or_error})"
         return [f"{path}: transformers refuses it ({type(error).__name__}: {error}), "
                 f"but kvring-plan exits {status}"], ""
-    if status == 2:  # kvring-plan refuses more than transformers (it does not guess)
+    if status == 2 and (context is not None or "give --context" not in context_or_error):
+        # kvring-plan refuses more than transformers (it does not guess)
         return [], f"read by transformers, refused by kvring-plan ({context_or_error})"
-    if status != 0:
+    if status not in (0, 2):
         return [f"{path}: kvring-plan exits {status}: {context_or_error}"], ""
     differences = []
+    note = ""
+    if context is None:  # the model names no context: planned at one given with --context
+        if status != 2 or "give --context" not in context_or_error:
+            return [f"{path}: transformers names no context, but kvring-plan without --context "
+                    f"exits {status}"], ""
+        context = NO_CONTEXT
+        status, context_or_error, kvring = kvring_layers(binary, path, context)
+        note = f" (no context named: refused without --context, planned at {context})"
+    if status != 0:
+        return [f"{path}: kvring-plan --context {context} exits {status}: {context_or_error}"], ""
     if context_or_error != context:
         differences.append(f"{path}: context {context_or_error}, transformers {context}")
     if len(kvring) != len(reference):
@@ -278,9 +297,8 @@ def check(binary, path):
         for key, value in theirs.items():
             if value is not None and ours[key] != value:
                 differences.append(f"{path}: layer {i} {key} {ours[key]}, transformers {value}")
-    note = ""
     if dropped:
-        note = f" (without {', '.join(dropped)}: transformers refuses the file's value)"
+        note += f" (without {', '.join(dropped)}: transformers refuses the file's value)"
     return differences, f"same {len(reference)} layers{note}"
 
 

@@ -324,23 +324,35 @@ inline void ReadFalconH1(const Scope& scope, HfModel* model) {
   model->layers.assign(num_layers, attention.WithState(mamba));
 }
 
-// Returns a Jamba mamba layer's Mamba1 state.
-inline StateSpec ReadMamba1State(const Scope& scope) {
+// The keys a family names a Mamba1 mixer's expansion, SSM state size and conv kernel by (the
+// class defaults are 2, 16 and 4 in every family).
+struct Mamba1Keys {
+  const char* expand;
+  const char* state;
+  const char* kernel;
+};
+
+// Returns a Mamba1 mixer's state (Jamba's mamba layers by default; Mamba's and Falcon Mamba's
+// keys are expand, state_size and conv_kernel): a conv state of (kernel - 1) x intermediate and
+// an SSM state of intermediate x state size, BF16, intermediate = expand x hidden_size.
+inline StateSpec ReadMamba1State(const Scope& scope,
+                                 const Mamba1Keys& keys = {"mamba_expand", "mamba_d_state",
+                                                           "mamba_d_conv"}) {
   const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
-  const uint64_t expand = scope.OrDefault("mamba_expand", 2, 1, kMaxDim);
-  const uint64_t state_size = scope.OrDefault("mamba_d_state", 16, 1, kMaxDim);
-  const uint64_t kernel = scope.OrDefault("mamba_d_conv", 4, 1, kMaxDim);
+  const uint64_t expand = scope.OrDefault(keys.expand, 2, 1, kMaxDim);
+  const uint64_t state_size = scope.OrDefault(keys.state, 16, 1, kMaxDim);
+  const uint64_t kernel = scope.OrDefault(keys.kernel, 4, 1, kMaxDim);
   StateSpec state;
   if (scope.Failed()) return state;
-  uint64_t intermediate = StateProduct(scope, "mamba_expand", {expand, hidden});
+  uint64_t intermediate = StateProduct(scope, keys.expand, {expand, hidden});
   if (scope.Failed()) return state;
   // One rank's share (vLLM's MambaMixer: whole channels).
-  intermediate =
-      PerRank(scope, "mamba_expand", "mamba_expand x hidden_size", intermediate, "channels");
+  intermediate = PerRank(scope, keys.expand, std::string(keys.expand) + " x hidden_size",
+                         intermediate, "channels");
   if (scope.Failed()) return state;
-  state.conv_elements = StateProduct(scope, "mamba_d_conv", {kernel - 1, intermediate});
+  state.conv_elements = StateProduct(scope, keys.kernel, {kernel - 1, intermediate});
   state.conv_format = Format::kBF16;
-  state.recurrent_elements = StateProduct(scope, "mamba_d_state", {intermediate, state_size});
+  state.recurrent_elements = StateProduct(scope, keys.state, {intermediate, state_size});
   state.recurrent_format = Format::kBF16;
   return state;
 }

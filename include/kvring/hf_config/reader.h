@@ -21,9 +21,10 @@ namespace kvring {
 
 // The attention of one model read from its config.json.
 struct HfModel {
-  std::string model_type;            // the text model's family, e.g. "gemma3_text"
-  std::string class_name;            // transformers' configuration class, e.g. "Gemma3TextConfig"
-  uint64_t max_context = 0;          // max_position_embeddings (or the class default)
+  std::string model_type;    // the text model's family, e.g. "gemma3_text"
+  std::string class_name;    // transformers' configuration class, e.g. "Gemma3TextConfig"
+  uint64_t max_context = 0;  // max_position_embeddings (or the class default); 0: the family
+                             // names none (mamba, mamba2, falcon_mamba: no layer attends)
   uint32_t num_attention_heads = 0;  // query heads
   // The ranks whose share of each recurrent state `layers` hold (HfReadOptions::
   // tensor_parallel); their attention layers are whole.
@@ -31,8 +32,8 @@ struct HfModel {
   std::vector<LayerSpec> layers;
   std::vector<HfDefault> defaults;  // class defaults applied, in the order they were read
 
-  // Returns a builder with the model's layers and max_context as the context: set the batch,
-  // rollback, formats and layout, then Build(). Allocates.
+  // Returns a builder with the model's layers and max_context as the context (when 0, set one):
+  // set the batch, rollback, formats and layout, then Build(). Allocates.
   LayerPlan::Builder PlanBuilder() const {
     LayerPlan::Builder builder;
     for (const LayerSpec& spec : layers) builder.AddLayer(spec);

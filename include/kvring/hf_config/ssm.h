@@ -1,0 +1,89 @@
+// kvring/hf_config/ssm.h: the readers of the pure state-space families, whose every layer is a
+// Mamba mixer and none attends, as their transformers classes read them.
+// - Mamba1 (mamba, falcon_mamba): each layer keeps a conv state of (conv_kernel - 1) x
+//   intermediate and an SSM state of intermediate x state_size, intermediate = expand x
+//   hidden_size.
+// - Mamba2 (mamba2): each layer keeps Mamba2's state of num_heads x head_dim channels (which
+//   must be expand x hidden_size) in n_groups groups of state_size.
+// The classes name no context length (no layer attends, so the states do not grow with it):
+// HfModel::max_context is 0 unless the file gives max_position_embeddings. Their layer_types is
+// computed ("mamba" for every layer) and cannot be set: a file that gives it is refused, as the
+// classes refuse it.
+// Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
+#ifndef KVRING_HF_CONFIG_SSM_H_
+#define KVRING_HF_CONFIG_SSM_H_
+
+#include <cstdint>
+#include <string>
+
+#include "kvring/hf_config/hybrid.h"
+#include "kvring/hf_config/mamba.h"
+#include "kvring/hf_config/reader.h"
+#include "kvring/hf_config/scope.h"
+#include "kvring/layer_plan.h"
+
+namespace kvring {
+namespace detail {
+namespace hf {
+
+// Returns a Mamba2 model's layer state: num_heads (default 128) heads of head_dim (64), which
+// the class requires to make expand (2) x hidden_size, in n_groups (8) groups of state_size
+// (128), conv_kernel (4) columns, both states in the model's type (BF16). Groups that do not divide
+// the heads are refused (the mixer repeats each group's B and C over num_heads / n_groups heads).
+inline StateSpec ReadMamba2OnlyState(const Scope& scope) {
+  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
+  const uint64_t expand = scope.OrDefault("expand", 2, 1, kMaxDim);
+  const uint64_t heads = scope.OrDefault("num_heads", 128, 1, kMaxDim);
+  const uint64_t head_dim = scope.OrDefault("head_dim", 64, 1, kMaxDim);
+  const uint64_t state_size = scope.OrDefault("state_size", 128, 1, kMaxDim);
+  const uint64_t groups = scope.OrDefault("n_groups", 8, 1, kMaxDim);
+  const uint64_t kernel = scope.OrDefault("conv_kernel", 4, 1, kMaxDim);
+  StateSpec state;
+  if (scope.Failed()) return state;
+  const uint64_t width = StateProduct(scope, "expand", {expand, hidden});
+  if (scope.Failed()) return state;
+  if (heads * head_dim != width) {  // both below 2^20
+    scope.Fail("num_heads", std::to_string(heads) + " x head_dim " + std::to_string(head_dim) +
+                                " is not expand x hidden_size " + std::to_string(width) + " (" +
+                                scope.ClassName() + " refuses it)");
+    return state;
+  }
+  if (heads % groups != 0) {
+    scope.Fail("n_groups",
+               std::to_string(groups) + " does not divide num_heads " + std::to_string(heads));
+    return state;
+  }
+  return Mamba2State(scope, width, heads, groups, state_size, kernel, Format::kBF16,
+                     {"num_heads", "n_groups", "state_size"});
+}
+
+// Reads a Mamba, Falcon Mamba or Mamba2 model of `scope` into *model: every layer a state, no
+// attention (num_attention_heads is not read; a file's, which the classes ignore, neither).
+inline void ReadStateSpace(const Scope& scope, HfModel* model) {
+  model->model_type = scope.family().model_type;
+  model->class_name = scope.family().class_name;
+  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  if (scope.Failed()) return;
+  if (scope.Find("layer_types") != nullptr) {
+    scope.Fail("layer_types", "is given, but " + scope.ClassName() +
+                                  " makes every layer mamba and refuses a list");
+    return;
+  }
+  // No context key in the class: a file's max_position_embeddings is the context it states.
+  if (scope.Find("max_position_embeddings") == nullptr) {
+    scope.Record("max_position_embeddings", "none (no layer attends; give the context)");
+  } else {
+    model->max_context = scope.Required("max_position_embeddings", 1, UINT64_MAX);
+  }
+  const bool mamba2 = std::string(scope.family().model_type) == "mamba2";
+  const StateSpec state = mamba2 ? ReadMamba2OnlyState(scope)
+                                 : ReadMamba1State(scope, {"expand", "state_size", "conv_kernel"});
+  if (scope.Failed()) return;
+  model->layers.assign(num_layers, LayerSpec::Recurrent(state));
+}
+
+}  // namespace hf
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_HF_CONFIG_SSM_H_
