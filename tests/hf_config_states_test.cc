@@ -191,14 +191,15 @@ TEST(HfConfigStates, StateSpaceModelsKeepOnlyStatesAndNameNoContext) {
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_NE(run.out.find("recurrent state, per sequence: 7.50 KiB in 3 layers"), std::string::npos)
       << run.out;
-  // Falcon Mamba: the class defaults (expand 2, state 16, kernel 4) over 32: conv 3 x 64 =
-  // 192, SSM 64 x 16 = 1024; the file states a context.
+  // Falcon Mamba: the file's intermediate_size 96 replaces expand 16 x hidden 32 (as in Falcon
+  // Mamba 7B's file); class defaults state 16, kernel 4: conv 3 x 96 = 288, SSM 96 x 16 = 1536.
+  // The file states a context.
   const Expected<HfModel> falcon = ReadRanks("falcon_mamba_tiny.json", 1);
   ASSERT_TRUE(falcon.ok()) << falcon.error().message;
   EXPECT_EQ(falcon->max_context, 8192u);
   ASSERT_EQ(falcon->layers.size(), 2u);
-  EXPECT_EQ(falcon->layers[1].state.conv_elements, 192u);
-  EXPECT_EQ(falcon->layers[1].state.recurrent_elements, 1024u);
+  EXPECT_EQ(falcon->layers[1].state.conv_elements, 288u);
+  EXPECT_EQ(falcon->layers[1].state.recurrent_elements, 1536u);
   // Mamba2: 8 heads of 16 (2 x 64 = 128 channels), 2 groups of 16: conv (4 - 1) x (128 + 2 x 2
   // x 16) = 576, SSM 128 x 16 = 2048; two ranks keep 4 heads and a group each: conv 3 x (64 +
   // 2 x 16) = 288, SSM 64 x 16 = 1024.

@@ -89,6 +89,9 @@ constexpr Pattern kPatterns[] = {
     // Zamba2: every block keeps a Mamba2 state; the 9 hybrid ones also attend (MHA, head 160).
     {"zamba2-2.7b-instruct-v2", 54, 0, 0, 9, 0, 0, 32, 160, 0, 4096, 0, 0, 45},
     {"minimax-m1", 80, 0, 0, 10, 0, 0, 8, 128, 0, 10240000, 0, 0, 70},
+    // Bamba: attention at 9, 18 and 27; Zamba: hybrid blocks 2 and 7, 13, ..., 73 (MHA, 464).
+    {"bamba-9b", 32, 0, 0, 3, 0, 0, 8, 128, 0, 262144, 0, 0, 29},
+    {"zamba-7b-v1", 76, 0, 0, 13, 0, 0, 16, 464, 0, 4096, 0, 0, 63},
 };
 
 TEST(ModelPresets, EveryPresetHasTheLayerPatternOfItsModel) {
@@ -283,6 +286,17 @@ TEST(ModelPresets, HybridPresetsStatesAreTheirFamiliesFormulas) {
   EXPECT_EQ(zamba2.StateBytes(), 54 * (3 * 5248 * 2 + 640 * kKiB));
   EXPECT_EQ(zamba2.ContextTokenBytes(), 9 * 20 * kKiB);
   EXPECT_EQ(zamba2.TotalBytes() - zamba2.PaddingBytes(), 9 * 4096 * 20 * kKiB);
+  // Bamba-9B: 29 Mamba2 layers of 3 x (8192 + 2 x 128) and 8192 x 128 BF16 elements (49.5 KiB
+  // + 2 MiB); 3 full layers of 8 x 128, 4 KiB a position each.
+  const LayerPlan bamba = PlanPreset("bamba-9b", 4096, 512);
+  EXPECT_EQ(bamba.StateBytes(), 29 * (3 * 8448 * 2 + 2 * kMiB));
+  EXPECT_EQ(bamba.ContextTokenBytes(), 3 * 4 * kKiB);
+  // Zamba-7B-v1: 76 blocks of 3 x 7424 and 7424 x 16 BF16 elements (43.5 KiB + 232 KiB); the 13
+  // hybrid ones also K/V of 16 x 464, 29 KiB a position.
+  const LayerPlan zamba = PlanPreset("zamba-7b-v1", 4096, 512);
+  EXPECT_EQ(zamba.StateBytes(), 76 * (3 * 7424 * 2 + 232 * kKiB));
+  EXPECT_EQ(zamba.ContextTokenBytes(), 13 * 29 * kKiB);
+  EXPECT_EQ(zamba.TotalBytes() - zamba.PaddingBytes(), 13 * 4096 * 29 * kKiB);
 }
 
 TEST(ModelPresets, EveryPresetPlansAtSmallAndFullContext) {

@@ -243,6 +243,34 @@ inline ModelPreset Zamba2_2_7B() {
   return preset;
 }
 
+// Bamba-9B: 32 layers, attention at 9, 18 and 27 (8 KV heads of 128); the 29 others Mamba2
+// layers of 128 heads of 64 (8192 channels) and one group of 128: a conv state of 3 x (8192 +
+// 2 x 128) and a recurrent state of 8192 x 128 BF16 elements. The file names no context:
+// BambaConfig's 262144 (transformers' documentation gives the model 4096).
+inline ModelPreset Bamba9B() {
+  const StateSpec mamba2{3 * (8192 + 2 * 128), Format::kBF16, 8192 * 128, Format::kBF16};
+  ModelPreset preset{"bamba-9b", 262144, std::vector<LayerSpec>(32, LayerSpec::Recurrent(mamba2)),
+                     "Mamba2 layers: conv 25344 and recurrent 1048576 BF16 elements; the context "
+                     "is BambaConfig's default (the model was trained at 4096)"};
+  constexpr size_t kAttentionLayers[] = {9, 18, 27};
+  for (size_t i : kAttentionLayers) preset.layers[i] = LayerSpec::Global(8, 128);
+  return preset;
+}
+
+// Zamba-7B-v1: 76 blocks, each keeping a Mamba1 state in 2 heads (2 x 3712 = 7424 channels): a
+// conv state of 3 x 7424 and a recurrent state of 7424 x 16 BF16 elements; the 13 hybrid ones
+// (2, then 7, 13, ..., 73) also run the shared attention block, K/V of their own: 16 KV heads
+// of 2 x 3712 / 16 = 464.
+inline ModelPreset Zamba7B() {
+  const StateSpec mamba{3 * 7424, Format::kBF16, 7424 * 16, Format::kBF16};
+  ModelPreset preset{"zamba-7b-v1", 4096, std::vector<LayerSpec>(76, LayerSpec::Recurrent(mamba)),
+                     "Mamba blocks: conv 22272 and recurrent 118784 BF16 elements; the hybrid "
+                     "blocks' attention reads the hidden state and the embeddings side by side"};
+  preset.layers[2] = LayerSpec::Global(16, 464).WithState(mamba);
+  for (size_t i = 7; i < 76; i += 6) preset.layers[i] = LayerSpec::Global(16, 464).WithState(mamba);
+  return preset;
+}
+
 // MiniMax-M1 (40k and 80k: one config.json, published with the remote code): 80 layers, a
 // softmax attention layer (8 KV heads of 128) after every 7 lightning attention layers
 // (attn_type_list); a lightning layer keeps its K^T V sum, 64 heads x 128 x 128 F32 elements
@@ -331,6 +359,8 @@ inline std::vector<ModelPreset> ModelPresets() {
   presets.push_back(detail::Glm53());
   presets.push_back(detail::Zamba2_2_7B());
   presets.push_back(detail::MiniMaxM1());
+  presets.push_back(detail::Bamba9B());
+  presets.push_back(detail::Zamba7B());
   return presets;
 }
 

@@ -325,29 +325,41 @@ inline void ReadFalconH1(const Scope& scope, HfModel* model) {
 }
 
 // The keys a family names a Mamba1 mixer's expansion, SSM state size and conv kernel by (the
-// class defaults are 2, 16 and 4 in every family).
+// class defaults are 2, 16 and 4 in every family), and the key of its width when the family's
+// mixer reads one (nullptr: expand x hidden_size always).
 struct Mamba1Keys {
   const char* expand;
   const char* state;
   const char* kernel;
+  const char* width;
 };
 
 // Returns a Mamba1 mixer's state (Jamba's mamba layers by default; Mamba's and Falcon Mamba's
-// keys are expand, state_size and conv_kernel): a conv state of (kernel - 1) x intermediate and
-// an SSM state of intermediate x state size, BF16, intermediate = expand x hidden_size.
+// keys are expand, state_size and conv_kernel, and their file's intermediate_size replaces
+// expand x hidden_size, as transformers sets it after computing its own): a conv state of
+// (kernel - 1) x width and an SSM state of width x state size, BF16.
 inline StateSpec ReadMamba1State(const Scope& scope,
                                  const Mamba1Keys& keys = {"mamba_expand", "mamba_d_state",
-                                                           "mamba_d_conv"}) {
-  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
-  const uint64_t expand = scope.OrDefault(keys.expand, 2, 1, kMaxDim);
+                                                           "mamba_d_conv", nullptr}) {
   const uint64_t state_size = scope.OrDefault(keys.state, 16, 1, kMaxDim);
   const uint64_t kernel = scope.OrDefault(keys.kernel, 4, 1, kMaxDim);
   StateSpec state;
   if (scope.Failed()) return state;
-  uint64_t intermediate = StateProduct(scope, keys.expand, {expand, hidden});
+  const bool given = keys.width != nullptr && scope.Find(keys.width) != nullptr;
+  const char* width_key = given ? keys.width : keys.expand;
+  uint64_t intermediate = 0;
+  if (given) {
+    intermediate = scope.Required(keys.width, 1, kMaxDim * kMaxDim);
+  } else {
+    const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
+    const uint64_t expand = scope.OrDefault(keys.expand, 2, 1, kMaxDim);
+    if (scope.Failed()) return state;
+    intermediate = StateProduct(scope, keys.expand, {expand, hidden});
+  }
   if (scope.Failed()) return state;
   // One rank's share (vLLM's MambaMixer: whole channels).
-  intermediate = PerRank(scope, keys.expand, std::string(keys.expand) + " x hidden_size",
+  intermediate = PerRank(scope, width_key,
+                         given ? std::string(width_key) : std::string(width_key) + " x hidden_size",
                          intermediate, "channels");
   if (scope.Failed()) return state;
   state.conv_elements = StateProduct(scope, keys.kernel, {kernel - 1, intermediate});

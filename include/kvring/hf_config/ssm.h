@@ -1,8 +1,9 @@
 // kvring/hf_config/ssm.h: the readers of the pure state-space families, whose every layer is a
 // Mamba mixer and none attends, as their transformers classes read them.
 // - Mamba1 (mamba, falcon_mamba): each layer keeps a conv state of (conv_kernel - 1) x
-//   intermediate and an SSM state of intermediate x state_size, intermediate = expand x
-//   hidden_size.
+//   intermediate and an SSM state of intermediate x state_size, intermediate = the file's
+//   intermediate_size, else expand x hidden_size (Falcon Mamba 7B's file says expand 16 and
+//   intermediate_size 8192 over hidden 4096: the model is 8192 wide).
 // - Mamba2 (mamba2): each layer keeps Mamba2's state of num_heads x head_dim channels (which
 //   must be expand x hidden_size) in n_groups groups of state_size.
 // The classes name no context length (no layer attends, so the states do not grow with it):
@@ -76,8 +77,9 @@ inline void ReadStateSpace(const Scope& scope, HfModel* model) {
     model->max_context = scope.Required("max_position_embeddings", 1, UINT64_MAX);
   }
   const bool mamba2 = std::string(scope.family().model_type) == "mamba2";
-  const StateSpec state = mamba2 ? ReadMamba2OnlyState(scope)
-                                 : ReadMamba1State(scope, {"expand", "state_size", "conv_kernel"});
+  const StateSpec state =
+      mamba2 ? ReadMamba2OnlyState(scope)
+             : ReadMamba1State(scope, {"expand", "state_size", "conv_kernel", "intermediate_size"});
   if (scope.Failed()) return;
   model->layers.assign(num_layers, LayerSpec::Recurrent(state));
 }
