@@ -150,6 +150,25 @@ TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
               {'S', 16, 4, 19},
               {'S', 16, 5, 19}},
              4, 64);
+  // Qwen2-MoE: use_sliding_window true: sliding iff i is even and i < max_window_layers (5
+  // here: layers 0, 2, 4; 5 and 6 full); head_dim hidden_size / num_attention_heads.
+  const HfModel qwen2_moe = Read("qwen2_moe_sliding.json");
+  EXPECT_EQ(qwen2_moe.max_context, 4096u);
+  ExpectRows(Plan(qwen2_moe.layers, 1024, 4),
+             {{'S', 64, 0, 67},
+              {'G', 0, 1, 1024},
+              {'S', 64, 2, 67},
+              {'G', 0, 3, 1024},
+              {'S', 64, 4, 67},
+              {'G', 0, 5, 1024},
+              {'G', 0, 6, 1024}},
+             2, 16);
+  // Without use_sliding_window (default false) the window is dropped: every layer full.
+  const HfModel qwen2_moe_full = Read("qwen2_moe_defaults.json");
+  EXPECT_TRUE(HasDefault(qwen2_moe_full, "use_sliding_window", "false"));
+  EXPECT_EQ(qwen2_moe_full.max_context, 32768u);
+  ExpectRows(Plan(qwen2_moe_full.layers, 1024, 4),
+             {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}, {'G', 0, 2, 1024}}, 4, 16);
   // VaultGemma: Gemma 2's rule, sliding on even layers; head_dim absent: its 256.
   const HfModel vaultgemma = Read("vaultgemma_tiny.json");
   EXPECT_TRUE(HasDefault(vaultgemma, "head_dim", "256"));
@@ -796,6 +815,11 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/zamba2_mamba_heads.json",
        "n_mamba_heads: 3 does not divide mamba_expand x hidden_size 128"},
       {"bad/zamba2_null_head_dim.json", "head_dim: is null"},
+      {"bad/qwen2_moe_null_kv_heads.json",
+       "num_key_value_heads: is null; Qwen2MoeConfig's default 16 is one checkpoint's count"},
+      {"bad/qwen2_moe_sliding_without_window.json",
+       "layer_types[0]: is sliding_attention, but use_sliding_window is false, so Qwen2MoeConfig "
+       "drops sliding_window"},
       {"bad/bamba_index_past_last_layer.json", "attn_layer_indices[1]: 4 is too large (at most 3)"},
       {"bad/bamba_layer_types.json",
        "layer_types: is given, but BambaConfig computes the layer kinds from attn_layer_indices "

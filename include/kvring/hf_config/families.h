@@ -60,10 +60,19 @@ enum class PatternRule {
   kEveryNthFull,     // full iff (i + 1) % pattern_default == 0, a constant (Gemma 3n, 4, OLMo 3)
   kFirstOfEveryNth,  // full iff i % pattern_default == 0, a constant (CWM: layer 0 full)
   kMaxWindowLayers,  // sliding iff use_sliding_window and i >= max_window_layers (Qwen 2, 3)
+  kEvenBelowWindowLayers,  // sliding iff use_sliding_window, i even and i < max_window_layers
+                           // (Qwen2-MoE)
   kWindowFromLayer,  // sliding iff sliding_window is not null and i >= max_window_layers (dots1)
   kNoRopeLayers,     // chunked iff no_rope_layers[i] == 1 (Llama 4)
   kNoRopeSliding,    // sliding iff use_sliding_window and no_rope_layers[i] == 0 (SmolLM3)
 };
+
+// Whether use_sliding_window switches the family's sliding_window on (off: every layer full, and
+// the window dropped): Qwen 2, 3 and 2-MoE, SmolLM3.
+inline bool SwitchesWindow(PatternRule rule) {
+  return rule == PatternRule::kMaxWindowLayers || rule == PatternRule::kEvenBelowWindowLayers ||
+         rule == PatternRule::kNoRopeSliding;
+}
 
 // Which reader reads a family's layers: the families whose rules are the data below, or a
 // family group with rules of its own (kvring/hf_config/gemma4.h).
@@ -100,7 +109,8 @@ struct Family {
   PatternRule pattern;
   uint64_t sliding_window_default;  // 0: the family has no sliding window; kNullWindow: None
   uint64_t pattern_default;         // kSlidingPattern: <pattern_key>'s default; kEveryNthFull: the
-                                    // period; kMaxWindowLayers, kWindowFromLayer:
+                                    // period; kMaxWindowLayers, kWindowFromLayer,
+                                    // kEvenBelowWindowLayers:
                                     // max_window_layers' default
   bool reads_layer_types;
   bool reads_chunk;       // attention_chunk_size (default 8192)
@@ -121,6 +131,9 @@ inline constexpr Family kFamilies[] = {
     {"qwen2", "Qwen2Config", 32768, KvHeadsRule::kNumberNullIsMha, 32, HeadDimRule::kAbsentIsHidden,
      0, PatternRule::kMaxWindowLayers, 4096, 28, true, false, false, false,
      "sliding iff use_sliding_window and i >= max_window_layers"},
+    {"qwen2_moe", "Qwen2MoeConfig", 32768, KvHeadsRule::kNumberNoNullRule, 16,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kEvenBelowWindowLayers, 4096, 28, true, false,
+     false, false, "sliding iff use_sliding_window, i is even and i < max_window_layers"},
     {"qwen3", "Qwen3Config", 32768, KvHeadsRule::kNumberNullIsMha, 32, HeadDimRule::kDefaultNoNull,
      128, PatternRule::kMaxWindowLayers, 4096, 28, true, false, false, false,
      "sliding iff use_sliding_window and i >= max_window_layers"},

@@ -278,6 +278,14 @@ inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers,
       }
       break;
     }
+    case PatternRule::kEvenBelowWindowLayers: {
+      // Qwen2-MoE: the even layers below max_window_layers, when use_sliding_window is true.
+      if (!switched_window) break;
+      const uint64_t below =
+          scope.OrDefault("max_window_layers", family.pattern_default, 0, UINT64_MAX);
+      for (size_t i = 0; i < num_layers && i < below; i += 2) types[i] = LayerType::kSliding;
+      break;
+    }
     case PatternRule::kMaxWindowLayers:
     case PatternRule::kWindowFromLayer: {
       // Qwen 2 and 3 switch the window by use_sliding_window; dots1 by the window itself.

@@ -50,7 +50,7 @@ struct Header {
   uint64_t num_layers = 0;
   uint64_t num_heads = 0;
   Kinds kinds;
-  // The window of a family whose use_sliding_window switches it (Qwen 2 and 3, SmolLM3): set
+  // The window of a family whose use_sliding_window switches it (SwitchesWindow): set
   // exactly when use_sliding_window is true (a null one is refused).
   std::optional<uint64_t> switched_window;
 };
@@ -97,10 +97,9 @@ inline bool ReadHeader(const Scope& scope, void (*check_causal)(const Scope&), H
   const Family& family = scope.family();
   header->num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
   header->num_heads = ReadHeadsAndContext(scope, check_causal, model);
-  // Qwen 2 and 3 and SmolLM3 drop sliding_window unless use_sliding_window is true.
+  // Qwen 2, 3 and 2-MoE and SmolLM3 drop sliding_window unless use_sliding_window is true.
   bool switched = false;
-  if (family.pattern == PatternRule::kMaxWindowLayers ||
-      family.pattern == PatternRule::kNoRopeSliding) {
+  if (SwitchesWindow(family.pattern)) {
     switched = scope.Bool("use_sliding_window", false);
     if (switched) {
       header->switched_window = ReadWindow(scope);
@@ -140,8 +139,7 @@ inline Spans ReadSpans(const Scope& scope, const Header& header) {
       if (family.sliding_window_default == 0) {
         scope.Fail(layer_key,
                    "is sliding_attention, but " + scope.ClassName() + " has no sliding_window");
-      } else if (family.pattern == PatternRule::kMaxWindowLayers ||
-                 family.pattern == PatternRule::kNoRopeSliding) {
+      } else if (SwitchesWindow(family.pattern)) {
         if (!header.switched_window) {
           scope.Fail(layer_key, "is sliding_attention, but use_sliding_window is false, so " +
                                     scope.ClassName() + " drops sliding_window");
