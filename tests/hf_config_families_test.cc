@@ -169,6 +169,33 @@ TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
   EXPECT_EQ(qwen2_moe_full.max_context, 32768u);
   ExpectRows(Plan(qwen2_moe_full.layers, 1024, 4),
              {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}, {'G', 0, 2, 1024}}, 4, 16);
+  // Cohere 2 MoE: first_k_dense_replace 2 layers by prefix_dense_sliding_window_pattern
+  // (default 1: both full), then sliding_window_pattern 3 counted from layer 2: full at 4, 7.
+  // The stated pattern 3 does not describe the layers from 0 (Cohere 2 would refuse that).
+  const HfModel cohere_moe = Read("cohere2_moe_prefix.json");
+  EXPECT_TRUE(HasDefault(cohere_moe, "prefix_dense_sliding_window_pattern", "1"));
+  ExpectRows(Plan(cohere_moe.layers, 1024, 4),
+             {{'G', 0, 0, 1024},
+              {'G', 0, 1, 1024},
+              {'S', 32, 2, 35},
+              {'S', 32, 3, 35},
+              {'G', 0, 4, 1024},
+              {'S', 32, 5, 35},
+              {'S', 32, 6, 35},
+              {'G', 0, 7, 1024}},
+             2, 16);
+  // A prefix of 3 by period 2 (full at 1), then the default period 4 from layer 3 (no full
+  // layer in 3 more); class defaults: window 4096, head_dim 128, MHA, 8192 positions.
+  const HfModel cohere_moe_defaults = Read("cohere2_moe_defaults.json");
+  EXPECT_EQ(cohere_moe_defaults.max_context, 8192u);
+  ExpectRows(Plan(cohere_moe_defaults.layers, 8192, 4),
+             {{'S', 4096, 0, 4099},
+              {'G', 0, 1, 8192},
+              {'S', 4096, 2, 4099},
+              {'S', 4096, 3, 4099},
+              {'S', 4096, 4, 4099},
+              {'S', 4096, 5, 4099}},
+             4, 128);
   // VaultGemma: Gemma 2's rule, sliding on even layers; head_dim absent: its 256.
   const HfModel vaultgemma = Read("vaultgemma_tiny.json");
   EXPECT_TRUE(HasDefault(vaultgemma, "head_dim", "256"));
@@ -815,6 +842,11 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/zamba2_mamba_heads.json",
        "n_mamba_heads: 3 does not divide mamba_expand x hidden_size 128"},
       {"bad/zamba2_null_head_dim.json", "head_dim: is null"},
+      {"bad/cohere2_moe_prefix_past_last_layer.json",
+       "first_k_dense_replace: 5 is too large (at most 4)"},
+      {"bad/cohere2_moe_zero_prefix_pattern.json",
+       "prefix_dense_sliding_window_pattern: 0 is invalid: it must be at least 1"},
+      {"bad/cohere2_moe_null_head_dim.json", "head_dim: is null; Cohere2MoeConfig needs a number"},
       {"bad/qwen2_moe_null_kv_heads.json",
        "num_key_value_heads: is null; Qwen2MoeConfig's default 16 is one checkpoint's count"},
       {"bad/qwen2_moe_sliding_without_window.json",

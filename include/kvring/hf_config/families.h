@@ -57,6 +57,8 @@ enum class PatternRule {
   kAllSliding,       // every layer slides when sliding_window is not null (Mistral)
   kEvenSliding,      // sliding on even layers (Gemma 2, GPT-OSS)
   kSlidingPattern,   // full iff (i + 1) % <pattern_key> == 0 (Gemma 3, Cohere 2, EXAONE 4, AFMoE)
+  kPrefixDense,      // kSlidingPattern counted after the first first_k_dense_replace layers,
+                     // which follow prefix_dense_sliding_window_pattern (Cohere 2 MoE)
   kEveryNthFull,     // full iff (i + 1) % pattern_default == 0, a constant (Gemma 3n, 4, OLMo 3)
   kFirstOfEveryNth,  // full iff i % pattern_default == 0, a constant (CWM: layer 0 full)
   kMaxWindowLayers,  // sliding iff use_sliding_window and i >= max_window_layers (Qwen 2, 3)
@@ -159,6 +161,12 @@ inline constexpr Family kFamilies[] = {
     {"cohere2", "Cohere2Config", 8192, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden,
      0, PatternRule::kSlidingPattern, 4096, 4, true, false, false, false,
      "full iff (i + 1) % sliding_window_pattern == 0"},
+    {"cohere2_moe", "Cohere2MoeConfig", 8192, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kPrefixDense, 4096, 4, true, false, false,
+     false,
+     "layers below first_k_dense_replace full iff (i + 1) % prefix_dense_sliding_window_pattern "
+     "== 0, the others full iff (i - first_k_dense_replace + 1) % sliding_window_pattern == 0",
+     "sliding_window_pattern"},
     // Latent attention (kvring/hf_config/mla.h). kimi_k2 files name transformers' DeepseekV3
     // classes through remote code.
     {"deepseek_v3", "DeepseekV3Config", 4096, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,

@@ -269,6 +269,23 @@ inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers,
       }
       break;
     }
+    case PatternRule::kPrefixDense: {
+      // Cohere 2 MoE: its dense prefix by a period of its own (default 1: all full), then the
+      // pattern counted again from the first layer after it. A prefix longer than the model
+      // makes more layer_types than layers (refused).
+      const uint64_t prefix = scope.OrDefault("first_k_dense_replace", 0, 0, num_layers);
+      const uint64_t prefix_period =
+          scope.OrDefault("prefix_dense_sliding_window_pattern", 1, 1, kMaxLayers);
+      const uint64_t period =
+          scope.OrDefault(family.pattern_key, family.pattern_default, 1, kMaxLayers);
+      if (scope.Failed()) break;
+      for (size_t i = 0; i < num_layers; ++i) {
+        const bool full =
+            i < prefix ? (i + 1) % prefix_period == 0 : (i - prefix + 1) % period == 0;
+        if (!full) types[i] = LayerType::kSliding;
+      }
+      break;
+    }
     case PatternRule::kEveryNthFull:
     case PatternRule::kFirstOfEveryNth: {
       // Gemma 3n and 4 and OLMo 3 make the last layer of each period full; CWM the first.
@@ -360,7 +377,8 @@ inline void CheckForeignKeys(const Scope& scope, const Kinds& kinds) {
   }
   // A pattern the file states (beside explicit layer_types, in a family that never reads it,
   // or as the _sliding_window_pattern that transformers does not read) must describe the
-  // same layers.
+  // same layers; Cohere 2 MoE's counts after its dense prefix (DeriveKinds) instead.
+  if (family.pattern == PatternRule::kPrefixDense) return;
   for (const char* key :
        {family.pattern_key, "sliding_window_pattern", "_sliding_window_pattern"}) {
     const auto local = ReadStatedPattern(scope, key, kinds.types.size());
