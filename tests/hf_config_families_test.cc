@@ -196,6 +196,20 @@ TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
               {'S', 4096, 4, 4099},
               {'S', 4096, 5, 4099}},
              4, 128);
+  // Laguna: layer_types; query heads per layer (6, 8, 6, 4) over 2 KV heads of 16 each, the
+  // model's head count the largest dividing every layer's (2); 4 ranks cannot split 6 heads.
+  const HfModel laguna = Read("laguna_tiny.json");
+  EXPECT_EQ(laguna.num_attention_heads, 2u);
+  ExpectRows(Plan(laguna.layers, 1024, 4),
+             {{'G', 0, 0, 1024}, {'S', 64, 1, 67}, {'S', 64, 2, 67}, {'G', 0, 3, 1024}}, 2, 16);
+  HfReadOptions four_ranks;
+  four_ranks.tensor_parallel = 4;
+  const Expected<HfModel> split = ReadHfConfig(ConfigPath("laguna_tiny.json"), four_ranks);
+  ASSERT_FALSE(split.ok());
+  EXPECT_NE(split.error().message.find("num_attention_heads_per_layer[0]: 6 does not split "
+                                       "across tensor_parallel 4 ranks"),
+            std::string::npos)
+      << split.error().message;
   // VaultGemma: Gemma 2's rule, sliding on even layers; head_dim absent: its 256.
   const HfModel vaultgemma = Read("vaultgemma_tiny.json");
   EXPECT_TRUE(HasDefault(vaultgemma, "head_dim", "256"));
@@ -842,6 +856,12 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/zamba2_mamba_heads.json",
        "n_mamba_heads: 3 does not divide mamba_expand x hidden_size 128"},
       {"bad/zamba2_null_head_dim.json", "head_dim: is null"},
+      {"bad/laguna_heads_per_layer.json",
+       "num_attention_heads_per_layer[1]: 6 is not a multiple of num_key_value_heads 4"},
+      {"bad/laguna_heads_list_length.json",
+       "num_attention_heads_per_layer: has 2 entries, but num_hidden_layers is 3"},
+      {"bad/laguna_missing_kv_heads.json",
+       "num_key_value_heads: is missing; LagunaConfig's default 8 is one checkpoint's count"},
       {"bad/cohere2_moe_prefix_past_last_layer.json",
        "first_k_dense_replace: 5 is too large (at most 4)"},
       {"bad/cohere2_moe_zero_prefix_pattern.json",

@@ -225,6 +225,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kOlmoHybrid:
       ReadOlmoHybrid(scope, out);
       break;
+    case Reader::kLaguna:
+      ReadLaguna(scope, out);
+      break;
     case Reader::kStateSpace:
       ReadStateSpace(scope, out);
       break;

@@ -90,6 +90,7 @@ enum class Reader {
   kLightning,
   kOlmoHybrid,
   kStateSpace,
+  kLaguna,
   kZamba,
   kZamba2,
   kKimiLinear,
@@ -161,6 +162,10 @@ inline constexpr Family kFamilies[] = {
     {"cohere2", "Cohere2Config", 8192, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden,
      0, PatternRule::kSlidingPattern, 4096, 4, true, false, false, false,
      "full iff (i + 1) % sliding_window_pattern == 0"},
+    // Laguna: layer_types, and query heads per layer (kvring/hf_config/reader.h).
+    {"laguna", "LagunaConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 512, 0, true, false, false, false,
+     "layer_types (every layer full without them)", "sliding_window_pattern", 15, Reader::kLaguna},
     {"cohere2_moe", "Cohere2MoeConfig", 8192, KvHeadsRule::kNoneMeansMha, 0,
      HeadDimRule::kDefaultNoNull, 128, PatternRule::kPrefixDense, 4096, 4, true, false, false,
      false,

@@ -7,6 +7,7 @@
 #define KVRING_HF_CONFIG_READER_H_
 
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -238,6 +239,39 @@ inline void ReadStandard(const Scope& scope, HfModel* model) {
   if (scope.family().shares_kv) ReadSharedKV(scope, header.kinds, model);
   if (scope.Failed()) return;
   CheckForeignKeys(scope, header.kinds);
+}
+
+// Reads a Laguna model of `scope` into *model: the standard reader's layers, then
+// num_attention_heads_per_layer (default num_attention_heads for every layer), each layer's
+// query heads, which must be whole groups of num_key_value_heads and split across
+// HfReadOptions::tensor_parallel ranks. HfModel::num_attention_heads becomes the largest count
+// dividing every layer's, so that ranks that divide it split every layer's heads.
+inline void ReadLaguna(const Scope& scope, HfModel* model) {
+  ReadStandard(scope, model);
+  if (scope.Failed()) return;
+  const char* key = "num_attention_heads_per_layer";
+  const Json* list = scope.LayerList(key, model->layers.size());
+  if (scope.Failed() || list == nullptr) return;
+  const uint64_t kv_heads = model->layers.front().num_kv_heads;
+  uint64_t common = 0;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string at = std::string(key) + "[" + std::to_string(i) + "]";
+    const uint64_t heads = scope.ToUInt(at, (*list)[i], 1, kMaxDim);
+    if (scope.Failed()) return;
+    if (heads % kv_heads != 0) {
+      scope.Fail(at, std::to_string(heads) + " is not a multiple of num_key_value_heads " +
+                         std::to_string(kv_heads) + " (each KV head serves a whole group)");
+      return;
+    }
+    const uint64_t ranks = scope.options().tensor_parallel;
+    if (ranks != 0 && heads % ranks != 0) {
+      scope.Fail(at, std::to_string(heads) + " does not split across tensor_parallel " +
+                         std::to_string(ranks) + " ranks (every rank needs whole query heads)");
+      return;
+    }
+    common = std::gcd(common, heads);
+  }
+  model->num_attention_heads = static_cast<uint32_t>(common);
 }
 
 }  // namespace hf
