@@ -102,6 +102,31 @@ TEST(HfConfigFamilies, Gemma4UnifiedReadsGemma4sRulesWithItsOwnDefaults) {
                    EightGemma4Layers({{'G', 0, 0, 2048}, 1, 512}, {{'S', 1024, 0, 1027}, 2, 32}));
 }
 
+TEST(HfConfigFamilies, MistralLikeFamiliesSlideEveryLayerOrNone) {
+  // Qwen 3 MoE: use_sliding_window and a window slide every layer (no max_window_layers);
+  // head_dim from the file (the class has none).
+  const HfModel qwen3_moe = Read("qwen3_moe_sliding.json");
+  EXPECT_EQ(qwen3_moe.max_context, 4096u);
+  ExpectRows(Plan(qwen3_moe.layers, 1024, 4),
+             {{'S', 48, 0, 51}, {'S', 48, 1, 51}, {'S', 48, 2, 51}}, 2, 32);
+  // Mixtral: sliding_window's class default is null: all full; head_dim null is derived.
+  const HfModel mixtral = Read("mixtral_tiny.json");
+  EXPECT_TRUE(HasDefault(mixtral, "sliding_window", "null"));
+  EXPECT_EQ(mixtral.max_context, 32768u);
+  ExpectRows(Plan(mixtral.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 2, 16);
+  // Phi-3: a window of 47 (Phi-3-mini's files say 2047) on every layer; KV heads absent: MHA;
+  // the class's 4096 positions.
+  const HfModel phi3 = Read("phi3_sliding.json");
+  EXPECT_EQ(phi3.max_context, 4096u);
+  ExpectRows(Plan(phi3.layers, 1024, 4), {{'S', 47, 0, 50}, {'S', 47, 1, 50}}, 4, 16);
+  // StarCoder2: every layer slides over 64; PhiMoE: sliding_window null, all full.
+  ExpectRows(Plan(Read("starcoder2_tiny.json").layers, 1024, 4),
+             {{'S', 64, 0, 67}, {'S', 64, 1, 67}}, 2, 16);
+  const HfModel phimoe = Read("phimoe_tiny.json");
+  EXPECT_EQ(phimoe.max_context, 131072u);
+  ExpectRows(Plan(phimoe.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 4, 16);
+}
+
 TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
   // OLMo 3: full iff (i + 1) % 4 == 0; KV heads given; head_dim 256 / 4.
   ExpectRows(Plan(Read("olmo3_tiny.json").layers, 1024, 4),
@@ -856,6 +881,12 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/zamba2_mamba_heads.json",
        "n_mamba_heads: 3 does not divide mamba_expand x hidden_size 128"},
       {"bad/zamba2_null_head_dim.json", "head_dim: is null"},
+      {"bad/qwen3_moe_switched_without_window.json",
+       "sliding_window: is null, but use_sliding_window is true; Qwen3MoeConfig would silently "
+       "make every layer full_attention"},
+      {"bad/mixtral_null_kv_heads.json",
+       "num_key_value_heads: is null; MixtralConfig's default 8 is one checkpoint's count"},
+      {"bad/phi3_null_head_dim.json", "head_dim: is null; the model would have no head dimension"},
       {"bad/laguna_heads_per_layer.json",
        "num_attention_heads_per_layer[1]: 6 is not a multiple of num_key_value_heads 4"},
       {"bad/laguna_heads_list_length.json",

@@ -216,6 +216,11 @@ def layer_facts(text, layer_types, i, attention, earlier):
         shared.update(owner=owner, kind=fact["kind"], window=fact["window"], chunk=fact["chunk"])
         return shared
     head_dim = attention.head_dim
+    if hasattr(attention, "qkv_proj"):  # Phi-3: q, k and v fused, K and V of the same heads
+        q_out = text.num_attention_heads * head_dim
+        kv_heads = (attention.qkv_proj.out_features - q_out) // (2 * head_dim)
+        fact.update(latent_dim=0, num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim)
+        return fact
     k_out = attention.k_proj.out_features
     v_proj = getattr(attention, "v_proj", None)
     kv_heads = k_out // head_dim

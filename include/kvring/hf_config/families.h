@@ -53,9 +53,10 @@ enum class HeadDimRule {
 
 // How a family fills layer_types when the file has none (or when it never reads them).
 enum class PatternRule {
-  kAllFull,          // no local attention
-  kAllSliding,       // every layer slides when sliding_window is not null (Mistral)
-  kEvenSliding,      // sliding on even layers (Gemma 2, GPT-OSS)
+  kAllFull,             // no local attention
+  kAllSliding,          // every layer slides when sliding_window is not null (Mistral)
+  kAllSlidingSwitched,  // every layer slides when use_sliding_window and a window (Qwen 3 MoE)
+  kEvenSliding,         // sliding on even layers (Gemma 2, GPT-OSS)
   kSlidingPattern,   // full iff (i + 1) % <pattern_key> == 0 (Gemma 3, Cohere 2, EXAONE 4, AFMoE)
   kPrefixDense,      // kSlidingPattern counted after the first first_k_dense_replace layers,
                      // which follow prefix_dense_sliding_window_pattern (Cohere 2 MoE)
@@ -70,10 +71,10 @@ enum class PatternRule {
 };
 
 // Whether use_sliding_window switches the family's sliding_window on (off: every layer full, and
-// the window dropped): Qwen 2, 3 and 2-MoE, SmolLM3.
+// the window dropped): Qwen 2, 3, 2-MoE and 3 MoE, SmolLM3.
 inline bool SwitchesWindow(PatternRule rule) {
   return rule == PatternRule::kMaxWindowLayers || rule == PatternRule::kEvenBelowWindowLayers ||
-         rule == PatternRule::kNoRopeSliding;
+         rule == PatternRule::kAllSlidingSwitched || rule == PatternRule::kNoRopeSliding;
 }
 
 // Which reader reads a family's layers: the families whose rules are the data below, or a
@@ -137,6 +138,22 @@ inline constexpr Family kFamilies[] = {
     {"qwen2_moe", "Qwen2MoeConfig", 32768, KvHeadsRule::kNumberNoNullRule, 16,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kEvenBelowWindowLayers, 4096, 28, true, false,
      false, false, "sliding iff use_sliding_window, i is even and i < max_window_layers"},
+    {"qwen3_moe", "Qwen3MoeConfig", 32768, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllSlidingSwitched, 4096, 0, false, false,
+     false, false, "every layer slides when use_sliding_window and sliding_window are set"},
+    // Every layer slides when sliding_window is set (default null): Mistral's rule.
+    {"mixtral", "MixtralConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kHiddenOverHeads, 0, PatternRule::kAllSliding, kNullWindow, 0, false, false,
+     false, false, "every layer slides when sliding_window is set"},
+    {"phi3", "Phi3Config", 4096, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden, 0,
+     PatternRule::kAllSliding, kNullWindow, 0, false, false, false, false,
+     "every layer slides when sliding_window is set"},
+    {"phimoe", "PhimoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllSliding, kNullWindow, 0, false, false, false,
+     false, "every layer slides when sliding_window is set"},
+    {"starcoder2", "Starcoder2Config", 4096, KvHeadsRule::kNumberNoNullRule, 2,
+     HeadDimRule::kHiddenOverHeads, 0, PatternRule::kAllSliding, kNullWindow, 0, false, false,
+     false, false, "every layer slides when sliding_window is set"},
     {"qwen3", "Qwen3Config", 32768, KvHeadsRule::kNumberNullIsMha, 32, HeadDimRule::kDefaultNoNull,
      128, PatternRule::kMaxWindowLayers, 4096, 28, true, false, false, false,
      "sliding iff use_sliding_window and i >= max_window_layers"},

@@ -246,6 +246,9 @@ inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers,
     case PatternRule::kAllSliding:
       if (ReadWindow(scope)) types.assign(num_layers, LayerType::kSliding);
       break;
+    case PatternRule::kAllSlidingSwitched:
+      if (switched_window) types.assign(num_layers, LayerType::kSliding);
+      break;
     case PatternRule::kEvenSliding:
       for (size_t i = 0; i < num_layers; i += 2) types[i] = LayerType::kSliding;
       break;
