@@ -127,6 +127,18 @@ TEST(HfConfigFamilies, MistralLikeFamiliesSlideEveryLayerOrNone) {
   ExpectRows(Plan(phimoe.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 4, 16);
 }
 
+TEST(HfConfigFamilies, Mistral3WrapsTheFamilyItsTextConfigNames) {
+  // text_config.model_type ministral3: Ministral 3's rules (sliding_window null: all full).
+  const HfModel ministral3 = Read("mistral3_ministral3.json");
+  EXPECT_EQ(ministral3.model_type, "ministral3");
+  EXPECT_EQ(ministral3.max_context, 8192u);
+  ExpectRows(Plan(ministral3.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 2, 16);
+  // No model_type in text_config: Mistral3Config's default, mistral (every layer slides).
+  const HfModel mistral = Read("mistral3_default_text.json");
+  EXPECT_EQ(mistral.model_type, "mistral");
+  ExpectRows(Plan(mistral.layers, 1024, 4), {{'S', 32, 0, 35}, {'S', 32, 1, 35}}, 2, 16);
+}
+
 TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
   // OLMo 3: full iff (i + 1) % 4 == 0; KV heads given; head_dim 256 / 4.
   ExpectRows(Plan(Read("olmo3_tiny.json").layers, 1024, 4),
@@ -881,6 +893,10 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/zamba2_mamba_heads.json",
        "n_mamba_heads: 3 does not divide mamba_expand x hidden_size 128"},
       {"bad/zamba2_null_head_dim.json", "head_dim: is null"},
+      {"bad/mistral3_unknown_text.json",
+       "text_config.model_type: 'phi' (in mistral3) is not a family kvring-plan reads"},
+      {"bad/mistral3_no_text_config.json",
+       "text_config: is missing; mistral3 keeps its language model's configuration there"},
       {"bad/qwen3_moe_switched_without_window.json",
        "sliding_window: is null, but use_sliding_window is true; Qwen3MoeConfig would silently "
        "make every layer full_attention"},

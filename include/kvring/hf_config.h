@@ -150,7 +150,19 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
     *prefix = "text_config.";
     text_model_type = wrapper.text_model_type;
     const auto nested = it->find("model_type");
-    if (nested != it->end() && *nested != Json(text_model_type)) {
+    if (wrapper.any_text && nested != it->end()) {
+      if (!nested->is_string()) {
+        failure->Fail("text_config.model_type", Mistyped(*nested, "a name"));
+        return nullptr;
+      }
+      text_model_type = nested->get<std::string>();
+      if (FindFamily(text_model_type) == nullptr) {
+        failure->Fail("text_config.model_type",
+                      "'" + Printable(text_model_type) + "' (in " + model_type +
+                          ") is not a family kvring-plan reads (docs/configs.md)");
+        return nullptr;
+      }
+    } else if (nested != it->end() && *nested != Json(text_model_type)) {
       failure->Fail("text_config.model_type", Show(*nested) + " is not " + text_model_type +
                                                   ", which " + model_type + " wraps");
       return nullptr;

@@ -361,7 +361,8 @@ inline constexpr Unplanned kUnplanned[] = {
 struct Wrapper {
   const char* model_type;
   const char* text_model_type;
-  bool flat = false;  // without text_config, the text keys sit at the top level (older files)
+  bool flat = false;      // without text_config, the text keys sit at the top level (older files)
+  bool any_text = false;  // text_config.model_type names the family (text_model_type: default)
 };
 inline constexpr Wrapper kWrappers[] = {{"gemma3", "gemma3_text"},
                                         {"gemma3n", "gemma3n_text"},
@@ -371,7 +372,11 @@ inline constexpr Wrapper kWrappers[] = {{"gemma3", "gemma3_text"},
                                         {"qwen3_5_moe", "qwen3_5_moe_text"},
                                         {"qwen2_vl", "qwen2_vl_text", true},
                                         {"minimax_m3_vl", "minimax_m3_vl_text"},
-                                        {"gemma4_unified", "gemma4_unified_text"}};
+                                        {"gemma4_unified", "gemma4_unified_text"},
+                                        // Mistral 3's multimodal checkpoints wrap any text
+                                        // family: Mistral Small 3.1 mistral, Ministral 3
+                                        // ministral3, Mistral Small 4 mistral4.
+                                        {"mistral3", "mistral", false, true}};
 
 inline const Family* FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {
