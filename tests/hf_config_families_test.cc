@@ -139,6 +139,24 @@ TEST(HfConfigFamilies, Mistral3WrapsTheFamilyItsTextConfigNames) {
   ExpectRows(Plan(mistral.layers, 1024, 4), {{'S', 32, 0, 35}, {'S', 32, 1, 35}}, 2, 16);
 }
 
+TEST(HfConfigFamilies, QwenVisionLanguageWrappersReadTheirTextModels) {
+  // Qwen2.5-VL: a flat file (its text keys at the top level), Qwen 2's window rule: layers from
+  // max_window_layers 3 slide over 32; head_dim hidden_size / num_attention_heads.
+  const HfModel qwen25 = Read("qwen2_5_vl_flat.json");
+  EXPECT_EQ(qwen25.model_type, "qwen2_5_vl_text");
+  ExpectRows(Plan(qwen25.layers, 1024, 4),
+             {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}, {'G', 0, 2, 1024}, {'S', 32, 3, 35}}, 2, 32);
+  // Qwen3-VL: text_config, every layer full, head_dim's class default 128.
+  const HfModel qwen3 = Read("qwen3_vl_tiny.json");
+  EXPECT_TRUE(HasDefault(qwen3, "text_config.head_dim", "128"));
+  EXPECT_EQ(qwen3.max_context, 8192u);
+  ExpectRows(Plan(qwen3.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 2, 128);
+  // Qwen3-VL MoE: head_dim null is hidden_size / num_attention_heads; 128000 positions.
+  const HfModel qwen3_moe = Read("qwen3_vl_moe_tiny.json");
+  EXPECT_EQ(qwen3_moe.max_context, 128000u);
+  ExpectRows(Plan(qwen3_moe.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 2, 16);
+}
+
 TEST(HfConfigFamilies, SlidingWindowFamiliesReadTheirPatterns) {
   // OLMo 3: full iff (i + 1) % 4 == 0; KV heads given; head_dim 256 / 4.
   ExpectRows(Plan(Read("olmo3_tiny.json").layers, 1024, 4),
@@ -893,6 +911,10 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/zamba2_mamba_heads.json",
        "n_mamba_heads: 3 does not divide mamba_expand x hidden_size 128"},
       {"bad/zamba2_null_head_dim.json", "head_dim: is null"},
+      {"bad/qwen3_vl_missing_kv_heads.json",
+       "text_config.num_key_value_heads: is missing; Qwen3VLTextConfig's default 32"},
+      {"bad/qwen3_vl_moe_null_kv_heads.json",
+       "text_config.num_key_value_heads: is null; Qwen3VLMoeTextConfig's default 16"},
       {"bad/mistral3_unknown_text.json",
        "text_config.model_type: 'phi' (in mistral3) is not a family kvring-plan reads"},
       {"bad/mistral3_no_text_config.json",
