@@ -744,6 +744,25 @@ TEST(HfConfigFamilies, Lfm2ConvLayersKeepTheirShortConvolution) {
   }
 }
 
+TEST(HfConfigFamilies, Lfm2MoeAndLfm2VlReadLfm2sLayers) {
+  // LFM2 MoE: layer_types (required) of conv and full_attention; a conv layer keeps (3 - 1) x
+  // 64 BF16 elements; full layers 2 KV heads of 64 / 4 = 16.
+  const HfModel moe = Read("lfm2_moe_tiny.json");
+  ASSERT_EQ(moe.layers.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(moe.layers[i].attends, i % 2 == 1) << i;
+    EXPECT_EQ(moe.layers[i].state.conv_elements, i % 2 == 1 ? 0u : 128u) << i;
+  }
+  EXPECT_EQ(moe.layers[1].head_dim, 16u);
+  // LFM2-VL: its text_config's model_type (lfm2) reads full_attn_idxs [2].
+  const HfModel vl = Read("lfm2_vl_tiny.json");
+  EXPECT_EQ(vl.model_type, "lfm2");
+  ASSERT_EQ(vl.layers.size(), 3u);
+  EXPECT_FALSE(vl.layers[0].attends);
+  EXPECT_FALSE(vl.layers[1].attends);
+  EXPECT_TRUE(vl.layers[2].attends);
+}
+
 // --- Bad files of the new families: one line naming the file and the key, exit status 2 ----
 
 TEST(HfConfigFamilies, MimoV2FlashGivesItsSlidingLayersTheirOwnShape) {
@@ -915,6 +934,8 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "text_config.num_key_value_heads: is missing; Qwen3VLTextConfig's default 32"},
       {"bad/qwen3_vl_moe_null_kv_heads.json",
        "text_config.num_key_value_heads: is null; Qwen3VLMoeTextConfig's default 16"},
+      {"bad/lfm2_moe_no_layer_types.json",
+       "layer_types: is missing; Lfm2MoeConfig derives none (its model indexes the list)"},
       {"bad/mistral3_unknown_text.json",
        "text_config.model_type: 'phi' (in mistral3) is not a family kvring-plan reads"},
       {"bad/mistral3_no_text_config.json",

@@ -241,6 +241,10 @@ inline constexpr Family kFamilies[] = {
      0, PatternRule::kAllFull, 0, 0, true, false, false, false,
      "layer_types of conv and full_attention, or full_attn_idxs", "sliding_window_pattern", 15,
      Reader::kShortConv},
+    {"lfm2_moe", "Lfm2MoeConfig", 128000, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, true, false, false, false,
+     "layer_types of conv and full_attention (required: the class derives none)",
+     "sliding_window_pattern", 15, Reader::kShortConv},
     {"jamba", "JambaConfig", 262144, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "attention iff i % attn_layer_period == attn_layer_offset, else mamba",
@@ -389,7 +393,9 @@ inline constexpr Wrapper kWrappers[] = {{"gemma3", "gemma3_text"},
                                         // Mistral 3's multimodal checkpoints wrap any text
                                         // family: Mistral Small 3.1 mistral, Ministral 3
                                         // ministral3, Mistral Small 4 mistral4.
-                                        {"mistral3", "mistral", false, true}};
+                                        {"mistral3", "mistral", false, true},
+                                        // LFM2-VL: its text_config names lfm2 or lfm2_moe.
+                                        {"lfm2_vl", "lfm2", false, true}};
 
 inline const Family* FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {

@@ -307,12 +307,18 @@ inline void ReadLightningHybrid(const Scope& scope, HfModel* model) {
 
 // Returns LFM2's layer kinds (true: a conv layer): layer_types of "conv" and "full_attention",
 // else full iff i is in full_attn_idxs (default every layer; an index past the last layer,
-// which transformers would silently ignore, is refused).
+// which transformers would silently ignore, is refused). LFM2 MoE reads layer_types only.
 inline std::vector<bool> ReadConvLayers(const Scope& scope, uint64_t num_layers) {
   std::vector<bool> conv(num_layers, false);
   if (const Json* list = scope.LayerList("layer_types", num_layers)) {
     return scope.LayerChoices("layer_types", *list, Json("conv"), Json("full_attention"),
                               "conv or full_attention (" + scope.ClassName() + ")");
+  }
+  if (!scope.Failed() && std::string(scope.family().model_type) == "lfm2_moe") {
+    scope.Fail("layer_types",
+               std::string(scope.Find("layer_types") == nullptr ? "is missing" : "is null") + "; " +
+                   scope.ClassName() + " derives none (its model indexes the list)");
+    return conv;
   }
   const Json* indices = scope.Find("full_attn_idxs");
   if (scope.Failed() || indices == nullptr || indices->is_null()) return conv;
