@@ -158,6 +158,46 @@ TEST(HfConfigStates, BambaAttendsOnItsListedLayersAndKeepsMamba2StatesElsewhere)
   EXPECT_EQ(half->layers[0].state.recurrent_elements, 1024u);
 }
 
+TEST(HfConfigStates, RecurrentGemmaKeepsRgLruStatesBesideSlidingAttention) {
+  // block_types' default (recurrent, recurrent, attention) over 7 layers: 2 and 5 attend over a
+  // window of 32 with 1 KV head of 64 / 4 = 16; the others keep a conv state of (3 - 1) x 96
+  // BF16 and an RG-LRU state of 96 F32 elements (lru_width 96). No context named.
+  const Expected<HfModel> model = ReadRanks("recurrent_gemma_tiny.json", 1);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ(model->max_context, 0u);
+  ASSERT_EQ(model->layers.size(), 7u);
+  for (size_t i = 0; i < 7; ++i) {
+    const LayerSpec& spec = model->layers[i];
+    EXPECT_EQ(spec.attends, i % 3 == 2) << i;
+    if (spec.attends) {
+      EXPECT_EQ(spec.kind, AttentionKind::kSliding) << i;
+      EXPECT_EQ(spec.window, 32u) << i;
+      EXPECT_EQ(spec.num_kv_heads, 1u) << i;
+      EXPECT_EQ(spec.head_dim, 16u) << i;
+      continue;
+    }
+    EXPECT_EQ(spec.state.conv_elements, 192u) << i;
+    EXPECT_EQ(spec.state.recurrent_elements, 96u) << i;
+    EXPECT_EQ(spec.state.recurrent_format, Format::kF32);
+  }
+  // Two ranks keep 2 of the 4 RG-LRU blocks of 24: 48 channels.
+  const Expected<HfModel> half = ReadRanks("recurrent_gemma_tiny.json", 2);
+  ASSERT_TRUE(half.ok()) << half.error().message;
+  EXPECT_EQ(half->layers[0].state.recurrent_elements, 48u);
+  EXPECT_EQ(half->layers[0].state.conv_elements, 96u);
+  // block_types (attention, recurrent) repeated; the file's head_dim 32 replaces the class's
+  // hidden_size / num_attention_heads; a context the file states.
+  const Expected<HfModel> blocks = ReadRanks("recurrent_gemma_blocks.json", 1);
+  ASSERT_TRUE(blocks.ok()) << blocks.error().message;
+  EXPECT_EQ(blocks->max_context, 8192u);
+  ASSERT_EQ(blocks->layers.size(), 4u);
+  EXPECT_TRUE(blocks->layers[0].attends);
+  EXPECT_EQ(blocks->layers[0].head_dim, 32u);
+  EXPECT_EQ(blocks->layers[0].window, 2048u);
+  EXPECT_FALSE(blocks->layers[3].attends);
+  EXPECT_EQ(blocks->layers[3].state.conv_elements, 3u * 64);
+}
+
 TEST(HfConfigStates, StateSpaceModelsKeepOnlyStatesAndNameNoContext) {
   // Mamba: every layer a Mamba1 state of 2 x 64 = 128 channels, conv (3 - 1) x 128 = 256 and
   // SSM 128 x 8 = 1024 BF16 elements; no attention, no context named.

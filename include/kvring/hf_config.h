@@ -240,6 +240,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kLaguna:
       ReadLaguna(scope, out);
       break;
+    case Reader::kRecurrentGemma:
+      ReadRecurrentGemma(scope, out);
+      break;
     case Reader::kStateSpace:
       ReadStateSpace(scope, out);
       break;

@@ -100,6 +100,15 @@ def build_layers(config_dict):
             facts.append(mamba_facts(text, mamba) if beside is None else
                          hybrid_facts(text, i, beside, mamba, facts))
             continue
+        temporal = getattr(layer, "temporal_block", None)  # RecurrentGemma: RG-LRU or attention
+        if temporal is not None and hasattr(temporal, "rg_lru"):
+            channels, _, kernel = temporal.conv_1d.weight.shape  # its state: lru_width F32
+            facts.append(dict(NO_MIXER, kind="state", conv_state_bytes=(kernel - 1) * channels * 2,
+                              recurrent_state_bytes=4 * temporal.lru_width))
+            continue
+        if temporal is not None:
+            facts.append(layer_facts(text, None, i, temporal, facts))
+            continue
         mixer = getattr(layer, "mixer", None)  # Mamba, Falcon Mamba, Mamba2: every layer a mixer
         if getattr(layer, "block_type", None) is None and hasattr(mixer, "conv1d"):
             facts.append(mamba_facts(text, mixer))

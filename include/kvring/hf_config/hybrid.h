@@ -10,6 +10,8 @@
 // - Lightning attention (MiniMax): layer_types of "linear_attention" and "full_attention" (or,
 //   in MiniMax-M1's remote code, attn_type_list); a linear layer keeps num_attention_heads x
 //   head_dim x head_dim elements.
+// - RG-LRU (RecurrentGemma): block_types of recurrent and attention blocks, repeated; a
+//   recurrent block keeps a conv state and its lru_width-wide F32 state, attention slides.
 // - Short convolutions (LFM2): layer_types of conv and full_attention (or full_attn_idxs,
 //   default every layer); a conv layer keeps (conv_L_cache - 1) x hidden_size elements.
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
@@ -352,6 +354,73 @@ inline void ReadShortConvHybrid(const Scope& scope, HfModel* model) {
   state.conv_elements = (kernel - 1) * channels;
   state.conv_format = Format::kBF16;
   for (bool is_conv : conv) model->layers.push_back(is_conv ? LayerSpec::Recurrent(state) : full);
+}
+
+// Reads a RecurrentGemma (Griffin) model of `scope` into *model: block_types (default
+// recurrent, recurrent, attention) repeated over the layers; an attention block slides over
+// attention_window_size (sliding_window is its other name; default 2048) with
+// num_key_value_heads (None: MHA) of the file's head_dim, else hidden_size /
+// num_attention_heads; a recurrent block keeps a conv state of (conv1d_width - 1) x lru_width
+// (None: hidden_size) BF16 elements and its RG-LRU state, lru_width F32 elements (the model
+// keeps it in float32). One rank keeps whole RG-LRU blocks (lru_width / num_attention_heads
+// wide). The class names no context (no layer attends past its window): HfModel::max_context
+// is 0 unless the file gives max_position_embeddings.
+inline void ReadRecurrentGemma(const Scope& scope, HfModel* model) {
+  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  const uint64_t num_heads = ReadHeads(scope, model);
+  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
+  if (scope.Failed()) return;
+  if (scope.Find("max_position_embeddings") == nullptr) {
+    scope.Record("max_position_embeddings",
+                 "none (every attention block slides; give the context)");
+  } else {
+    model->max_context = scope.Required("max_position_embeddings", 1, UINT64_MAX);
+  }
+  std::vector<bool> recurrent = {true, true, false};
+  const Json* blocks = scope.Find("block_types");
+  if (blocks == nullptr) {
+    scope.Record("block_types", "recurrent, recurrent, attention");
+  } else if (!blocks->is_array() || blocks->empty()) {
+    scope.Fail("block_types", Mistyped(*blocks, "a list of recurrent and attention"));
+    return;
+  } else {
+    recurrent = scope.LayerChoices("block_types", *blocks, Json("recurrent"), Json("attention"),
+                                   "recurrent or attention (" + scope.ClassName() + ")");
+    if (scope.Failed()) return;
+  }
+  if (num_layers > 100 * recurrent.size()) {
+    scope.Fail("num_hidden_layers", std::to_string(num_layers) + " is more than 100 repeats of " +
+                                        "block_types' " + std::to_string(recurrent.size()) + " (" +
+                                        scope.ClassName() + " lists no more blocks)");
+    return;
+  }
+  const char* window_key =
+      scope.Find("sliding_window") != nullptr ? "sliding_window" : "attention_window_size";
+  const uint64_t window = scope.OrDefault(window_key, 2048, 1, UINT64_MAX);
+  const uint64_t kv_heads = ReadKvHeads(scope, num_heads);
+  const uint64_t head_dim = ReadHeadDim(scope, num_heads);
+  const std::optional<uint64_t> lru = scope.NullableOrDefault("lru_width", hidden, 1, kMaxDim);
+  const uint64_t kernel = scope.OrDefault("conv1d_width", 4, 1, kMaxDim);
+  if (scope.Failed()) return;
+  uint64_t width = lru.value_or(hidden);
+  if (width % num_heads != 0) {
+    scope.Fail("lru_width", std::to_string(width) + " is not a multiple of num_attention_heads " +
+                                std::to_string(num_heads) + " (the RG-LRU gates are blocks)");
+    return;
+  }
+  width = width / num_heads * PerRank(scope, "num_attention_heads", "", num_heads, "RG-LRU blocks");
+  if (scope.Failed()) return;
+  StateSpec state;
+  state.conv_elements = StateProduct(scope, "conv1d_width", {kernel - 1, width});
+  state.conv_format = Format::kBF16;
+  state.recurrent_elements = width;
+  state.recurrent_format = Format::kF32;
+  const LayerSpec attention =
+      LayerSpec::Sliding(window, static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim));
+  for (uint64_t i = 0; i < num_layers; ++i) {
+    const bool is_recurrent = recurrent[i % recurrent.size()];
+    model->layers.push_back(is_recurrent ? LayerSpec::Recurrent(state) : attention);
+  }
 }
 
 }  // namespace hf
