@@ -151,6 +151,11 @@ TEST(HfConfigFamilies, QwenVisionLanguageWrappersReadTheirTextModels) {
   EXPECT_TRUE(HasDefault(qwen3, "text_config.head_dim", "128"));
   EXPECT_EQ(qwen3.max_context, 8192u);
   ExpectRows(Plan(qwen3.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 2, 128);
+  // Hy V3 (not a wrapper, all full too): head_dim's class default 128.
+  const HfModel hy_v3 = Read("hy_v3_tiny.json");
+  EXPECT_TRUE(HasDefault(hy_v3, "head_dim", "128"));
+  ExpectRows(Plan(hy_v3.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}, {'G', 0, 2, 1024}},
+             2, 128);
   // Qwen3-VL MoE: head_dim null is hidden_size / num_attention_heads; 128000 positions.
   const HfModel qwen3_moe = Read("qwen3_vl_moe_tiny.json");
   EXPECT_EQ(qwen3_moe.max_context, 128000u);
@@ -939,6 +944,7 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/recurrent_gemma_block_type.json",
        "block_types[1]: \"mamba\" is not recurrent or attention (RecurrentGemmaConfig)"},
       {"bad/recurrent_gemma_kv_heads.json", "num_key_value_heads: 8 is too large (at most 4)"},
+      {"bad/hy_v3_null_head_dim.json", "head_dim: is null; HYV3Config needs a number here"},
       {"bad/mistral3_unknown_text.json",
        "text_config.model_type: 'phi' (in mistral3) is not a family kvring-plan reads"},
       {"bad/mistral3_no_text_config.json",

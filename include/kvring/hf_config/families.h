@@ -301,6 +301,9 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kRequired, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "hybrid_layer_pattern: 0 full, 1 sliding (or hybrid_block_size)", "sliding_window_pattern", 15,
      Reader::kMimoV2},
+    // Tencent's Hy V3 (HYV3Config): every layer full.
+    {"hy_v3", "HYV3Config", 131072, KvHeadsRule::kNumberNoNullRule, 8, HeadDimRule::kDefaultNoNull,
+     128, PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
     {"glm4_moe", "Glm4MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention"},
