@@ -158,6 +158,32 @@ TEST(HfConfigStates, BambaAttendsOnItsListedLayersAndKeepsMamba2StatesElsewhere)
   EXPECT_EQ(half->layers[0].state.recurrent_elements, 1024u);
 }
 
+TEST(HfConfigStates, XlstmBlocksKeepAMatrixMemoryPerHead) {
+  // 3 mLSTM blocks of 2 heads: qk_dim 128 x 0.5 = 64 (32 a head), v_dim 128 (64 a head); each
+  // head keeps C (32 x 64), n (32) and m (1): 2 x 2081 = 4162 F32 elements.
+  const Expected<HfModel> model = ReadRanks("xlstm_tiny.json", 1);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ(model->max_context, 0u);
+  ASSERT_EQ(model->layers.size(), 3u);
+  for (const LayerSpec& spec : model->layers) {
+    EXPECT_FALSE(spec.attends);
+    EXPECT_EQ(spec.state.conv_elements, 0u);
+    EXPECT_EQ(spec.state.recurrent_elements, 4162u);
+    EXPECT_EQ(spec.state.recurrent_format, Format::kF32);
+  }
+  const Expected<HfModel> half = ReadRanks("xlstm_tiny.json", 2);  // one head a rank
+  ASSERT_TRUE(half.ok()) << half.error().message;
+  EXPECT_EQ(half->layers[0].state.recurrent_elements, 2081u);
+  // inference_state_dtype bfloat16; 4 heads, qk 256 x 0.25 = 64 (16 a head), v 256 (64): 4 x
+  // (16 x 64 + 16 + 1) = 4164 BF16 elements; num_blocks 2; the file's context.
+  const Expected<HfModel> bf16 = ReadRanks("xlstm_bf16_state.json", 1);
+  ASSERT_TRUE(bf16.ok()) << bf16.error().message;
+  EXPECT_EQ(bf16->max_context, 8192u);
+  ASSERT_EQ(bf16->layers.size(), 2u);
+  EXPECT_EQ(bf16->layers[1].state.recurrent_elements, 4164u);
+  EXPECT_EQ(bf16->layers[1].state.recurrent_format, Format::kBF16);
+}
+
 TEST(HfConfigStates, RecurrentGemmaKeepsRgLruStatesBesideSlidingAttention) {
   // block_types' default (recurrent, recurrent, attention) over 7 layers: 2 and 5 attend over a
   // window of 32 with 1 KV head of 64 / 4 = 16; the others keep a conv state of (3 - 1) x 96

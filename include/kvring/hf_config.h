@@ -243,6 +243,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kRecurrentGemma:
       ReadRecurrentGemma(scope, out);
       break;
+    case Reader::kXlstm:
+      ReadXlstm(scope, out);
+      break;
     case Reader::kStateSpace:
       ReadStateSpace(scope, out);
       break;

@@ -76,8 +76,9 @@ def build_layers(config_dict):
         except ValueError:  # a text config with no model class of its own
             model = AutoModel.from_config(config)
     layers = decoder_layers(model)
-    if len(layers) != text.num_hidden_layers:
-        raise RuntimeError(f"found {len(layers)} decoder layers, not {text.num_hidden_layers}")
+    expected = getattr(text, "num_blocks", None) or text.num_hidden_layers  # xLSTM: num_blocks
+    if len(layers) != expected:
+        raise RuntimeError(f"found {len(layers)} decoder layers, not {expected}")
     layer_types = getattr(text, "layer_types", None)
     facts = []
     for i, layer in enumerate(layers):
@@ -99,6 +100,14 @@ def build_layers(config_dict):
             beside = getattr(layer, "self_attn", None)
             facts.append(mamba_facts(text, mamba) if beside is None else
                          hybrid_facts(text, i, beside, mamba, facts))
+            continue
+        mlstm = getattr(layer, "mlstm_layer", None)  # xLSTM: per head C, n and m, in the state type
+        if mlstm is not None:
+            heads = text.num_heads
+            qk, v = mlstm.qk_dim // heads, mlstm.v_dim // heads
+            size = 4 if text.inference_state_dtype == "float32" else 2
+            facts.append(dict(NO_MIXER, kind="state",
+                              recurrent_state_bytes=heads * (qk * v + qk + 1) * size))
             continue
         temporal = getattr(layer, "temporal_block", None)  # RecurrentGemma: RG-LRU or attention
         if temporal is not None and hasattr(temporal, "rg_lru"):
@@ -139,6 +148,8 @@ def decoder_layers(model):
     for holder in (model, getattr(model, "model", None), getattr(model, "language_model", None)):
         if holder is not None and hasattr(holder, "layers"):
             return list(holder.layers)
+        if holder is not None and hasattr(holder, "blocks"):  # xLSTM
+            return list(holder.blocks)
     raise RuntimeError(f"no decoder layers in {type(model).__name__}")
 
 

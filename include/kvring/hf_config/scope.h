@@ -189,6 +189,26 @@ class Scope {
     return ToUInt(key, *value, min, max);
   }
 
+  // Returns the number (integer or not) at `key`, in (0, max], or the class default `fallback`
+  // when the key is absent (and records it); null is refused.
+  double PositiveOrDefault(const char* key, double fallback, double max) const {
+    const Json* value = Find(key);
+    if (value == nullptr) {
+      Record(key, Show(Json(fallback)));
+      return fallback;
+    }
+    if (!value->is_number()) {
+      Fail(key, Mistyped(*value, "a number"));
+      return fallback;
+    }
+    const double number = value->get<double>();
+    if (!(number > 0 && number <= max)) {
+      Fail(key, Show(*value) + " is out of range (above 0, at most " + Show(Json(max)) + ")");
+      return fallback;
+    }
+    return number;
+  }
+
   // As OrDefault, but null is a value of its own (returned as nullopt).
   std::optional<uint64_t> NullableOrDefault(const char* key, uint64_t fallback, uint64_t min,
                                             uint64_t max) const {

@@ -4,6 +4,7 @@
 //   intermediate and an SSM state of intermediate x state_size, intermediate = the file's
 //   intermediate_size, else expand x hidden_size (Falcon Mamba 7B's file says expand 16 and
 //   intermediate_size 8192 over hidden 4096: the model is 8192 wide).
+// - mLSTM (xlstm): each block keeps a matrix memory per head (ReadXlstm).
 // - Mamba2 (mamba2): each layer keeps Mamba2's state of num_heads x head_dim channels (which
 //   must be expand x hidden_size) in n_groups groups of state_size.
 // The classes name no context length (no layer attends, so the states do not grow with it):
@@ -14,6 +15,7 @@
 #ifndef KVRING_HF_CONFIG_SSM_H_
 #define KVRING_HF_CONFIG_SSM_H_
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -82,6 +84,84 @@ inline void ReadStateSpace(const Scope& scope, HfModel* model) {
              : ReadMamba1State(scope, {"expand", "state_size", "conv_kernel", "intermediate_size"});
   if (scope.Failed()) return;
   model->layers.assign(num_layers, LayerSpec::Recurrent(state));
+}
+
+// Returns Python's round_up_to_next_multiple_of(x, 64) of xLSTMConfig: int(((x + 63) // 64) *
+// 64) of a float x.
+inline uint64_t RoundUpTo64(double x) {
+  return static_cast<uint64_t>(std::floor((x + 63) / 64) * 64);
+}
+
+// Reads an xLSTM model of `scope` into *model: num_blocks (else num_hidden_layers) mLSTM blocks,
+// each keeping, per head of num_heads (default 8), a matrix memory of qk_head_dim x v_head_dim,
+// a normalizer of qk_head_dim and a stabilizer, in inference_state_dtype (default "float32":
+// F32; "bfloat16" BF16); the layer's qk_dim = int(hidden_size x qk_dim_factor) (default 0.5)
+// and v_dim = int(hidden_size x v_dim_factor) (1.0), split over the heads. xLSTMCache sizes the
+// states by the same products rounded up to multiples of 64: a file where the two differ, or
+// whose dims the heads do not divide, builds a model that fails on its first token (refused).
+// No conv state, no attention, no context named (as Mamba's).
+inline void ReadXlstm(const Scope& scope, HfModel* model) {
+  model->model_type = scope.family().model_type;
+  model->class_name = scope.family().class_name;
+  // The model builds num_blocks blocks (None: num_hidden_layers), its cache num_hidden_layers
+  // states: both given must agree.
+  const char* blocks_key = scope.IsSet("num_blocks") ? "num_blocks" : "num_hidden_layers";
+  const uint64_t num_blocks = scope.Required(blocks_key, 1, kMaxLayers);
+  if (!scope.Failed() && scope.IsSet("num_blocks") && scope.IsSet("num_hidden_layers")) {
+    const uint64_t layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+    if (!scope.Failed() && layers != num_blocks) {
+      scope.Fail("num_blocks", std::to_string(num_blocks) + " is not num_hidden_layers " +
+                                   std::to_string(layers) + " (the model builds num_blocks " +
+                                   "blocks, its cache num_hidden_layers states)");
+    }
+  }
+  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim);
+  const uint64_t heads = scope.OrDefault("num_heads", 8, 1, kMaxDim);
+  const double qk_factor = scope.PositiveOrDefault("qk_dim_factor", 0.5, 64);
+  const double v_factor = scope.PositiveOrDefault("v_dim_factor", 1.0, 64);
+  if (scope.Failed()) return;
+  if (scope.Find("max_position_embeddings") == nullptr) {
+    scope.Record("max_position_embeddings", "none (no layer attends; give the context)");
+  } else {
+    model->max_context = scope.Required("max_position_embeddings", 1, UINT64_MAX);
+  }
+  Format format = Format::kF32;
+  if (const Json* dtype = scope.Find("inference_state_dtype")) {
+    if (*dtype == Json("bfloat16") || *dtype == Json("float16")) {
+      format = Format::kBF16;
+    } else if (*dtype != Json("float32")) {
+      scope.Fail("inference_state_dtype",
+                 Show(*dtype) + " is not \"float32\", \"bfloat16\" or \"float16\"");
+      return;
+    }
+  } else {
+    scope.Record("inference_state_dtype", "float32");
+  }
+  uint64_t dims[2] = {0, 0};  // qk_dim, v_dim
+  const char* factor_keys[2] = {"qk_dim_factor", "v_dim_factor"};
+  const double factors[2] = {qk_factor, v_factor};
+  for (int d = 0; d < 2; ++d) {
+    const double product = static_cast<double>(hidden) * factors[d];
+    dims[d] = static_cast<uint64_t>(product);  // Python's int(): toward zero
+    if (dims[d] == 0 || dims[d] != RoundUpTo64(product) || dims[d] % heads != 0) {
+      scope.Fail(factor_keys[d], "makes hidden_size x it " + std::to_string(dims[d]) +
+                                     ", which is not a multiple of 64 (xLSTMCache rounds it up) "
+                                     "split whole across num_heads " +
+                                     std::to_string(heads));
+      return;
+    }
+  }
+  const uint64_t qk_head_dim = dims[0] / heads;
+  const uint64_t v_head_dim = dims[1] / heads;
+  const uint64_t rank_heads = PerRank(scope, "num_heads", "", heads, "mLSTM heads");
+  if (scope.Failed()) return;
+  StateSpec state;
+  state.conv_format = Format::kBF16;
+  state.recurrent_elements =
+      StateProduct(scope, "num_heads", {rank_heads, qk_head_dim * v_head_dim + qk_head_dim + 1});
+  state.recurrent_format = format;
+  if (scope.Failed()) return;
+  model->layers.assign(num_blocks, LayerSpec::Recurrent(state));
 }
 
 }  // namespace hf
