@@ -370,12 +370,7 @@ inline void ReadRecurrentGemma(const Scope& scope, HfModel* model) {
   const uint64_t num_heads = ReadHeads(scope, model);
   const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
   if (scope.Failed()) return;
-  if (scope.Find("max_position_embeddings") == nullptr) {
-    scope.Record("max_position_embeddings",
-                 "none (every attention block slides; give the context)");
-  } else {
-    model->max_context = scope.Required("max_position_embeddings", 1, UINT64_MAX);
-  }
+  ReadStatedContext(scope, "every attention block slides", model);
   std::vector<bool> recurrent = {true, true, false};
   const Json* blocks = scope.Find("block_types");
   if (blocks == nullptr) {

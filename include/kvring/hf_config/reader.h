@@ -66,11 +66,27 @@ inline void CheckCausal(const Scope& scope) {
   }
 }
 
+// Names the family in *model.
+inline void NameFamily(const Scope& scope, HfModel* model) {
+  model->model_type = scope.family().model_type;
+  model->class_name = scope.family().class_name;
+}
+
+// Reads the context of a family whose class names none (its memory stops growing past a window,
+// or never grows): the file's max_position_embeddings when it states one, else none
+// (HfModel::max_context 0, recorded with `why`).
+inline void ReadStatedContext(const Scope& scope, const char* why, HfModel* model) {
+  if (scope.Find("max_position_embeddings") == nullptr) {
+    scope.Record("max_position_embeddings", std::string("none (") + why + "; give the context)");
+    return;
+  }
+  model->max_context = scope.Required("max_position_embeddings", 1, UINT64_MAX);
+}
+
 // Names the family in *model and reads num_attention_heads into it. Returns the head count (1
 // after a failure).
 inline uint64_t ReadHeads(const Scope& scope, HfModel* model) {
-  model->model_type = scope.family().model_type;
-  model->class_name = scope.family().class_name;
+  NameFamily(scope, model);
   const uint64_t num_heads = scope.Required("num_attention_heads", 1, kMaxDim);
   model->num_attention_heads = static_cast<uint32_t>(num_heads);
   return num_heads;

@@ -63,8 +63,7 @@ inline StateSpec ReadMamba2OnlyState(const Scope& scope) {
 // Reads a Mamba, Falcon Mamba or Mamba2 model of `scope` into *model: every layer a state, no
 // attention (num_attention_heads is not read; a file's, which the classes ignore, neither).
 inline void ReadStateSpace(const Scope& scope, HfModel* model) {
-  model->model_type = scope.family().model_type;
-  model->class_name = scope.family().class_name;
+  NameFamily(scope, model);
   const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
   if (scope.Failed()) return;
   if (scope.Find("layer_types") != nullptr) {
@@ -72,12 +71,7 @@ inline void ReadStateSpace(const Scope& scope, HfModel* model) {
                                   " makes every layer mamba and refuses a list");
     return;
   }
-  // No context key in the class: a file's max_position_embeddings is the context it states.
-  if (scope.Find("max_position_embeddings") == nullptr) {
-    scope.Record("max_position_embeddings", "none (no layer attends; give the context)");
-  } else {
-    model->max_context = scope.Required("max_position_embeddings", 1, UINT64_MAX);
-  }
+  ReadStatedContext(scope, "no layer attends", model);
   const bool mamba2 = std::string(scope.family().model_type) == "mamba2";
   const StateSpec state =
       mamba2 ? ReadMamba2OnlyState(scope)
@@ -101,8 +95,7 @@ inline uint64_t RoundUpTo64(double x) {
 // whose dims the heads do not divide, builds a model that fails on its first token (refused).
 // No conv state, no attention, no context named (as Mamba's).
 inline void ReadXlstm(const Scope& scope, HfModel* model) {
-  model->model_type = scope.family().model_type;
-  model->class_name = scope.family().class_name;
+  NameFamily(scope, model);
   // The model builds num_blocks blocks (None: num_hidden_layers), its cache num_hidden_layers
   // states: both given must agree.
   const char* blocks_key = scope.IsSet("num_blocks") ? "num_blocks" : "num_hidden_layers";
@@ -120,11 +113,7 @@ inline void ReadXlstm(const Scope& scope, HfModel* model) {
   const double qk_factor = scope.PositiveOrDefault("qk_dim_factor", 0.5, 64);
   const double v_factor = scope.PositiveOrDefault("v_dim_factor", 1.0, 64);
   if (scope.Failed()) return;
-  if (scope.Find("max_position_embeddings") == nullptr) {
-    scope.Record("max_position_embeddings", "none (no layer attends; give the context)");
-  } else {
-    model->max_context = scope.Required("max_position_embeddings", 1, UINT64_MAX);
-  }
+  ReadStatedContext(scope, "no layer attends", model);
   Format format = Format::kF32;
   if (const Json* dtype = scope.Find("inference_state_dtype")) {
     if (*dtype == Json("bfloat16") || *dtype == Json("float16")) {
