@@ -25,7 +25,7 @@ struct HfModel {
   std::string model_type;    // the text model's family, e.g. "gemma3_text"
   std::string class_name;    // transformers' configuration class, e.g. "Gemma3TextConfig"
   uint64_t max_context = 0;  // max_position_embeddings (or the class default); 0: the family
-                             // names none (mamba, mamba2, falcon_mamba: no layer attends)
+                             // names none (ReadStatedContext: Mamba, xLSTM, RecurrentGemma)
   uint32_t num_attention_heads = 0;  // query heads
   // The ranks whose share of each recurrent state `layers` hold (HfReadOptions::
   // tensor_parallel); their attention layers are whole.

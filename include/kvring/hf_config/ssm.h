@@ -1,5 +1,5 @@
-// kvring/hf_config/ssm.h: the readers of the pure state-space families, whose every layer is a
-// Mamba mixer and none attends, as their transformers classes read them.
+// kvring/hf_config/ssm.h: the readers of the families whose every layer is recurrent (a Mamba
+// mixer, an mLSTM) and none attends, as their transformers classes read them.
 // - Mamba1 (mamba, falcon_mamba): each layer keeps a conv state of (conv_kernel - 1) x
 //   intermediate and an SSM state of intermediate x state_size, intermediate = the file's
 //   intermediate_size, else expand x hidden_size (Falcon Mamba 7B's file says expand 16 and
@@ -8,9 +8,9 @@
 // - Mamba2 (mamba2): each layer keeps Mamba2's state of num_heads x head_dim channels (which
 //   must be expand x hidden_size) in n_groups groups of state_size.
 // The classes name no context length (no layer attends, so the states do not grow with it):
-// HfModel::max_context is 0 unless the file gives max_position_embeddings. Their layer_types is
-// computed ("mamba" for every layer) and cannot be set: a file that gives it is refused, as the
-// classes refuse it.
+// HfModel::max_context is 0 unless the file gives max_position_embeddings. The Mamba classes
+// compute layer_types ("mamba" for every layer) and cannot set it: a file that gives it is
+// refused, as the classes refuse it.
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_SSM_H_
 #define KVRING_HF_CONFIG_SSM_H_
