@@ -151,6 +151,14 @@ TEST(HfConfigFamilies, QwenVisionLanguageWrappersReadTheirTextModels) {
   EXPECT_TRUE(HasDefault(qwen3, "text_config.head_dim", "128"));
   EXPECT_EQ(qwen3.max_context, 8192u);
   ExpectRows(Plan(qwen3.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 2, 128);
+  // GLM-4.1V: null KV heads are MHA; the head dim is always hidden_size / num_attention_heads.
+  // GLM-4.5V (glm4v_moe): the file's head_dim (32, not 64 / 6) and 65536 positions.
+  const HfModel glm4v = Read("glm4v_tiny.json");
+  EXPECT_EQ(glm4v.model_type, "glm4v_text");
+  ExpectRows(Plan(glm4v.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 4, 16);
+  const HfModel glm4v_moe = Read("glm4v_moe_tiny.json");
+  EXPECT_EQ(glm4v_moe.max_context, 65536u);
+  ExpectRows(Plan(glm4v_moe.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 2, 32);
   // Hy V3 (not a wrapper, all full too): head_dim's class default 128.
   const HfModel hy_v3 = Read("hy_v3_tiny.json");
   EXPECT_TRUE(HasDefault(hy_v3, "head_dim", "128"));
@@ -950,6 +958,9 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/xlstm_state_dtype.json",
        "inference_state_dtype: \"int8\" is not \"float32\", \"bfloat16\" or \"float16\""},
       {"bad/xlstm_blocks_disagree.json", "num_blocks: 3 is not num_hidden_layers 2"},
+      {"bad/glm4v_head_dim.json",
+       "text_config.head_dim: 32 contradicts hidden_size / num_attention_heads = 16, which "
+       "Glm4vTextConfig always uses"},
       {"bad/mistral3_unknown_text.json",
        "text_config.model_type: 'phi' (in mistral3) is not a family kvring-plan reads"},
       {"bad/mistral3_no_text_config.json",
