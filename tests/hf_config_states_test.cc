@@ -250,7 +250,8 @@ TEST(HfConfigStates, StateSpaceModelsKeepOnlyStatesAndNameNoContext) {
   const CliRun refused = RunCli({"--config", ConfigPath("mamba_tiny.json")});
   EXPECT_EQ(refused.status, 2);
   EXPECT_NE(refused.err.find("mamba_tiny.json: MambaConfig names no context length (no layer "
-                             "attends, so the state does not grow with it): give --context N"),
+                             "attends past a window, so its memory stops growing): give "
+                             "--context N"),
             std::string::npos)
       << refused.err;
   const CliRun run = RunCli({"--config", ConfigPath("mamba_tiny.json"), "--context", "4096"});

@@ -1296,8 +1296,8 @@ int RunPlanCli(const std::vector<std::string>& args, std::string* out, std::stri
     model.max_context = config->max_context;
     if (model.max_context == 0 && !options.has_context) {
       return fail(options.config + ": " + config->class_name +
-                  " names no context length (no layer attends, so the state does not grow "
-                  "with it): give --context N");
+                  " names no context length (no layer attends past a window, so its memory "
+                  "stops growing): give --context N");
     }
     model.layers = config->layers;
     model.num_attention_heads = config->num_attention_heads;
