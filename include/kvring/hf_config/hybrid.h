@@ -322,19 +322,10 @@ inline std::vector<bool> ReadConvLayers(const Scope& scope, uint64_t num_layers)
                    scope.ClassName() + " derives none (its model indexes the list)");
     return conv;
   }
-  const Json* indices = scope.Find("full_attn_idxs");
-  if (scope.Failed() || indices == nullptr || indices->is_null()) return conv;
-  if (!indices->is_array()) {
-    scope.Fail("full_attn_idxs", Mistyped(*indices, "a list of layer indices"));
-    return conv;
-  }
-  conv.assign(num_layers, true);
-  for (size_t i = 0; i < indices->size(); ++i) {
-    const uint64_t index =
-        scope.ToUInt("full_attn_idxs[" + std::to_string(i) + "]", (*indices)[i], 0, num_layers - 1);
-    if (scope.Failed()) return conv;
-    conv[index] = false;
-  }
+  if (scope.Failed()) return conv;
+  const std::optional<std::vector<bool>> full = scope.LayerIndices("full_attn_idxs", num_layers);
+  if (!full) return conv;
+  for (size_t i = 0; i < num_layers; ++i) conv[i] = !(*full)[i];
   return conv;
 }
 

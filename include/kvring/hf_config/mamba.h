@@ -236,18 +236,11 @@ inline std::vector<std::string> ReadBambaLayerTypes(const Scope& scope) {
     return types;
   }
   types.assign(num_layers, "mamba");
-  const char* key = "attn_layer_indices";
-  const Json* indices = scope.Find(key);
-  if (indices == nullptr || indices->is_null()) return types;
-  if (!indices->is_array()) {
-    scope.Fail(key, Mistyped(*indices, "a list of layer indices"));
-    return {};
-  }
-  for (size_t i = 0; i < indices->size(); ++i) {
-    const uint64_t index = scope.ToUInt(std::string(key) + "[" + std::to_string(i) + "]",
-                                        (*indices)[i], 0, num_layers - 1);
-    if (scope.Failed()) return {};
-    types[index] = "attention";
+  const std::optional<std::vector<bool>> attention =
+      scope.LayerIndices("attn_layer_indices", num_layers);
+  if (scope.Failed()) return {};
+  for (size_t i = 0; attention && i < num_layers; ++i) {
+    if ((*attention)[i]) types[i] = "attention";
   }
   return types;
 }

@@ -238,6 +238,27 @@ class Scope {
     return value;
   }
 
+  // Returns, for each of `num_layers` layers, whether the list of 0-based layer indices at `key`
+  // names it; nullopt when the key is absent or null, or after a failure. An entry that is not
+  // the index of a layer fails at key[i]: one past the last layer too, which transformers would
+  // silently ignore.
+  std::optional<std::vector<bool>> LayerIndices(const char* key, uint64_t num_layers) const {
+    const Json* list = Find(key);
+    if (list == nullptr || list->is_null()) return std::nullopt;
+    if (!list->is_array()) {
+      Fail(key, Mistyped(*list, "a list of layer indices"));
+      return std::nullopt;
+    }
+    std::vector<bool> named(num_layers, false);
+    for (size_t i = 0; i < list->size(); ++i) {
+      const uint64_t index =
+          ToUInt(std::string(key) + "[" + std::to_string(i) + "]", (*list)[i], 0, num_layers - 1);
+      if (Failed()) return std::nullopt;
+      named[index] = true;
+    }
+    return named;
+  }
+
   // Returns, for each entry of `list` (the per-layer list found at `key`), whether it is `yes`;
   // an entry that is neither `yes` nor `no` fails at key[i], "<entry> is not <choices>" (the
   // entries after it stay false).
