@@ -32,6 +32,7 @@
 #include "kvring/hf_config/reader.h"
 #include "kvring/hf_config/scope.h"
 #include "kvring/hf_config/ssm.h"
+#include "kvring/hf_config/wrappers.h"
 #include "kvring/hf_config/zamba.h"
 #include "kvring/layer_plan.h"
 
@@ -150,6 +151,13 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
     *prefix = "text_config.";
     text_model_type = wrapper.text_model_type;
     const auto nested = it->find("model_type");
+    if (wrapper.typed && (nested == it->end() || nested->is_null())) {
+      failure->Fail("text_config.model_type",
+                    std::string("is missing; ") + wrapper.model_type +
+                        " has no default language model family: the file must name it (as "
+                        "transformers requires)");
+      return nullptr;
+    }
     if (wrapper.any_text && nested != it->end()) {
       if (!nested->is_string()) {
         failure->Fail("text_config.model_type", Mistyped(*nested, "a name"));

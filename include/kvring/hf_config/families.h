@@ -390,34 +390,6 @@ inline constexpr Unplanned kUnplanned[] = {
      "its compressed attention is not a layer kind kvring plans yet"},
 };
 
-// Multimodal checkpoints whose language model is configured under text_config.
-struct Wrapper {
-  const char* model_type;
-  const char* text_model_type;
-  bool flat = false;      // without text_config, the text keys sit at the top level (older files)
-  bool any_text = false;  // text_config.model_type names the family (text_model_type: default)
-};
-inline constexpr Wrapper kWrappers[] = {{"gemma3", "gemma3_text"},
-                                        {"gemma3n", "gemma3n_text"},
-                                        {"llama4", "llama4_text"},
-                                        {"gemma4", "gemma4_text"},
-                                        {"qwen3_5", "qwen3_5_text"},
-                                        {"qwen3_5_moe", "qwen3_5_moe_text"},
-                                        {"qwen2_vl", "qwen2_vl_text", true},
-                                        {"qwen2_5_vl", "qwen2_5_vl_text", true},
-                                        {"qwen3_vl", "qwen3_vl_text"},
-                                        {"glm4v", "glm4v_text"},
-                                        {"glm4v_moe", "glm4v_moe_text"},
-                                        {"qwen3_vl_moe", "qwen3_vl_moe_text"},
-                                        {"minimax_m3_vl", "minimax_m3_vl_text"},
-                                        {"gemma4_unified", "gemma4_unified_text"},
-                                        // Mistral 3's multimodal checkpoints wrap any text
-                                        // family: Mistral Small 3.1 mistral, Ministral 3
-                                        // ministral3, Mistral Small 4 mistral4.
-                                        {"mistral3", "mistral", false, true},
-                                        // LFM2-VL: its text_config names lfm2 or lfm2_moe.
-                                        {"lfm2_vl", "lfm2", false, true}};
-
 inline const Family* FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {
     if (model_type == family.model_type) return &family;

@@ -1,0 +1,84 @@
+// kvring/hf_config/wrappers.h: the multimodal and speech checkpoints whose language model is
+// configured under text_config, and which text family each reads there. Data only; the
+// reading is kvring/hf_config.h's TextModel. Each row restates what the wrapper's transformers
+// configuration class does with its text_config; nothing here is taken from transformers' code.
+#ifndef KVRING_HF_CONFIG_WRAPPERS_H_
+#define KVRING_HF_CONFIG_WRAPPERS_H_
+
+namespace kvring {
+namespace detail {
+namespace hf {
+
+struct Wrapper {
+  const char* model_type;
+  const char* text_model_type;  // the family text_config holds (the default under any_text)
+  bool flat = false;      // without text_config, the text keys sit at the top level (older files)
+  bool any_text = false;  // text_config.model_type names the family (text_model_type: default)
+  bool typed = false;     // text_config.model_type is required (the class has no default)
+};
+
+inline constexpr Wrapper kWrappers[] = {
+    // Wrappers of one text family: a text_config.model_type, when present, must name it.
+    {"gemma3", "gemma3_text"},
+    {"gemma3n", "gemma3n_text"},
+    {"llama4", "llama4_text"},
+    {"gemma4", "gemma4_text"},
+    {"qwen3_5", "qwen3_5_text"},
+    {"qwen3_5_moe", "qwen3_5_moe_text"},
+    {"qwen2_vl", "qwen2_vl_text", true},
+    {"qwen2_5_vl", "qwen2_5_vl_text", true},
+    {"qwen3_vl", "qwen3_vl_text"},
+    {"glm4v", "glm4v_text"},
+    {"glm4v_moe", "glm4v_moe_text"},
+    {"qwen3_vl_moe", "qwen3_vl_moe_text"},
+    {"minimax_m3_vl", "minimax_m3_vl_text"},
+    {"gemma4_unified", "gemma4_unified_text"},
+    // Ovis 2 builds a Qwen2Config from any text_config, whatever model_type it names.
+    {"ovis2", "qwen2"},
+    // Wrappers whose text_config.model_type names any family kvring reads (when absent, the
+    // class's default family). Mistral 3's multimodal checkpoints: Mistral Small 3.1 mistral,
+    // Ministral 3 ministral3, Mistral Small 4 mistral4; LFM2-VL: lfm2 or lfm2_moe.
+    {"mistral3", "mistral", false, true},
+    {"lfm2_vl", "lfm2", false, true},
+    // Vision-language models.
+    {"aya_vision", "cohere2", false, true},      // Aya Vision
+    {"cohere2_vision", "cohere2", false, true},  // Command A Vision
+    {"exaone4_5", "exaone4", false, true},       // EXAONE 4.5
+    {"shieldgemma2", "gemma3_text", false, true},
+    {"minicpmv4_6", "qwen3_5_text", false, true, true},  // MiniCPM-V 4.6
+    {"glm46v", "glm4v_text", false, true},               // GLM-4.6V
+    {"glmga", "glm4v_text", false, true},
+    {"cosmos3_omni", "qwen3_vl_text", false, true},
+    {"idefics2", "mistral", false, true},
+    {"idefics3", "llama", false, true},
+    {"smolvlm", "llama", false, true},
+    {"llava", "llama", false, true},
+    {"llava_next", "llama", false, true},
+    {"llava_next_video", "llama", false, true},
+    {"llava_onevision", "qwen2", false, true},
+    {"video_llava", "llama", false, true},
+    {"vipllava", "llama", false, true},
+    {"internvl", "qwen2", false, true},
+    {"janus", "llama", false, true},
+    {"deepseek_vl", "llama", false, true},
+    {"deepseek_vl_hybrid", "llama", false, true},
+    {"perception_lm", "llama", false, true},
+    {"fast_vlm", "qwen2", false, true},
+    {"video_llama_3", "qwen2", false, true, true},
+    {"got_ocr2", "qwen2", false, true},
+    {"pp_chart2table", "qwen2", false, true},
+    {"lighton_ocr", "qwen3", false, true},
+    {"qianfan_ocr", "qwen3", false, true},
+    // Speech and audio language models. (Voxtral and GLM-ASR are not read: their classes put
+    // defaults of their own under a text_config's missing keys, which no row says yet.)
+    {"qwen2_audio", "qwen2", false, true},
+    {"audioflamingo3", "qwen2", false, true},
+    {"musicflamingo", "qwen2", false, true},
+    {"vibevoice_asr", "qwen2", false, true},
+};
+
+}  // namespace hf
+}  // namespace detail
+}  // namespace kvring
+
+#endif  // KVRING_HF_CONFIG_WRAPPERS_H_

@@ -1,0 +1,128 @@
+// Tests of kvring/hf_config.h on the multimodal and speech wrappers (kvring/hf_config/
+// wrappers.h): each reads its language model from text_config, as the family that
+// text_config.model_type names or, when absent, the wrapper class's default family. Every
+// expected layer is worked out here by hand from the file and the family's rules
+// (docs/configs.md); tools/transformers/check_configs.py checks the same files against
+// transformers itself.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hf_config_files.h"
+#include "kvring/hf_config.h"
+#include "kvring/layer_plan.h"
+
+namespace kvring {
+namespace tools {
+namespace {
+
+// `kinds` has one letter a layer: 'S' sliding over `window`, 'G' global; each layer its own
+// owner; planned at the file's context with a batch of 4.
+void ExpectLayers(const std::string& file, const std::string& family, uint64_t context,
+                  const std::string& kinds, uint64_t window, uint32_t kv_heads, uint32_t head_dim) {
+  SCOPED_TRACE(file);
+  const HfModel model = Read(file);
+  EXPECT_EQ(model.model_type, family);
+  EXPECT_EQ(model.max_context, context);
+  std::vector<Row> rows;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const bool sliding = kinds[i] == 'S';
+    rows.push_back(
+        {kinds[i], sliding ? window : 0, i, sliding ? std::min(window + 3, context) : context});
+  }
+  ExpectRows(Plan(model.layers, context, 4), rows, kv_heads, head_dim);
+}
+
+TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNone) {
+  // Cohere 2 (Aya Vision): sliding_window_pattern 4 by default, so layer 3 is full; no KV
+  // heads: MHA, head_dim 512 / 8.
+  ExpectLayers("aya_vision_tiny.json", "cohere2", 512, "SSSG", 16, 8, 64);
+  // EXAONE 4 (EXAONE 4.5): its layer_types, LLLG twice.
+  ExpectLayers("exaone4_5_tiny.json", "exaone4", 131072, "SSSGSSSG", 64, 2, 32);
+  // Gemma 3's text model (ShieldGemma 2): full iff (i + 1) % 3 == 0; 131072 by default.
+  ExpectLayers("shieldgemma2_tiny.json", "gemma3_text", 131072, "SSGSSGS", 8, 1, 32);
+  // GLM-4V's text model (GLM-4.6V): every layer full, KV heads null: MHA, 64 / 4.
+  ExpectLayers("glm46v_tiny.json", "glm4v_text", 8192, "GG", 0, 4, 16);
+  // Qwen3-VL's text model (Cosmos 3 Omni): head_dim 128 by default.
+  ExpectLayers("cosmos3_omni_tiny.json", "qwen3_vl_text", 8192, "GG", 0, 2, 128);
+  // Mistral (Idefics 2): sliding_window 4096 by default, every layer.
+  ExpectLayers("idefics2_tiny.json", "mistral", 8192, "SS", 4096, 8, 32);
+  // Qwen 2: layers from max_window_layers 2 slide when use_sliding_window is true.
+  ExpectLayers("llava_onevision_tiny.json", "qwen2", 4096, "GGSS", 32, 2, 64);
+  ExpectLayers("qwen2_audio_tiny.json", "qwen2", 4096, "GGSS", 32, 2, 64);
+  // Qwen 2 without use_sliding_window: every layer full, 32768 positions by default.
+  for (const char* file : {"fast_vlm_tiny.json", "got_ocr2_tiny.json", "audioflamingo3_tiny.json",
+                           "vibevoice_asr_tiny.json"}) {
+    ExpectLayers(file, "qwen2", 32768, "GGG", 0, 2, 64);
+  }
+  // Qwen 3 (LightOnOCR).
+  ExpectLayers("lighton_ocr_tiny.json", "qwen3", 40960, "GGG", 0, 8, 64);
+  // Llama: 768 / 12 = 64 a head, 4 KV heads.
+  for (const char* file : {"idefics3_tiny.json", "llava_next_tiny.json", "video_llava_tiny.json",
+                           "janus_tiny.json", "deepseek_vl_tiny.json", "perception_lm_tiny.json"}) {
+    ExpectLayers(file, "llama", 4096, "GG", 0, 4, 64);
+  }
+}
+
+TEST(HfConfigWrappers, EachReadsTheFamilyTextConfigNames) {
+  // LLaVA 1.6 over Mistral: every layer slides over 32.
+  ExpectLayers("llava_tiny.json", "mistral", 4096, "SS", 32, 2, 64);
+  // InternVL 3.5 over Qwen 3.
+  ExpectLayers("internvl_tiny.json", "qwen3", 40960, "GGG", 0, 8, 64);
+  ExpectLayers("qianfan_ocr_tiny.json", "qwen3", 40960, "GGG", 0, 8, 64);
+  ExpectLayers("cohere2_vision_tiny.json", "cohere2", 512, "SSSG", 16, 8, 64);
+  ExpectLayers("glmga_tiny.json", "glm4v_text", 8192, "GG", 0, 4, 16);
+  for (const char* file : {"smolvlm_tiny.json", "llava_next_video_tiny.json", "vipllava_tiny.json",
+                           "deepseek_vl_hybrid_tiny.json"}) {
+    ExpectLayers(file, "llama", 4096, "GG", 0, 4, 64);
+  }
+  // Video-LLaMA 3 names its family (its class has no default); Ovis 2's class is Qwen 2's.
+  for (const char* file : {"video_llama_3_tiny.json", "pp_chart2table_tiny.json",
+                           "musicflamingo_tiny.json", "ovis2_tiny.json"}) {
+    ExpectLayers(file, "qwen2", 32768, "GGG", 0, 2, 64);
+  }
+}
+
+TEST(HfConfigWrappers, MiniCpmV46ReadsQwen35sLinearAndFullLayers) {
+  // Its text_config (qwen3_5_text, named as the class requires): layer_types linear, full,
+  // linear, full; full layers 2 KV heads of Qwen 3.5's default head_dim 256.
+  const HfModel model = Read("minicpmv4_6_tiny.json");
+  EXPECT_EQ(model.model_type, "qwen3_5_text");
+  ASSERT_EQ(model.layers.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(model.layers[i].attends, i % 2 == 1) << i;
+    EXPECT_EQ(model.layers[i].state.conv_elements != 0, i % 2 == 0) << i;
+  }
+  EXPECT_EQ(model.layers[1].num_kv_heads, 2u);
+  EXPECT_EQ(model.layers[1].head_dim, 256u);
+}
+
+TEST(HfConfigWrappers, KnownModelTypesListsEveryWrapperOfAFamilyKvringReads) {
+  const std::vector<std::string> known = KnownModelTypes();
+  for (const detail::hf::Wrapper& wrapper : detail::hf::kWrappers) {
+    const bool read = detail::hf::FindFamily(wrapper.text_model_type) != nullptr;
+    EXPECT_EQ(std::count(known.begin(), known.end(), wrapper.model_type), read ? 1 : 0)
+        << wrapper.model_type;
+  }
+  for (const char* name : {"llava", "internvl", "aya_vision", "minicpmv4_6", "qwen2_audio"}) {
+    EXPECT_EQ(std::count(known.begin(), known.end(), name), 1) << name;
+  }
+}
+
+TEST(HfConfigWrappers, BadWrapperFilesAreRefusedNamingTheKey) {
+  ExpectToolRefuses("bad/minicpmv4_6_untyped_text.json",
+                    "text_config.model_type: is missing; minicpmv4_6 has no default language "
+                    "model family: the file must name it");
+  ExpectToolRefuses("bad/llava_unknown_text.json",
+                    "text_config.model_type: 'phi' (in llava) is not a family kvring-plan reads");
+  ExpectToolRefuses("bad/idefics3_no_text_config.json",
+                    "text_config: is missing; idefics3 keeps its language model's configuration "
+                    "there");
+}
+
+}  // namespace
+}  // namespace tools
+}  // namespace kvring
