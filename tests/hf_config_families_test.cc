@@ -962,7 +962,7 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "text_config.head_dim: 32 contradicts hidden_size / num_attention_heads = 16, which "
        "Glm4vTextConfig always uses"},
       {"bad/mistral3_unknown_text.json",
-       "text_config.model_type: 'phi' (in mistral3) is not a family kvring-plan reads"},
+       "text_config.model_type: 'nemotron' (in mistral3) is not a family kvring-plan reads"},
       {"bad/mistral3_no_text_config.json",
        "text_config: is missing; mistral3 keeps its language model's configuration there"},
       {"bad/qwen3_moe_switched_without_window.json",

@@ -42,13 +42,14 @@ enum class KvHeadsRule {
 
 // What a family does when head_dim is absent or null.
 enum class HeadDimRule {
-  kHiddenOverHeads,  // absent or null: hidden_size / num_attention_heads
-  kAbsentIsHidden,   // absent: hidden_size / num_attention_heads (the model's getattr); null
-                     // refused
-  kDefaultNoNull,    // absent: the class default; null refused
-  kAlwaysHidden,     // always hidden_size / num_attention_heads, whatever the file says
-  kRequired,         // absent or null refused (the class default None gives no head dim)
-  kUnused,           // MLA
+  kHiddenOverHeads,      // absent or null: hidden_size / num_attention_heads
+  kAbsentIsHidden,       // absent: hidden_size / num_attention_heads (the model's getattr); null
+                         // refused
+  kDefaultNoNull,        // absent: the class default; null refused
+  kDefaultNullIsHidden,  // absent: the class default; null: hidden_size / num_attention_heads
+  kAlwaysHidden,         // always hidden_size / num_attention_heads, whatever the file says
+  kRequired,             // absent or null refused (the class default None gives no head dim)
+  kUnused,               // MLA
 };
 
 // How a family fills layer_types when the file has none (or when it never reads them).
@@ -373,6 +374,72 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryNthFull, 1024, 6, true, false, true,
      false, "full iff (i + 1) % 6 == 0, and the last layer", "sliding_window_pattern", 0,
      Reader::kGemma4},
+    // Families whose every layer attends fully, read as their classes read the Llama keys.
+    {"gemma", "GemmaConfig", 8192, KvHeadsRule::kNumberNoNullRule, 16, HeadDimRule::kDefaultNoNull,
+     256, PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"olmo", "OlmoConfig", 2048, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"olmo2", "Olmo2Config", 2048, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"olmoe", "OlmoeConfig", 4096, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"flex_olmo", "FlexOlmoConfig", 4096, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"granite", "GraniteConfig", 2048, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden,
+     0, PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"granitemoe", "GraniteMoeConfig", 2048, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"granitemoeshared", "GraniteMoeSharedConfig", 2048, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"cohere", "CohereConfig", 8192, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"glm", "GlmConfig", 131072, KvHeadsRule::kNumberNoNullRule, 2, HeadDimRule::kDefaultNoNull,
+     128, PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"glm4", "Glm4Config", 131072, KvHeadsRule::kNumberNoNullRule, 2, HeadDimRule::kDefaultNoNull,
+     128, PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"ernie4_5", "Ernie4_5Config", 131072, KvHeadsRule::kNumberNullIsMha, 2,
+     HeadDimRule::kDefaultNullIsHidden, 128, PatternRule::kAllFull, 0, 0, false, false, false,
+     false, "every layer full_attention"},
+    {"ernie4_5_moe", "Ernie4_5_MoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"stablelm", "StableLmConfig", 4096, KvHeadsRule::kNumberNoNullRule, 32,
+     HeadDimRule::kAlwaysHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"helium", "HeliumConfig", 4096, KvHeadsRule::kNumberNoNullRule, 20,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"apertus", "ApertusConfig", 65536, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden,
+     0, PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"arcee", "ArceeConfig", 4096, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kHiddenOverHeads, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"seed_oss", "SeedOssConfig", 524288, KvHeadsRule::kNumberNullIsMha, 8,
+     HeadDimRule::kDefaultNullIsHidden, 128, PatternRule::kAllFull, 0, 0, false, false, false,
+     false, "every layer full_attention"},
+    {"solar_open", "SolarOpenConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"hunyuan_v1_dense", "HunYuanDenseV1Config", 2048, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kRequired, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"hunyuan_v1_moe", "HunYuanMoEV1Config", 2048, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kRequired, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"jais2", "Jais2Config", 8192, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kHiddenOverHeads, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"minimax_m2", "MiniMaxM2Config", 196608, KvHeadsRule::kNumberNoNullRule, 8,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"nanochat", "NanoChatConfig", 2048, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
+    {"bitnet", "BitNetConfig", 2048, KvHeadsRule::kNumberNullIsMha, 5, HeadDimRule::kAbsentIsHidden,
+     0, PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
+    {"phi", "PhiConfig", 2048, KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},
 };
 
 // Families transformers reads whose attention kvring does not plan yet: refused with the

@@ -101,6 +101,10 @@ inline uint64_t ReadHeadDim(const Scope& scope, uint64_t num_heads) {
         return 1;
       }
       break;
+    case HeadDimRule::kDefaultNullIsHidden:
+      if (absent) return default_dim();
+      if (null) return derived();
+      break;
     case HeadDimRule::kAlwaysHidden: {
       const uint64_t head_dim = HiddenOverHeads(scope, num_heads);
       if (absent) {

@@ -1,7 +1,9 @@
-// Tests of kvring/hf_config.h on the multimodal and speech wrappers (kvring/hf_config/
-// wrappers.h): each reads its language model from text_config, as the family that
-// text_config.model_type names or, when absent, the wrapper class's default family. Every
-// expected layer is worked out here by hand from the file and the family's rules
+// Tests of kvring/hf_config.h on the families and wrappers that are rows of data only: the
+// families whose every layer attends fully, read by the Llama keys under their own class
+// defaults (kvring/hf_config/families.h), and the multimodal and speech wrappers
+// (kvring/hf_config/wrappers.h), each of which reads its language model from text_config as
+// the family text_config.model_type names or, when absent, the wrapper class's default
+// family. Every expected layer is worked out here by hand from the file and the family's rules
 // (docs/configs.md); tools/transformers/check_configs.py checks the same files against
 // transformers itself.
 #include <gtest/gtest.h>
@@ -34,6 +36,57 @@ void ExpectLayers(const std::string& file, const std::string& family, uint64_t c
         {kinds[i], sliding ? window : 0, i, sliding ? std::min(window + 3, context) : context});
   }
   ExpectRows(Plan(model.layers, context, 4), rows, kv_heads, head_dim);
+}
+
+TEST(HfConfigFullFamilies, EachFillsWhatTheFileLeavesOutAsItsClassDoes) {
+  // Every layer full. KV heads absent: MHA where the class default is None (OLMo, Granite,
+  // Cohere, ...); null: MHA there too, and in ERNIE 4.5, Seed-OSS and BitNet, whose classes
+  // map None to the query heads. head_dim absent: the class's number (Gemma 256; GLM, ERNIE
+  // 4.5, Helium, Seed-OSS, MiniMax M2 128) or hidden_size / num_attention_heads (256 / 4).
+  ExpectLayers("gemma_tiny.json", "gemma", 8192, "GG", 0, 1, 256);
+  ExpectLayers("olmo_tiny.json", "olmo", 2048, "GG", 0, 4, 64);
+  ExpectLayers("olmo2_tiny.json", "olmo2", 4096, "GG", 0, 2, 64);
+  ExpectLayers("olmoe_tiny.json", "olmoe", 4096, "GG", 0, 4, 64);
+  ExpectLayers("flex_olmo_tiny.json", "flex_olmo", 4096, "GG", 0, 4, 32);
+  ExpectLayers("granite_tiny.json", "granite", 2048, "GG", 0, 2, 64);
+  ExpectLayers("granitemoe_tiny.json", "granitemoe", 2048, "GG", 0, 4, 64);
+  ExpectLayers("granitemoeshared_tiny.json", "granitemoeshared", 131072, "GG", 0, 4, 64);
+  ExpectLayers("cohere_tiny.json", "cohere", 8192, "GG", 0, 4, 64);
+  ExpectLayers("glm_tiny.json", "glm", 131072, "GG", 0, 2, 128);
+  ExpectLayers("glm4_tiny.json", "glm4", 32768, "GG", 0, 2, 128);
+  ExpectLayers("ernie4_5_tiny.json", "ernie4_5", 131072, "GG", 0, 4, 128);
+  ExpectLayers("ernie4_5_moe_tiny.json", "ernie4_5_moe", 131072, "GG", 0, 4, 64);
+  ExpectLayers("stablelm_tiny.json", "stablelm", 4096, "GG", 0, 4, 64);
+  ExpectLayers("helium_tiny.json", "helium", 4096, "GG", 0, 2, 128);
+  ExpectLayers("apertus_tiny.json", "apertus", 65536, "GG", 0, 4, 64);
+  // Arcee: head_dim null is hidden_size / num_attention_heads (its class maps None so).
+  ExpectLayers("arcee_tiny.json", "arcee", 4096, "GG", 0, 4, 64);
+  // Seed-OSS: head_dim null is hidden_size / num_attention_heads (its default, absent, 128).
+  ExpectLayers("seed_oss_tiny.json", "seed_oss", 524288, "GG", 0, 4, 64);
+  ExpectLayers("solar_open_tiny.json", "solar_open", 131072, "GG", 0, 2, 64);
+  ExpectLayers("hunyuan_v1_dense_tiny.json", "hunyuan_v1_dense", 2048, "GG", 0, 4, 32);
+  ExpectLayers("hunyuan_v1_moe_tiny.json", "hunyuan_v1_moe", 2048, "GG", 0, 2, 64);
+  ExpectLayers("jais2_tiny.json", "jais2", 8192, "GG", 0, 4, 64);
+  ExpectLayers("minimax_m2_tiny.json", "minimax_m2", 196608, "GG", 0, 2, 128);
+  ExpectLayers("nanochat_tiny.json", "nanochat", 2048, "GG", 0, 4, 64);
+  ExpectLayers("bitnet_tiny.json", "bitnet", 2048, "GG", 0, 4, 64);
+  // Phi-2's shape: 2560 / 32 = 80 a head, MHA.
+  ExpectLayers("phi_tiny.json", "phi", 2048, "GG", 0, 32, 80);
+}
+
+TEST(HfConfigFullFamilies, BadFilesAreRefusedNamingTheKey) {
+  ExpectToolRefuses("bad/gemma_no_kv_heads.json",
+                    "num_key_value_heads: is missing; GemmaConfig's default 16 is one "
+                    "checkpoint's count");
+  ExpectToolRefuses("bad/glm4_null_head_dim.json", "head_dim: is null; Glm4Config needs a number");
+  ExpectToolRefuses("bad/hunyuan_v1_dense_no_head_dim.json",
+                    "head_dim: is missing; HunYuanDenseV1Config's default None leaves its "
+                    "attention without a head dimension");
+  ExpectToolRefuses("bad/olmo2_sliding_window.json",
+                    "sliding_window: 64 is set, but Olmo2Config has no sliding window");
+  ExpectToolRefuses("bad/minimax_m2_null_kv_heads.json",
+                    "num_key_value_heads: is null; MiniMaxM2Config's default 8 is one checkpoint's "
+                    "count");
 }
 
 TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNone) {
@@ -117,7 +170,7 @@ TEST(HfConfigWrappers, BadWrapperFilesAreRefusedNamingTheKey) {
                     "text_config.model_type: is missing; minicpmv4_6 has no default language "
                     "model family: the file must name it");
   ExpectToolRefuses("bad/llava_unknown_text.json",
-                    "text_config.model_type: 'phi' (in llava) is not a family kvring-plan reads");
+                    "text_config.model_type: 'nemotron' (in llava) is not a family kvring-plan reads");
   ExpectToolRefuses("bad/idefics3_no_text_config.json",
                     "text_config: is missing; idefics3 keeps its language model's configuration "
                     "there");
