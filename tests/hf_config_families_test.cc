@@ -374,7 +374,11 @@ TEST(HfConfigFamilies, MlaFamiliesPlanTheLatentOrTheExpandedHeads) {
   } kCases[] = {{"mistral4_tiny.json", 128, 4, 64 + 64, 128, 8192},
                 {"glm4_moe_lite_defaults.json", 576, 4, 192 + 64, 256, 202752},
                 {"kimi_k2_tiny.json", 48, 4, 32 + 16, 32, 131072},
-                {"deepseek_v3_tiny.json", 48, 8, 32 + 16, 32, 2048}};
+                {"deepseek_v3_tiny.json", 48, 8, 32 + 16, 32, 2048},
+                // DeepSeek V2 (q_lora_rank null, as V2-Lite): 32 + 16, V 16; 2048 by default.
+                {"deepseek_v2_tiny.json", 48, 8, 32 + 16, 16, 2048},
+                // Youtu-LLM: DeepSeek V3's defaults, 512 + 64, K 128 + 64, V 128.
+                {"youtu_defaults.json", 576, 8, 128 + 64, 128, 8192}};
   for (const auto& c : kCases) {
     SCOPED_TRACE(c.file);
     const HfModel latent = Read(c.file);
@@ -963,6 +967,8 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "Glm4vTextConfig always uses"},
       {"bad/mistral3_unknown_text.json",
        "text_config.model_type: 'nemotron' (in mistral3) is not a family kvring-plan reads"},
+      {"bad/deepseek_v2_null_rank.json",
+       "kv_lora_rank: is null; DeepseekV2Config's latent attention needs a number here"},
       {"bad/mistral3_no_text_config.json",
        "text_config: is missing; mistral3 keeps its language model's configuration there"},
       {"bad/qwen3_moe_switched_without_window.json",

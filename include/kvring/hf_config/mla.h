@@ -1,7 +1,8 @@
 // kvring/hf_config/mla.h: the reader of the latent-attention (MLA) families (DeepSeek V3 and
-// Kimi K2, Mistral 4, GLM-4.7-Flash's glm4_moe_lite; Kimi Linear's full layers), as their
-// transformers classes read them: every layer full, its K/V either the latent an engine stores
-// (HfReadOptions::mla kLatent) or the per-head K and V transformers' own cache holds (kExpanded).
+// Kimi K2, DeepSeek V2, Youtu-LLM, Mistral 4, GLM-4.7-Flash's glm4_moe_lite; Kimi Linear's full
+// layers), as their transformers classes read them: every layer full, its K/V either the latent
+// an engine stores (HfReadOptions::mla kLatent) or the per-head K and V transformers' own cache
+// holds (kExpanded).
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_MLA_H_
 #define KVRING_HF_CONFIG_MLA_H_
@@ -43,6 +44,8 @@ struct MlaDefaults {
 inline constexpr MlaDefaults kMlaDefaults[] = {
     {"deepseek_v3", 512, 64, 128, 128},
     {"kimi_k2", 512, 64, 128, 128},
+    {"deepseek_v2", 512, 64, 128, 128},
+    {"youtu", 512, 64, 128, 128},
     {"mistral4", 256, 64, 64, 128},
     {"glm4_moe_lite", 512, 64, 192, 256},
     {"kimi_linear", kNoMlaDefault, kNoMlaDefault, kNoMlaDefault, kNoMlaDefault},
