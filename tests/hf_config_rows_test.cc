@@ -139,6 +139,22 @@ TEST(HfConfigWrappers, EachReadsTheFamilyTextConfigNames) {
   }
 }
 
+TEST(HfConfigWrappers, VoxtralAndGlmAsrFillTheirTextConfigsMissingKeysFirst) {
+  // Voxtral puts head_dim 128 (and hidden_size 3072, 131072 positions) under a text_config
+  // that leaves them out, before Llama's rules: 128, not 768 / 12.
+  ExpectLayers("voxtral_tiny.json", "llama", 4096, "GG", 0, 4, 128);
+  EXPECT_TRUE(HasDefault(Read("voxtral_tiny.json"), "text_config.head_dim", "128"));
+  const HfModel defaults = Read("voxtral_defaults.json");
+  EXPECT_TRUE(HasDefault(defaults, "text_config.hidden_size", "3072"));
+  ExpectLayers("voxtral_defaults.json", "llama", 131072, "GG", 0, 8, 128);
+  // GLM-ASR: hidden_size 2048 and 8192 positions; head_dim Llama's 2048 / 16.
+  ExpectLayers("glmasr_tiny.json", "llama", 8192, "GG", 0, 4, 128);
+  // Their KV head counts are one checkpoint's: a file must write them.
+  ExpectToolRefuses("bad/voxtral_no_kv_heads.json",
+                    "text_config.num_key_value_heads: is missing; VoxtralConfig's default 8 is one "
+                    "checkpoint's count, not a rule (write the count)");
+}
+
 TEST(HfConfigWrappers, MiniCpmV46ReadsQwen35sLinearAndFullLayers) {
   // Its text_config (qwen3_5_text, named as the class requires): layer_types linear, full,
   // linear, full; full layers 2 KV heads of Qwen 3.5's default head_dim 256.
@@ -169,8 +185,9 @@ TEST(HfConfigWrappers, BadWrapperFilesAreRefusedNamingTheKey) {
   ExpectToolRefuses("bad/minicpmv4_6_untyped_text.json",
                     "text_config.model_type: is missing; minicpmv4_6 has no default language "
                     "model family: the file must name it");
-  ExpectToolRefuses("bad/llava_unknown_text.json",
-                    "text_config.model_type: 'nemotron' (in llava) is not a family kvring-plan reads");
+  ExpectToolRefuses(
+      "bad/llava_unknown_text.json",
+      "text_config.model_type: 'nemotron' (in llava) is not a family kvring-plan reads");
   ExpectToolRefuses("bad/idefics3_no_text_config.json",
                     "text_config: is missing; idefics3 keeps its language model's configuration "
                     "there");

@@ -111,9 +111,10 @@ inline void ParseJson(const std::string& text, Json* root, Failure* failure) {
 }
 
 // Returns the object whose keys describe the text model (the top level, or text_config of a
-// multimodal wrapper), with its key prefix and family, or nullptr after a failure.
+// multimodal wrapper), with its key prefix, family and wrapper (nullptr: none), or nullptr
+// after a failure.
 inline const Json* TextModel(const Json& root, std::string* prefix, const Family** family,
-                             Failure* failure) {
+                             const Wrapper** found, Failure* failure) {
   if (!root.is_object()) {
     failure->Fail("", "the top level is " + TypeName(root) + ", not a JSON object");
     return nullptr;
@@ -149,6 +150,7 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
     }
     object = &*it;
     *prefix = "text_config.";
+    *found = &wrapper;
     text_model_type = wrapper.text_model_type;
     const auto nested = it->find("model_type");
     if (wrapper.typed && (nested == it->end() || nested->is_null())) {
@@ -210,8 +212,27 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
   if (failure->Failed()) return;
   std::string prefix;
   const Family* family = nullptr;
-  const Json* object = TextModel(root, &prefix, &family, failure);
+  const Wrapper* wrapper = nullptr;
+  const Json* object = TextModel(root, &prefix, &family, &wrapper, failure);
   if (object == nullptr) return;
+  Json filled;  // text_config with the wrapper class's own defaults under its missing keys
+  if (wrapper != nullptr && wrapper->text_defaults != nullptr) {
+    filled = *object;
+    for (const TextDefault* entry = wrapper->text_defaults; entry->key != nullptr; ++entry) {
+      if (filled.contains(entry->key)) continue;
+      const std::string value = std::to_string(entry->value);
+      if (entry->count) {
+        failure->Fail(prefix + entry->key, std::string("is missing; ") + wrapper->class_name +
+                                               "'s default " + value +
+                                               " is one checkpoint's count, not a rule (write "
+                                               "the count)");
+        return;
+      }
+      filled[entry->key] = entry->value;
+      defaults->push_back({prefix + entry->key, value});
+    }
+    object = &filled;
+  }
   const Scope scope(*object, prefix, *family, options, defaults, failure);
   switch (family->reader) {
     case Reader::kStandard:

@@ -5,9 +5,32 @@
 #ifndef KVRING_HF_CONFIG_WRAPPERS_H_
 #define KVRING_HF_CONFIG_WRAPPERS_H_
 
+#include <cstdint>
+
 namespace kvring {
 namespace detail {
 namespace hf {
+
+// A value a wrapper class puts under its text_config's missing key before the text family
+// reads it (transformers: {**defaults, **text_config}). `count`: the value is one checkpoint's
+// count, not a rule, so a file without the key is refused rather than planned with it.
+struct TextDefault {
+  const char* key;  // nullptr ends a list
+  uint64_t value;
+  bool count;
+};
+
+// Voxtral (Voxtral Mini's text model) and GLM-ASR: only the keys that decide the plan; the
+// others they fill (vocabulary, RoPE, norms) do not.
+inline constexpr TextDefault kVoxtralText[] = {{"hidden_size", 3072, false},
+                                               {"num_key_value_heads", 8, true},
+                                               {"head_dim", 128, false},
+                                               {"max_position_embeddings", 131072, false},
+                                               {nullptr, 0, false}};
+inline constexpr TextDefault kGlmAsrText[] = {{"hidden_size", 2048, false},
+                                              {"num_key_value_heads", 4, true},
+                                              {"max_position_embeddings", 8192, false},
+                                              {nullptr, 0, false}};
 
 struct Wrapper {
   const char* model_type;
@@ -15,6 +38,8 @@ struct Wrapper {
   bool flat = false;      // without text_config, the text keys sit at the top level (older files)
   bool any_text = false;  // text_config.model_type names the family (text_model_type: default)
   bool typed = false;     // text_config.model_type is required (the class has no default)
+  const char* class_name = nullptr;            // for messages about text_defaults
+  const TextDefault* text_defaults = nullptr;  // what the class fills in text_config
 };
 
 inline constexpr Wrapper kWrappers[] = {
@@ -69,8 +94,10 @@ inline constexpr Wrapper kWrappers[] = {
     {"pp_chart2table", "qwen2", false, true},
     {"lighton_ocr", "qwen3", false, true},
     {"qianfan_ocr", "qwen3", false, true},
-    // Speech and audio language models. (Voxtral and GLM-ASR are not read: their classes put
-    // defaults of their own under a text_config's missing keys, which no row says yet.)
+    // Speech and audio language models. Voxtral and GLM-ASR fill a text_config's missing keys
+    // with defaults of their own, whatever family it names.
+    {"voxtral", "llama", false, true, false, "VoxtralConfig", kVoxtralText},
+    {"glmasr", "llama", false, true, false, "GlmAsrConfig", kGlmAsrText},
     {"qwen2_audio", "qwen2", false, true},
     {"audioflamingo3", "qwen2", false, true},
     {"musicflamingo", "qwen2", false, true},
