@@ -884,6 +884,14 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/minimax_m3_sparse_unplanned.json",
        "model_type: 'minimax_m3_vl_text' (transformers' MiniMaxM3VLTextConfig): its "
        "minimax_m3_sparse layers"},
+      {"bad/mllama_unplanned.json",
+       "model_type: 'mllama_text_model' (transformers' MllamaTextConfig): its cross-attention "
+       "layers"},
+      {"bad/t5gemma_unplanned.json",
+       "model_type: 't5gemma' (transformers' T5GemmaConfig): an encoder-decoder"},
+      {"bad/longcat_flash_unplanned.json",
+       "model_type: 'longcat_flash' (transformers' LongcatFlashConfig): each decoder layer runs "
+       "two latent attentions"},
       {"bad/deepseek_v4_unplanned.json",
        "model_type: 'deepseek_v4' (transformers' DeepseekV4Config): its compressed attention"},
       {"bad/mistral4_null_rope.json",

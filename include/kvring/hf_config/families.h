@@ -461,6 +461,18 @@ inline constexpr Unplanned kUnplanned[] = {
      "a layer kind kvring plans yet"},
     {"deepseek_v4", "DeepseekV4Config",
      "its compressed attention is not a layer kind kvring plans yet"},
+    {"mllama_text_model", "MllamaTextConfig",
+     "its cross-attention layers (cross_attention_layers) attend the image's tokens, not the "
+     "sequence's, a layer kind kvring does not plan yet"},
+    {"t5gemma", "T5GemmaConfig",
+     "an encoder-decoder: its decoder's cross-attention attends the encoder's outputs, a layer "
+     "kind kvring does not plan yet"},
+    {"t5gemma2", "T5Gemma2Config",
+     "an encoder-decoder: its decoder's cross-attention attends the encoder's outputs, a layer "
+     "kind kvring does not plan yet"},
+    {"longcat_flash", "LongcatFlashConfig",
+     "each decoder layer runs two latent attentions with caches of their own, which kvring "
+     "does not plan as one layer yet"},
 };
 
 inline const Family* FindFamily(const std::string& model_type) {

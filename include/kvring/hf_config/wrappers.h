@@ -57,6 +57,7 @@ inline constexpr Wrapper kWrappers[] = {
     {"glm4v_moe", "glm4v_moe_text"},
     {"qwen3_vl_moe", "qwen3_vl_moe_text"},
     {"minimax_m3_vl", "minimax_m3_vl_text"},
+    {"mllama", "mllama_text_model"},  // Llama 3.2 Vision: refused (its cross-attention)
     {"gemma4_unified", "gemma4_unified_text"},
     // Ovis 2 builds a Qwen2Config from any text_config, whatever model_type it names.
     {"ovis2", "qwen2"},
