@@ -77,6 +77,7 @@ std::vector<float> DecodeFloats(const std::string& text) {
 }
 
 struct CapturedLayer {
+  bool state = false;  // a hybrid's recurrent layer: transformers made no attention call
   std::vector<float> q, k, v, out;
   uint32_t num_q_heads = 0, num_kv_heads = 0, head_dim = 0, v_head_dim = 0;
   AttentionOptions options;
@@ -87,6 +88,11 @@ std::vector<CapturedLayer> Captured(const Json& fixture) {
   std::vector<CapturedLayer> layers;
   for (const Json& entry : fixture["layers"]) {
     CapturedLayer layer;
+    if (entry.value("state", false)) {
+      layer.state = true;
+      layers.push_back(std::move(layer));
+      continue;
+    }
     for (const char* name : {"q", "k", "v", "out"}) {
       std::vector<float> values = DecodeFloats(entry[name].get<std::string>());
       if (name[0] == 'q') layer.q = std::move(values);
@@ -149,6 +155,9 @@ std::vector<double> LayerErrors(const Json& fixture, const Edit& edit) {
   if (layers.size() != plan.NumLayers()) return {};
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerInfo& info = plan.Layer(i);
+    // kvring's recurrent layers are the ones where transformers attends nothing.
+    EXPECT_EQ(info.spec.attends, !layers[i].state) << "layer " << i;
+    if (layers[i].state || !info.spec.attends) continue;
     EXPECT_EQ(info.spec.num_kv_heads, layers[i].num_kv_heads) << "layer " << i;
     EXPECT_EQ(info.spec.head_dim, layers[i].head_dim) << "layer " << i;
     EXPECT_EQ(info.spec.VHeadDim(), layers[i].v_head_dim) << "layer " << i;
@@ -172,6 +181,7 @@ std::vector<double> LayerErrors(const Json& fixture, const Edit& edit) {
     }
     for (size_t i = 0; i < layers.size(); ++i) {
       CapturedLayer& layer = layers[i];
+      if (layer.state) continue;
       const size_t out_row = size_t{layer.num_q_heads} * layer.v_head_dim;
       outputs[i].resize(outputs[i].size() + n * out_row);
       AttentionBatch batch;
@@ -201,11 +211,13 @@ std::vector<double> LayerErrors(const Json& fixture, const Edit& edit) {
 }
 
 const char* const kFamilies[] = {
-    "mistral",     "qwen2",       "gemma2",    "gemma3_text", "gemma3n_text",
-    "gemma4_text", "llama4_text", "gpt_oss",   "cohere2",     "olmo3",
-    "smollm3",     "exaone4",     "cwm",       "mixtral",     "phi3",
-    "starcoder2",  "qwen2_moe",   "qwen3_moe", "cohere2_moe", "dots1",
-    "vaultgemma",  "afmoe",       "ministral", "mellum",      "laguna"};
+    "mistral", "qwen2", "gemma2", "gemma3_text", "gemma3n_text", "gemma4_text", "llama4_text",
+    "gpt_oss", "cohere2", "olmo3", "smollm3", "exaone4", "cwm", "mixtral", "phi3", "starcoder2",
+    "qwen2_moe", "qwen3_moe", "cohere2_moe", "dots1", "vaultgemma", "afmoe", "ministral", "mellum",
+    "laguna",
+    // Hybrids: their recurrent layers attend nothing, their attention layers as the others.
+    "qwen3_next", "olmo_hybrid", "lfm2", "granitemoehybrid", "falcon_h1", "jamba", "bamba",
+    "minimax"};
 
 TEST(TransformersSemantics, EveryFamilyAttendsAsTransformersThroughWrappedRings) {
   for (const char* family : kFamilies) {

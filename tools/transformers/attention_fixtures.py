@@ -86,6 +86,32 @@ FAMILIES = {
     "laguna": dict(num_hidden_layers=3, sliding_window=8, num_attention_heads_per_layer=[4, 2, 6],
                    layer_types=[S, F, S], num_experts=2, num_experts_per_tok=1,
                    moe_intermediate_size=32, shared_expert_intermediate_size=32),
+    # Hybrids: their recurrent layers make no attention call (the fixture marks them "state");
+    # their attention layers are checked as the others, at the places kvring plans them.
+    "qwen3_next": dict(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4,
+                       linear_key_head_dim=16, linear_value_head_dim=16,
+                       linear_conv_kernel_dim=4, num_experts=2, num_experts_per_tok=1,
+                       moe_intermediate_size=32, shared_expert_intermediate_size=32),
+    "olmo_hybrid": dict(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=2,
+                        linear_key_head_dim=16, linear_value_head_dim=16),
+    "lfm2": dict(num_hidden_layers=4, conv_L_cache=3, full_attn_idxs=[1, 3]),
+    "granitemoehybrid": dict(num_hidden_layers=4, mamba_n_heads=4, mamba_d_state=8,
+                             mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2,
+                             mamba_d_head=32, layer_types=["mamba", "attention", "mamba",
+                                                           "attention"],
+                             num_local_experts=2, num_experts_per_tok=1),
+    "falcon_h1": dict(num_hidden_layers=2, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head="auto",
+                      mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4),
+    "jamba": dict(num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=1,
+                  expert_layer_period=2, expert_layer_offset=1, num_experts=2,
+                  num_experts_per_tok=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+                  use_mamba_kernels=False),
+    "bamba": dict(num_hidden_layers=4, attn_layer_indices=[1, 3], mamba_n_heads=4,
+                  mamba_n_groups=1, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+                  mamba_d_head=32),
+    "minimax": dict(num_hidden_layers=4, num_local_experts=2, num_experts_per_tok=1,
+                    block_size=8, layer_types=["linear_attention", "full_attention",
+                                               "linear_attention", "full_attention"]),
     # MLA, with YaRN's attention scale (mscale_all_dim) as DeepSeek V3 publishes it; dense MLPs.
     "deepseek_v3": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
                         q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16,
@@ -179,7 +205,7 @@ def run(model_type):
     latents = {}
     hooks = []
     for index, layer in enumerate(getattr(model, "layers", [])):
-        norm = getattr(layer.self_attn, "kv_a_layernorm", None)
+        norm = getattr(getattr(layer, "self_attn", None), "kv_a_layernorm", None)
         if norm is None:
             continue
 
@@ -201,6 +227,9 @@ def run(model_type):
             hook.remove()
     layers = []
     for index in range(config.num_hidden_layers):
+        if index not in capture.calls:  # a recurrent layer of a hybrid: no attention call
+            layers.append({"layer": index, "state": True})
+            continue
         call = capture.calls[index]
         entry = {"layer": index, "scale": call["scale"], "soft_cap": call["soft_cap"],
                  "sinks": call["sinks"],
