@@ -155,6 +155,21 @@ TEST(HfConfigWrappers, VoxtralAndGlmAsrFillTheirTextConfigsMissingKeysFirst) {
                     "checkpoint's count, not a rule (write the count)");
 }
 
+TEST(HfConfigWrappers, QwenOmniReadsItsThinkersTextModel) {
+  // Qwen2.5-Omni: thinker_config.text_config by Qwen 2's rules: layers from max_window_layers 2
+  // slide over 32 when use_sliding_window; keys named by their whole path.
+  ExpectLayers("qwen2_5_omni_tiny.json", "qwen2_5_omni_text", 4096, "GGSS", 32, 2, 64);
+  EXPECT_TRUE(HasDefault(Read("qwen2_5_omni_tiny.json"), "thinker_config.text_config.head_dim",
+                         "hidden_size / num_attention_heads (64)"));
+  // A thinker alone: its text_config at the top; KV heads null: MHA; 32768 by default.
+  ExpectLayers("qwen2_5_omni_thinker_tiny.json", "qwen2_5_omni_text", 32768, "GG", 0, 4, 64);
+  // Qwen3-Omni: every layer full.
+  ExpectLayers("qwen3_omni_moe_tiny.json", "qwen3_omni_moe_text", 65536, "GG", 0, 2, 32);
+  ExpectToolRefuses("bad/qwen2_5_omni_no_thinker.json",
+                    "thinker_config: is missing; qwen2_5_omni keeps its language model's "
+                    "configuration in its text_config");
+}
+
 TEST(HfConfigWrappers, MiniCpmV46ReadsQwen35sLinearAndFullLayers) {
   // Its text_config (qwen3_5_text, named as the class requires): layer_types linear, full,
   // linear, full; full layers 2 KV heads of Qwen 3.5's default head_dim 256.

@@ -133,28 +133,46 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
   std::string text_model_type = model_type;
   for (const Wrapper& wrapper : kWrappers) {
     if (model_type != wrapper.model_type) continue;
-    const auto it = root.find("text_config");
-    if ((it == root.end() || it->is_null()) && wrapper.flat) {
+    // Where text_config sits: at the top, or in the object `outer` names (Qwen Omni's thinker).
+    const Json* holder = &root;
+    const std::string at = wrapper.outer == nullptr ? "" : std::string(wrapper.outer) + ".";
+    if (wrapper.outer != nullptr) {
+      const auto outer = root.find(wrapper.outer);
+      if (outer == root.end() || outer->is_null()) {
+        failure->Fail(wrapper.outer, std::string("is missing; ") + wrapper.model_type +
+                                         " keeps its language model's configuration in its "
+                                         "text_config");
+        return nullptr;
+      }
+      if (!outer->is_object()) {
+        failure->Fail(wrapper.outer, Mistyped(*outer, "an object"));
+        return nullptr;
+      }
+      holder = &*outer;
+    }
+    const std::string key = at + "text_config";
+    const auto it = holder->find("text_config");
+    if ((it == holder->end() || it->is_null()) && wrapper.flat) {
       text_model_type = wrapper.text_model_type;  // an older file: the text keys at the top
       break;
     }
-    if (it == root.end() || it->is_null()) {
-      failure->Fail("text_config", std::string("is missing; ") + wrapper.model_type +
-                                       " keeps its language model's configuration there (its "
-                                       "top-level keys are not read)");
+    if (it == holder->end() || it->is_null()) {
+      failure->Fail(key, std::string("is missing; ") + wrapper.model_type +
+                             " keeps its language model's configuration there (its "
+                             "top-level keys are not read)");
       return nullptr;
     }
     if (!it->is_object()) {
-      failure->Fail("text_config", Mistyped(*it, "an object"));
+      failure->Fail(key, Mistyped(*it, "an object"));
       return nullptr;
     }
     object = &*it;
-    *prefix = "text_config.";
+    *prefix = key + ".";
     *found = &wrapper;
     text_model_type = wrapper.text_model_type;
     const auto nested = it->find("model_type");
     if (wrapper.typed && (nested == it->end() || nested->is_null())) {
-      failure->Fail("text_config.model_type",
+      failure->Fail(key + ".model_type",
                     std::string("is missing; ") + wrapper.model_type +
                         " has no default language model family: the file must name it (as "
                         "transformers requires)");
@@ -162,19 +180,19 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
     }
     if (wrapper.any_text && nested != it->end()) {
       if (!nested->is_string()) {
-        failure->Fail("text_config.model_type", Mistyped(*nested, "a name"));
+        failure->Fail(key + ".model_type", Mistyped(*nested, "a name"));
         return nullptr;
       }
       text_model_type = nested->get<std::string>();
       if (FindFamily(text_model_type) == nullptr) {
-        failure->Fail("text_config.model_type",
+        failure->Fail(key + ".model_type",
                       "'" + Printable(text_model_type) + "' (in " + model_type +
                           ") is not a family kvring-plan reads (docs/configs.md)");
         return nullptr;
       }
     } else if (nested != it->end() && *nested != Json(text_model_type)) {
-      failure->Fail("text_config.model_type", Show(*nested) + " is not " + text_model_type +
-                                                  ", which " + model_type + " wraps");
+      failure->Fail(key + ".model_type", Show(*nested) + " is not " + text_model_type + ", which " +
+                                             model_type + " wraps");
       return nullptr;
     }
   }

@@ -15,6 +15,7 @@ Exit status 0 when every file agrees; 1 with one line per difference otherwise.
 """
 
 import argparse
+import importlib
 import json
 import re
 import subprocess
@@ -61,6 +62,13 @@ def transformers_layers(path, dropped=None):
             dropped.append(f"{key}: {json.dumps(holder.pop(key))}")
 
 
+# Qwen Omni's configurations and their thinkers' text model classes.
+THINKERS = {"qwen2_5_omni": "Qwen2_5OmniThinkerTextModel",
+            "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerTextModel",
+            "qwen3_omni_moe": "Qwen3OmniMoeThinkerTextModel",
+            "qwen3_omni_moe_thinker": "Qwen3OmniMoeThinkerTextModel"}
+
+
 def build_layers(config_dict):
     import torch
     from transformers import AutoModel, CONFIG_MAPPING
@@ -68,13 +76,21 @@ def build_layers(config_dict):
     model_type = config_dict.pop("model_type")
     model_type = REMOTE_CODE.get(model_type, model_type)
     config = CONFIG_MAPPING[model_type].from_dict(config_dict)
-    text = config.get_text_config()
+    # Qwen Omni: the thinker's text model, which no AutoModel builds from its config.
+    thinker = getattr(config, "thinker_config", config)
+    text = getattr(thinker, "text_config", None) if model_type in THINKERS else None
+    text = text or config.get_text_config()
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            model = AutoModel.from_config(text)
-        except ValueError:  # a text config with no model class of its own
-            model = AutoModel.from_config(config)
+        if model_type in THINKERS:
+            module = importlib.import_module(type(text).__module__.replace("configuration_",
+                                                                             "modeling_"))
+            model = getattr(module, THINKERS[model_type])(text)
+        else:
+            try:
+                model = AutoModel.from_config(text)
+            except ValueError:  # a text config with no model class of its own
+                model = AutoModel.from_config(config)
     layers = decoder_layers(model)
     expected = getattr(text, "num_blocks", None) or text.num_hidden_layers  # xLSTM: num_blocks
     if len(layers) != expected:

@@ -380,6 +380,14 @@ inline constexpr Family kFamilies[] = {
      HeadDimRule::kDefaultNoNull, 256, PatternRule::kEveryNthFull, 1024, 6, true, false, true,
      false, "full iff (i + 1) % 6 == 0, and the last layer", "sliding_window_pattern", 0,
      Reader::kGemma4},
+    // Qwen Omni's thinker text models: Qwen2.5-Omni's by Qwen 2's rules (its own defaults),
+    // Qwen3-Omni's attention always full (its layers drop any sliding_window).
+    {"qwen2_5_omni_text", "Qwen2_5OmniTextConfig", 32768, KvHeadsRule::kNumberNullIsMha, 4,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kMaxWindowLayers, 32768, 28, true, false, false,
+     false, "sliding iff use_sliding_window and i >= max_window_layers"},
+    {"qwen3_omni_moe_text", "Qwen3OmniMoeTextConfig", 32768, KvHeadsRule::kNumberNoNullRule, 4,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention"},
     // Families whose every layer attends fully, read as their classes read the Llama keys.
     {"gemma", "GemmaConfig", 8192, KvHeadsRule::kNumberNoNullRule, 16, HeadDimRule::kDefaultNoNull,
      256, PatternRule::kAllFull, 0, 0, false, false, false, false, "every layer full_attention"},

@@ -40,6 +40,7 @@ struct Wrapper {
   bool typed = false;     // text_config.model_type is required (the class has no default)
   const char* class_name = nullptr;            // for messages about text_defaults
   const TextDefault* text_defaults = nullptr;  // what the class fills in text_config
+  const char* outer = nullptr;  // the key of the object holding text_config (nullptr: the top)
 };
 
 inline constexpr Wrapper kWrappers[] = {
@@ -58,6 +59,15 @@ inline constexpr Wrapper kWrappers[] = {
     {"qwen3_vl_moe", "qwen3_vl_moe_text"},
     {"minimax_m3_vl", "minimax_m3_vl_text"},
     {"mllama", "mllama_text_model"},  // Llama 3.2 Vision: refused (its cross-attention)
+    // Qwen Omni: the thinker (the language model that writes text) keeps its text_config in
+    // thinker_config; the talker, which turns it into speech, has a cache of its own that
+    // this plan does not count. The thinker classes build their text class from any
+    // text_config.
+    {"qwen2_5_omni", "qwen2_5_omni_text", false, false, false, nullptr, nullptr, "thinker_config"},
+    {"qwen2_5_omni_thinker", "qwen2_5_omni_text"},
+    {"qwen3_omni_moe", "qwen3_omni_moe_text", false, false, false, nullptr, nullptr,
+     "thinker_config"},
+    {"qwen3_omni_moe_thinker", "qwen3_omni_moe_text"},
     {"gemma4_unified", "gemma4_unified_text"},
     // Ovis 2 builds a Qwen2Config from any text_config, whatever model_type it names.
     {"ovis2", "qwen2"},
