@@ -70,6 +70,10 @@ TEST(HfConfigFullFamilies, EachFillsWhatTheFileLeavesOutAsItsClassDoes) {
   ExpectLayers("minimax_m2_tiny.json", "minimax_m2", 196608, "GG", 0, 2, 128);
   ExpectLayers("nanochat_tiny.json", "nanochat", 2048, "GG", 0, 4, 64);
   ExpectLayers("bitnet_tiny.json", "bitnet", 2048, "GG", 0, 4, 64);
+  // Nemotron: head_dim null is hidden_size / num_attention_heads; HyperCLOVA X: KV heads and
+  // head_dim absent, MHA of 256 / 4.
+  ExpectLayers("nemotron_tiny.json", "nemotron", 4096, "GG", 0, 2, 64);
+  ExpectLayers("hyperclovax_tiny.json", "hyperclovax", 2048, "GG", 0, 4, 64);
   // Phi-2's shape: 2560 / 32 = 80 a head, MHA.
   ExpectLayers("phi_tiny.json", "phi", 2048, "GG", 0, 32, 80);
 }
@@ -84,6 +88,9 @@ TEST(HfConfigFullFamilies, BadFilesAreRefusedNamingTheKey) {
                     "attention without a head dimension");
   ExpectToolRefuses("bad/olmo2_sliding_window.json",
                     "sliding_window: 64 is set, but Olmo2Config has no sliding window");
+  ExpectToolRefuses("bad/nemotron_no_kv_heads.json",
+                    "num_key_value_heads: is missing; NemotronConfig's default None leaves its "
+                    "attention without a KV head count");
   ExpectToolRefuses("bad/minimax_m2_null_kv_heads.json",
                     "num_key_value_heads: is null; MiniMaxM2Config's default 8 is one checkpoint's "
                     "count");
@@ -202,7 +209,7 @@ TEST(HfConfigWrappers, BadWrapperFilesAreRefusedNamingTheKey) {
                     "model family: the file must name it");
   ExpectToolRefuses(
       "bad/llava_unknown_text.json",
-      "text_config.model_type: 'nemotron' (in llava) is not a family kvring-plan reads");
+      "text_config.model_type: 'diffllama' (in llava) is not a family kvring-plan reads");
   ExpectToolRefuses("bad/idefics3_no_text_config.json",
                     "text_config: is missing; idefics3 keeps its language model's configuration "
                     "there");

@@ -56,6 +56,11 @@ inline uint64_t ReadKvHeads(const Scope& scope, uint64_t num_heads) {
                             std::to_string(family.kv_heads_default) +
                             " is one checkpoint's count, not a rule (write the count)");
         return num_heads;
+      case KvHeadsRule::kRequired:
+        scope.Fail(key, std::string(value == nullptr ? "is missing" : "is null") + "; " +
+                            scope.ClassName() +
+                            "'s default None leaves its attention without a KV head count");
+        return num_heads;
       case KvHeadsRule::kUnused:
         return 0;
     }
