@@ -110,6 +110,71 @@ inline void ParseJson(const std::string& text, Json* root, Failure* failure) {
   failure->Fail("", "malformed JSON: " + what);
 }
 
+// Returns the object that holds `wrapper`'s text model in `root` (its text_config, or `root`
+// itself for an older flat file), with its key prefix in *prefix and its family's model_type in
+// *text_model_type; nullptr after a failure.
+inline const Json* WrappedText(const Json& root, const Wrapper& wrapper, std::string* prefix,
+                               std::string* text_model_type, Failure* failure) {
+  // Where text_config sits: at the top, or in the object `outer` names (Qwen Omni's thinker).
+  const Json* holder = &root;
+  if (wrapper.outer != nullptr) {
+    const auto outer = root.find(wrapper.outer);
+    if (outer == root.end() || outer->is_null()) {
+      failure->Fail(wrapper.outer, std::string("is missing; ") + wrapper.model_type +
+                                       " keeps its language model's configuration in its "
+                                       "text_config");
+      return nullptr;
+    }
+    if (!outer->is_object()) {
+      failure->Fail(wrapper.outer, Mistyped(*outer, "an object"));
+      return nullptr;
+    }
+    holder = &*outer;
+  }
+  const std::string key =
+      (wrapper.outer == nullptr ? "" : std::string(wrapper.outer) + ".") + "text_config";
+  *text_model_type = wrapper.text_model_type;
+  const auto it = holder->find("text_config");
+  if ((it == holder->end() || it->is_null()) && wrapper.flat) return &root;  // an older file
+  if (it == holder->end() || it->is_null()) {
+    failure->Fail(key, std::string("is missing; ") + wrapper.model_type +
+                           " keeps its language model's configuration there (its top-level keys "
+                           "are not read)");
+    return nullptr;
+  }
+  if (!it->is_object()) {
+    failure->Fail(key, Mistyped(*it, "an object"));
+    return nullptr;
+  }
+  *prefix = key + ".";
+  const auto nested = it->find("model_type");
+  if (wrapper.typed && (nested == it->end() || nested->is_null())) {
+    failure->Fail(key + ".model_type", std::string("is missing; ") + wrapper.model_type +
+                                           " has no default language model family: the file "
+                                           "must name it (as transformers requires)");
+    return nullptr;
+  }
+  if (wrapper.any_text && nested != it->end()) {
+    if (!nested->is_string()) {
+      failure->Fail(key + ".model_type", Mistyped(*nested, "a name"));
+      return nullptr;
+    }
+    *text_model_type = nested->get<std::string>();
+    if (FindFamily(*text_model_type) == nullptr) {
+      failure->Fail(key + ".model_type", "'" + Printable(*text_model_type) + "' (in " +
+                                             wrapper.model_type +
+                                             ") is not a family kvring-plan reads "
+                                             "(docs/configs.md)");
+      return nullptr;
+    }
+  } else if (nested != it->end() && *nested != Json(*text_model_type)) {
+    failure->Fail(key + ".model_type", Show(*nested) + " is not " + *text_model_type + ", which " +
+                                           wrapper.model_type + " wraps");
+    return nullptr;
+  }
+  return &*it;
+}
+
 // Returns the object whose keys describe the text model (the top level, or text_config of a
 // multimodal wrapper), with its key prefix, family and wrapper (nullptr: none), or nullptr
 // after a failure.
@@ -133,68 +198,10 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
   std::string text_model_type = model_type;
   for (const Wrapper& wrapper : kWrappers) {
     if (model_type != wrapper.model_type) continue;
-    // Where text_config sits: at the top, or in the object `outer` names (Qwen Omni's thinker).
-    const Json* holder = &root;
-    const std::string at = wrapper.outer == nullptr ? "" : std::string(wrapper.outer) + ".";
-    if (wrapper.outer != nullptr) {
-      const auto outer = root.find(wrapper.outer);
-      if (outer == root.end() || outer->is_null()) {
-        failure->Fail(wrapper.outer, std::string("is missing; ") + wrapper.model_type +
-                                         " keeps its language model's configuration in its "
-                                         "text_config");
-        return nullptr;
-      }
-      if (!outer->is_object()) {
-        failure->Fail(wrapper.outer, Mistyped(*outer, "an object"));
-        return nullptr;
-      }
-      holder = &*outer;
-    }
-    const std::string key = at + "text_config";
-    const auto it = holder->find("text_config");
-    if ((it == holder->end() || it->is_null()) && wrapper.flat) {
-      text_model_type = wrapper.text_model_type;  // an older file: the text keys at the top
-      break;
-    }
-    if (it == holder->end() || it->is_null()) {
-      failure->Fail(key, std::string("is missing; ") + wrapper.model_type +
-                             " keeps its language model's configuration there (its "
-                             "top-level keys are not read)");
-      return nullptr;
-    }
-    if (!it->is_object()) {
-      failure->Fail(key, Mistyped(*it, "an object"));
-      return nullptr;
-    }
-    object = &*it;
-    *prefix = key + ".";
-    *found = &wrapper;
-    text_model_type = wrapper.text_model_type;
-    const auto nested = it->find("model_type");
-    if (wrapper.typed && (nested == it->end() || nested->is_null())) {
-      failure->Fail(key + ".model_type",
-                    std::string("is missing; ") + wrapper.model_type +
-                        " has no default language model family: the file must name it (as "
-                        "transformers requires)");
-      return nullptr;
-    }
-    if (wrapper.any_text && nested != it->end()) {
-      if (!nested->is_string()) {
-        failure->Fail(key + ".model_type", Mistyped(*nested, "a name"));
-        return nullptr;
-      }
-      text_model_type = nested->get<std::string>();
-      if (FindFamily(text_model_type) == nullptr) {
-        failure->Fail(key + ".model_type",
-                      "'" + Printable(text_model_type) + "' (in " + model_type +
-                          ") is not a family kvring-plan reads (docs/configs.md)");
-        return nullptr;
-      }
-    } else if (nested != it->end() && *nested != Json(text_model_type)) {
-      failure->Fail(key + ".model_type", Show(*nested) + " is not " + text_model_type + ", which " +
-                                             model_type + " wraps");
-      return nullptr;
-    }
+    object = WrappedText(root, wrapper, prefix, &text_model_type, failure);
+    if (object == nullptr) return nullptr;
+    if (object != &root) *found = &wrapper;
+    break;
   }
   for (const Unplanned& unplanned : kUnplanned) {
     if (text_model_type != unplanned.model_type) continue;
@@ -213,6 +220,26 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
     return nullptr;
   }
   return object;
+}
+
+// Puts `wrapper`'s own text defaults under the missing keys of *text (listed in *defaults);
+// false after a failure (a missing key whose default is one checkpoint's count).
+inline bool FillTextDefaults(const Wrapper& wrapper, const std::string& prefix, Json* text,
+                             std::vector<HfDefault>* defaults, Failure* failure) {
+  for (const TextDefault* entry = wrapper.text_defaults; entry->key != nullptr; ++entry) {
+    if (text->contains(entry->key)) continue;
+    const std::string value = std::to_string(entry->value);
+    if (entry->count) {
+      failure->Fail(prefix + entry->key, std::string("is missing; ") + wrapper.class_name +
+                                             "'s default " + value +
+                                             " is one checkpoint's count, not a rule (write the "
+                                             "count)");
+      return false;
+    }
+    (*text)[entry->key] = entry->value;
+    defaults->push_back({prefix + entry->key, value});
+  }
+  return true;
 }
 
 inline void ParseText(const std::string& text, const HfReadOptions& options,
@@ -236,19 +263,7 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
   Json filled;  // text_config with the wrapper class's own defaults under its missing keys
   if (wrapper != nullptr && wrapper->text_defaults != nullptr) {
     filled = *object;
-    for (const TextDefault* entry = wrapper->text_defaults; entry->key != nullptr; ++entry) {
-      if (filled.contains(entry->key)) continue;
-      const std::string value = std::to_string(entry->value);
-      if (entry->count) {
-        failure->Fail(prefix + entry->key, std::string("is missing; ") + wrapper->class_name +
-                                               "'s default " + value +
-                                               " is one checkpoint's count, not a rule (write "
-                                               "the count)");
-        return;
-      }
-      filled[entry->key] = entry->value;
-      defaults->push_back({prefix + entry->key, value});
-    }
+    if (!FillTextDefaults(*wrapper, prefix, &filled, defaults, failure)) return;
     object = &filled;
   }
   const Scope scope(*object, prefix, *family, options, defaults, failure);
