@@ -129,6 +129,29 @@ struct Family {
   Reader reader = Reader::kStandard;
 };
 
+// The row of a family whose every layer attends fully and which reads no window, chunk or KV
+// sharing: its class's context, KV heads and head_dim rules.
+constexpr Family AllFullFamily(const char* model_type, const char* class_name,
+                               uint64_t max_position_embeddings, KvHeadsRule kv_heads,
+                               uint64_t kv_heads_default, HeadDimRule head_dim,
+                               uint64_t head_dim_default) {
+  return Family{model_type,
+                class_name,
+                max_position_embeddings,
+                kv_heads,
+                kv_heads_default,
+                head_dim,
+                head_dim_default,
+                PatternRule::kAllFull,
+                0,
+                0,
+                false,
+                false,
+                false,
+                false,
+                "every layer full_attention"};
+}
+
 }  // namespace hf
 }  // namespace detail
 }  // namespace kvring
