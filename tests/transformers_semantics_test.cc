@@ -7,7 +7,7 @@
 // positions at a time to a flash and a tiled16 cache (so every ring wraps several times), attends
 // the same queries with the same options, and must give the same outputs up to the BF16 rounding of
 // the stored K/V. A shared-KV layer must attend exactly the K/V of the layer kvring names as its
-// owner. MLA (DeepSeek V3) attends as engines do, the up-projections absorbed into the queries
+// owner. MLA (seven families) attends as engines do, the up-projections absorbed into the queries
 // and outputs over the stored latent. No Python runs here.
 #include <algorithm>
 #include <cmath>
@@ -214,10 +214,10 @@ const char* const kFamilies[] = {
     "mistral", "qwen2", "gemma2", "gemma3_text", "gemma3n_text", "gemma4_text", "llama4_text",
     "gpt_oss", "cohere2", "olmo3", "smollm3", "exaone4", "cwm", "mixtral", "phi3", "starcoder2",
     "qwen2_moe", "qwen3_moe", "cohere2_moe", "dots1", "vaultgemma", "afmoe", "ministral", "mellum",
-    "laguna",
+    "laguna", "qwen3", "phimoe", "ministral3", "exaone_moe", "seed_oss", "ernie4_5",
     // Hybrids: their recurrent layers attend nothing, their attention layers as the others.
     "qwen3_next", "olmo_hybrid", "lfm2", "granitemoehybrid", "falcon_h1", "jamba", "bamba",
-    "minimax"};
+    "minimax", "lfm2_moe", "nemotron_h"};
 
 TEST(TransformersSemantics, EveryFamilyAttendsAsTransformersThroughWrappedRings) {
   for (const char* family : kFamilies) {
@@ -263,7 +263,7 @@ TEST(TransformersSemantics, AWindowOnePositionOffIsCaught) {
       ++caught;
     }
   }
-  EXPECT_GE(caught, 54u);
+  EXPECT_GE(caught, 64u);
 }
 
 // MLA (DeepSeek V3): an engine stores each position's latent (the compressed KV after its
@@ -296,7 +296,7 @@ std::vector<double> LatentLayerErrors(const Json& fixture, float scale_factor) {
   const size_t num_layers = captured.size();
   // Per layer: the latents to append, the absorbed queries, kv_b_proj, the latent outputs.
   std::vector<std::vector<float>> latents(num_layers), queries(num_layers), kv_b(num_layers),
-      latent_out(num_layers);
+      latent_out(num_layers), indexer_keys(num_layers);
   const uint32_t heads = captured[0].num_q_heads, q_dim = captured[0].head_dim;  // nope + rope
   // W_UK of head h is rows [h (nope + v), + nope) of kv_b, W_UV the next v rows.
   const auto w = [&](size_t i, uint32_t h, uint32_t row, uint32_t r) {
@@ -308,6 +308,11 @@ std::vector<double> LatentLayerErrors(const Json& fixture, float scale_factor) {
     EXPECT_EQ(plan.Layer(i).spec.latent_dim, latent_dim) << "layer " << i;
     const std::vector<float> compressed = DecodeFloats(entry["latent"].get<std::string>());
     kv_b[i] = DecodeFloats(entry["kv_b"].get<std::string>());
+    // DSA: the indexer's keys (after their RoPE, in BF16) are the latent's V rows.
+    const uint32_t indexer_dim =
+        entry.contains("indexer_keys") ? entry["shapes"]["indexer_keys"][1].get<uint32_t>() : 0;
+    EXPECT_EQ(plan.Layer(i).spec.indexer_dim, indexer_dim) << "layer " << i;
+    if (indexer_dim != 0) indexer_keys[i] = DecodeFloats(entry["indexer_keys"].get<std::string>());
     latents[i].resize(positions * latent_dim);
     queries[i].resize(positions * heads * latent_dim);
     latent_out[i].resize(positions * heads * rank);
@@ -331,8 +336,19 @@ std::vector<double> LatentLayerErrors(const Json& fixture, float scale_factor) {
   for (uint64_t pos = 0; pos < positions; pos += kStep) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kStep, positions - pos));
     for (size_t i = 0; i < num_layers; ++i) {
-      const Result appended = cache.AppendF32(i, pos, &latents[i][pos * latent_dim], nullptr, n);
+      const uint32_t indexer_dim = plan.Layer(i).spec.indexer_dim;
+      const float* indexer = indexer_dim == 0 ? nullptr : &indexer_keys[i][pos * indexer_dim];
+      const Result appended = cache.AppendF32(i, pos, &latents[i][pos * latent_dim], indexer, n);
       EXPECT_TRUE(appended.ok()) << appended.Message();
+      // The engine's indexer reads back exactly the keys transformers' indexer scores.
+      const IndexerKeysView keys = cache.IndexerKeys(i);
+      size_t differ = 0;
+      for (uint64_t t = pos; t < pos + n && indexer_dim != 0; ++t) {
+        for (uint32_t d = 0; d < indexer_dim; ++d) {
+          differ += BF16ToF32(keys.Row(t)[d]) != indexer_keys[i][t * indexer_dim + d];
+        }
+      }
+      EXPECT_EQ(differ, 0u) << "layer " << i << ", indexer keys at " << pos;
     }
     for (size_t i = 0; i < num_layers; ++i) {
       AttentionBatch batch;
@@ -370,23 +386,36 @@ std::vector<double> LatentLayerErrors(const Json& fixture, float scale_factor) {
   return errors;
 }
 
+// Every MLA family transformers has, each at its own scale (captured) and RoPE layout.
+const char* const kMlaFamilies[] = {"deepseek_v3", "deepseek_v2",  "glm4_moe_lite", "youtu",
+                                    "mistral4",    "deepseek_v32", "glm_moe_dsa"};
+
 TEST(TransformersSemantics, MlaAttendsItsAbsorbedLatentAsTransformers) {
+  for (const char* family : kMlaFamilies) {
+    SCOPED_TRACE(family);
+    const Json fixture = ReadFixture(family);
+    ASSERT_FALSE(fixture.is_discarded()) << FixturePath(family);
+    const std::vector<double> flash = LatentLayerErrors<FlashLayout>(fixture, 1.0f);
+    const std::vector<double> tiled = LatentLayerErrors<TiledLayout<16>>(fixture, 1.0f);
+    ASSERT_EQ(flash.size(), 2u);
+    ASSERT_EQ(tiled.size(), 2u);
+    double largest = 0;
+    for (size_t i = 0; i < flash.size(); ++i) {
+      EXPECT_LT(flash[i], kTolerance) << "flash, layer " << i;
+      EXPECT_LT(tiled[i], kTolerance) << "tiled16, layer " << i;
+      largest = std::max({largest, flash[i], tiled[i]});
+    }
+    std::printf("%-13s %zu layers, largest normwise error %.2e, scale %.6g (transformers %s)\n",
+                family, flash.size(), largest, fixture["layers"][0]["scale"].get<double>(),
+                fixture["transformers"].get<std::string>().c_str());
+  }
+}
+
+// The check can fail: DeepSeek V3 without YaRN's mscale^2 in the scale (qk_head_dim^-0.5
+// alone) misses transformers' outputs by far more than the tolerance.
+TEST(TransformersSemantics, MlaWithoutYarnsScaleIsCaught) {
   const Json fixture = ReadFixture("deepseek_v3");
   ASSERT_FALSE(fixture.is_discarded()) << FixturePath("deepseek_v3");
-  const std::vector<double> flash = LatentLayerErrors<FlashLayout>(fixture, 1.0f);
-  const std::vector<double> tiled = LatentLayerErrors<TiledLayout<16>>(fixture, 1.0f);
-  ASSERT_EQ(flash.size(), 2u);
-  ASSERT_EQ(tiled.size(), 2u);
-  double largest = 0;
-  for (size_t i = 0; i < flash.size(); ++i) {
-    EXPECT_LT(flash[i], kTolerance) << "flash, layer " << i;
-    EXPECT_LT(tiled[i], kTolerance) << "tiled16, layer " << i;
-    largest = std::max({largest, flash[i], tiled[i]});
-  }
-  std::printf("%-13s %zu layers, largest normwise error %.2e (transformers %s)\n", "deepseek_v3",
-              flash.size(), largest, fixture["transformers"].get<std::string>().c_str());
-  // The check can fail: without YaRN's mscale^2 in the scale (qk_head_dim^-0.5 alone), the
-  // outputs miss transformers' by far more than the tolerance.
   const double mscale = 0.1 * std::log(4.0) + 1.0;  // factor 4, mscale_all_dim 1
   const std::vector<double> unscaled =
       LatentLayerErrors<FlashLayout>(fixture, static_cast<float>(1.0 / (mscale * mscale)));

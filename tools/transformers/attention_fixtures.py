@@ -86,6 +86,16 @@ FAMILIES = {
     "laguna": dict(num_hidden_layers=3, sliding_window=8, num_attention_heads_per_layer=[4, 2, 6],
                    layer_types=[S, F, S], num_experts=2, num_experts_per_tok=1,
                    moe_intermediate_size=32, shared_expert_intermediate_size=32),
+    "qwen3": dict(num_hidden_layers=3, use_sliding_window=True, sliding_window=7,
+                  max_window_layers=1),
+    "phimoe": dict(num_hidden_layers=2, sliding_window=8, num_local_experts=2,
+                   num_experts_per_tok=1),
+    "ministral3": dict(num_hidden_layers=2, sliding_window=6),
+    "exaone_moe": dict(num_hidden_layers=5, sliding_window=7, sliding_window_pattern=3,
+                       first_k_dense_replace=1, moe_intermediate_size=32, num_experts=2,
+                       num_experts_per_tok=1),
+    "seed_oss": dict(num_hidden_layers=2),
+    "ernie4_5": dict(num_hidden_layers=2),
     # Hybrids: their recurrent layers make no attention call (the fixture marks them "state");
     # their attention layers are checked as the others, at the places kvring plans them.
     "qwen3_next": dict(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4,
@@ -112,6 +122,15 @@ FAMILIES = {
     "minimax": dict(num_hidden_layers=4, num_local_experts=2, num_experts_per_tok=1,
                     block_size=8, layer_types=["linear_attention", "full_attention",
                                                "linear_attention", "full_attention"]),
+    "lfm2_moe": dict(num_hidden_layers=4, conv_L_cache=3, num_dense_layers=1, num_experts=2,
+                     num_experts_per_tok=1, moe_intermediate_size=32,
+                     layer_types=["conv", "full_attention", "conv", "full_attention"]),
+    "nemotron_h": dict(num_hidden_layers=5, layers_block_type=["mamba", "attention", "mlp",
+                                                               "moe", "attention"],
+                       ssm_state_size=8, mamba_num_heads=4, mamba_head_dim=32, n_groups=1,
+                       conv_kernel=4, expand=2, chunk_size=8, n_routed_experts=2,
+                       num_experts_per_tok=1, moe_intermediate_size=32,
+                       moe_shared_expert_intermediate_size=32, use_mamba_kernels=False),
     # MLA, with YaRN's attention scale (mscale_all_dim) as DeepSeek V3 publishes it; dense MLPs.
     "deepseek_v3": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
                         q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16,
@@ -121,6 +140,35 @@ FAMILIES = {
                                          "factor": 4.0, "original_max_position_embeddings": 16,
                                          "mscale": 1.0, "mscale_all_dim": 1.0,
                                          "beta_fast": 32.0, "beta_slow": 1.0}),
+    # The other MLA families, at their own defaults of scale and RoPE (no YaRN).
+    "deepseek_v2": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
+                        q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=24,
+                        first_k_dense_replace=2, n_routed_experts=2, num_experts_per_tok=1,
+                        moe_intermediate_size=32),
+    "glm4_moe_lite": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=48,
+                          q_lora_rank=None, qk_nope_head_dim=24, qk_rope_head_dim=16,
+                          head_dim=16, v_head_dim=32, mlp_layer_types=["dense", "dense"],
+                          n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=32),
+    "youtu": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=24,
+                  qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16),
+    "mistral4": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
+                     q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16, head_dim=32,
+                     v_head_dim=16, first_k_dense_replace=2, n_routed_experts=2,
+                     num_experts_per_tok=1, moe_intermediate_size=32),
+    # DeepSeek V3.2's sparse attention: the indexer's top-k (64) covers the whole 40-position
+    # prompt, so every layer attends all of its past, as kvring plans it (docs/planning.md).
+    "deepseek_v32": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
+                         q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=16,
+                         v_head_dim=16, first_k_dense_replace=2, mlp_layer_types=["dense"] * 2,
+                         n_routed_experts=2, num_experts=2, num_experts_per_tok=1,
+                         moe_intermediate_size=32, index_topk=64, index_head_dim=16,
+                         index_n_heads=2),
+    "glm_moe_dsa": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=48,
+                        q_lora_rank=24, qk_nope_head_dim=24, qk_rope_head_dim=16, head_dim=16,
+                        v_head_dim=32, first_k_dense_replace=2, mlp_layer_types=["dense"] * 2,
+                        n_routed_experts=2, num_experts=2, num_experts_per_tok=1,
+                        moe_intermediate_size=32, index_topk=64, index_head_dim=16,
+                        index_n_heads=2),
 }
 
 
@@ -185,6 +233,49 @@ def randomize(model, generator, model_type):
                 parameter.copy_(noise * (1.0 if "embed" in name else 0.15))
 
 
+def capture_indexer_keys(model, modeling):
+    """Captures each DSA indexer's keys as its cache stores them (DeepSeek V3.2, GLM-5): its
+    k_norm output with RoPE on the first qk_rope_head_dim dims, rounded to BF16. Returns the
+    keys by layer ([T][index_head_dim], filled by the forward pass) and a function that
+    removes the hooks."""
+    keys, parts, current, hooks = {}, {}, {}, []
+    rope = modeling.apply_rotary_pos_emb
+
+    def rotate(q, k, cos, sin, *args, **kwargs):
+        q, k = rope(q, k, cos, sin, *args, **kwargs)
+        if "layer" in current:  # only the indexer's call: the attention's own is not kept
+            parts[current["layer"]]["rot"] = k
+        return q, k
+
+    for index, layer in enumerate(getattr(model, "layers", [])):
+        indexer = getattr(getattr(layer, "self_attn", None), "indexer", None)
+        if indexer is None:
+            continue
+
+        def enter(module, args, index=index):
+            current["layer"] = index
+            parts[index] = {}
+
+        def leave(module, args, output, index=index):
+            del current["layer"]
+            rot = parts[index]["rot"].squeeze(2)[0]  # [T][qk_rope_head_dim]
+            rest = parts[index]["normed"][0, :, rot.shape[-1]:]
+            keys[index] = torch.cat((rot, rest), dim=-1).to(torch.bfloat16).to(torch.float32)
+
+        def normed(module, args, output, index=index):
+            parts[index]["normed"] = output
+
+        hooks += [indexer.register_forward_pre_hook(enter), indexer.register_forward_hook(leave),
+                  indexer.k_norm.register_forward_hook(normed)]
+    modeling.apply_rotary_pos_emb = rotate
+
+    def unhook():
+        modeling.apply_rotary_pos_emb = rope
+        for hook in hooks:
+            hook.remove()
+    return keys, unhook
+
+
 def encode(tensor):
     """Little-endian float32 values, base64: a fifth of the text of decimal numbers."""
     data = tensor.detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
@@ -215,6 +306,7 @@ def run(model_type):
             latents[index] = rounded[0]  # [T][kv_lora_rank]
             return rounded
         hooks.append(norm.register_forward_hook(round_latent))
+    indexer_keys, unhook_indexers = capture_indexer_keys(model, modeling)
     eager = modeling.eager_attention_forward
     modeling.eager_attention_forward = capture.wrap(eager)
     try:
@@ -225,6 +317,7 @@ def run(model_type):
         modeling.eager_attention_forward = eager
         for hook in hooks:
             hook.remove()
+        unhook_indexers()
     layers = []
     for index in range(config.num_hidden_layers):
         if index not in capture.calls:  # a recurrent layer of a hybrid: no attention call
@@ -239,6 +332,9 @@ def run(model_type):
             kv_b = model.layers[index].self_attn.kv_b_proj.weight  # [H x (nope + v)][rank]
             entry.update(latent=encode(latents[index]), kv_b=encode(kv_b))
             entry["shapes"].update(latent=list(latents[index].shape), kv_b=list(kv_b.shape))
+        if index in indexer_keys:  # DSA: the indexer's key of each position, after its RoPE
+            entry.update(indexer_keys=encode(indexer_keys[index]))
+            entry["shapes"].update(indexer_keys=list(indexer_keys[index].shape))
         layers.append(entry)
     import transformers
     return {"model_type": model_type, "transformers": transformers.__version__,
