@@ -131,6 +131,23 @@ FAMILIES = {
                        conv_kernel=4, expand=2, chunk_size=8, n_routed_experts=2,
                        num_experts_per_tok=1, moe_intermediate_size=32,
                        moe_shared_expert_intermediate_size=32, use_mamba_kernels=False),
+    # Zamba's and Zamba2's shared attention blocks: one module (two in Zamba2, alternating)
+    # attends at every hybrid layer, over the hidden state and the embeddings side by side
+    # (head dim 2 x 64 / 4), each layer with K/V of its own (Zamba2's adapters add a per-layer
+    # term to q and k; they need as many KV heads as heads, as its checkpoints have, and each
+    # hybrid layer's block, layer % num_mem_blocks, to be its hybrid index's, as here).
+    "zamba": dict(num_hidden_layers=5, attn_layer_period=2, attn_layer_offset=1,
+                  n_mamba_heads=2, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+                  use_mamba_kernels=False),
+    "zamba2": dict(num_hidden_layers=5, num_key_value_heads=4,
+                   layers_block_type=["hybrid", "mamba", "mamba", "hybrid", "hybrid"],
+                   num_mem_blocks=2, use_shared_attention_adapter=True, adapter_rank=8,
+                   use_mem_rope=True, n_mamba_heads=4, mamba_d_state=8, mamba_d_conv=4,
+                   mamba_expand=2, chunk_size=8, use_mamba_kernels=False),
+    # RecurrentGemma's local attention calls torch's SDPA itself (captured there, not in
+    # eager_attention_forward); one KV head.
+    "recurrent_gemma": dict(num_hidden_layers=6, attention_window_size=7, num_key_value_heads=1,
+                            block_types=["recurrent", "recurrent", "attention"], lru_width=64),
     # MLA, with YaRN's attention scale (mscale_all_dim) as DeepSeek V3 publishes it; dense MLPs.
     "deepseek_v3": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
                         q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16,
@@ -175,8 +192,8 @@ FAMILIES = {
 def config_of(model_type):
     config = dict(BASE, model_type=model_type)
     config.update(FAMILIES[model_type])
-    if model_type == "cohere2":
-        config.pop("head_dim")  # Cohere2Config derives it: 64 / 4
+    if model_type in ("cohere2", "zamba", "zamba2"):
+        config.pop("head_dim")  # their classes derive it: 64 / 4 (Zamba's: 2 x 64 / 4)
     return config
 
 
@@ -185,6 +202,51 @@ class Capture:
 
     def __init__(self):
         self.calls = {}
+        self.layer = None  # a shared block's layer, as its caller names it (Zamba, Zamba2)
+        self.sdpa_module = None  # the attention module calling SDPA itself, while it runs
+
+    def wrap_sdpa(self, sdpa):
+        """As wrap, for a family whose attention module calls torch's SDPA itself
+        (RecurrentGemma): only inside a module follow_sdpa_modules entered."""
+        def capture(query, key, value, attn_mask=None, dropout_p=0.0, scale=None, **kwargs):
+            module = self.sdpa_module
+            if module is None:
+                return sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                            scale=scale, **kwargs)
+            key = key.to(torch.bfloat16).to(key.dtype)
+            value = value.to(torch.bfloat16).to(value.dtype)
+            output = sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                          scale=scale, **kwargs)
+            groups = module.num_key_value_groups  # K/V arrive repeated per query head
+            self.calls[module.layer_idx] = {
+                "q": query[0].transpose(0, 1), "k": key[0, ::groups].transpose(0, 1),
+                "v": value[0, ::groups].transpose(0, 1), "out": output[0].transpose(0, 1),
+                "scale": float(scale if scale is not None else query.shape[-1] ** -0.5),
+                "soft_cap": 0.0, "sinks": []}
+            return output
+        return capture
+
+    def follow_sdpa_modules(self, model):
+        """Marks the calls of attention modules that call SDPA themselves (see wrap_sdpa)."""
+        def enter(module, args):
+            self.sdpa_module = module
+
+        def leave(module, args, output):
+            self.sdpa_module = None
+        modules = [module for module in model.modules()
+                   if type(module).__name__.endswith("SdpaAttention")]
+        return ([module.register_forward_pre_hook(enter) for module in modules] +
+                [module.register_forward_hook(leave) for module in modules])
+
+    def follow_shared_blocks(self, model):
+        """Keys a shared attention module's calls by the layer_idx its caller passes (Zamba's
+        and Zamba2's modules attend at several layers, their own layer_idx fixed or -1)."""
+        def enter(module, args, kwargs):
+            self.layer = kwargs.get("layer_idx", args[1] if len(args) > 1 else None)
+        return [module.register_forward_pre_hook(enter, with_kwargs=True)
+                for name, module in model.named_modules()
+                if name.endswith("self_attn") and "layer_idx" in
+                module.forward.__code__.co_varnames[:module.forward.__code__.co_argcount]]
 
     def wrap(self, eager):
         def capture(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -206,7 +268,8 @@ class Capture:
                 scaling = module.head_dim ** -0.5
             softcap = kwargs.get("softcap", getattr(module, "attn_logit_softcapping", None))
             sinks = getattr(module, "sinks", None)
-            self.calls[module.layer_idx] = {
+            layer = self.layer if self.layer is not None else module.layer_idx
+            self.calls[layer] = {
                 "q": query[0].transpose(0, 1),  # [T][q heads][D]
                 "k": key[0].transpose(0, 1),    # [T][kv heads][D]
                 "v": value[0].transpose(0, 1),
@@ -239,7 +302,7 @@ def capture_indexer_keys(model, modeling):
     keys by layer ([T][index_head_dim], filled by the forward pass) and a function that
     removes the hooks."""
     keys, parts, current, hooks = {}, {}, {}, []
-    rope = modeling.apply_rotary_pos_emb
+    rope = getattr(modeling, "apply_rotary_pos_emb", None)
 
     def rotate(q, k, cos, sin, *args, **kwargs):
         q, k = rope(q, k, cos, sin, *args, **kwargs)
@@ -267,10 +330,12 @@ def capture_indexer_keys(model, modeling):
 
         hooks += [indexer.register_forward_pre_hook(enter), indexer.register_forward_hook(leave),
                   indexer.k_norm.register_forward_hook(normed)]
-    modeling.apply_rotary_pos_emb = rotate
+    if hooks:
+        modeling.apply_rotary_pos_emb = rotate
 
     def unhook():
-        modeling.apply_rotary_pos_emb = rope
+        if hooks:
+            modeling.apply_rotary_pos_emb = rope
         for hook in hooks:
             hook.remove()
     return keys, unhook
@@ -306,15 +371,21 @@ def run(model_type):
             latents[index] = rounded[0]  # [T][kv_lora_rank]
             return rounded
         hooks.append(norm.register_forward_hook(round_latent))
+    hooks += capture.follow_shared_blocks(model) + capture.follow_sdpa_modules(model)
     indexer_keys, unhook_indexers = capture_indexer_keys(model, modeling)
-    eager = modeling.eager_attention_forward
-    modeling.eager_attention_forward = capture.wrap(eager)
+    eager = getattr(modeling, "eager_attention_forward", None)
+    if eager is not None:
+        modeling.eager_attention_forward = capture.wrap(eager)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    torch.nn.functional.scaled_dot_product_attention = capture.wrap_sdpa(sdpa)
     try:
         ids = torch.randint(3, config.vocab_size, (1, PROMPT), generator=generator)
         with torch.no_grad():
             model(input_ids=ids, use_cache=False)
     finally:
-        modeling.eager_attention_forward = eager
+        if eager is not None:
+            modeling.eager_attention_forward = eager
+        torch.nn.functional.scaled_dot_product_attention = sdpa
         for hook in hooks:
             hook.remove()
         unhook_indexers()
