@@ -1,6 +1,7 @@
 // Tests of kvring/hf_config.h on the families and wrappers that are rows of data only: the
 // families whose every layer attends fully, read by the Llama keys under their own class
-// defaults (kvring/hf_config/families.h), and the multimodal and speech wrappers
+// defaults (kvring/hf_config/families.h), the GPT-style families, read by their own keys and
+// K/V rules (kvring/hf_config/gpt.h), and the multimodal and speech wrappers
 // (kvring/hf_config/wrappers.h), each of which reads its language model from text_config as
 // the family text_config.model_type names or, when absent, the wrapper class's default
 // family. Every expected layer is worked out here by hand from the file and the family's rules
@@ -94,6 +95,68 @@ TEST(HfConfigFullFamilies, BadFilesAreRefusedNamingTheKey) {
   ExpectToolRefuses("bad/minimax_m2_null_kv_heads.json",
                     "num_key_value_heads: is null; MiniMaxM2Config's default 8 is one checkpoint's "
                     "count");
+}
+
+TEST(HfConfigGptFamilies, EachReadsItsOwnKeysAndItsAttentionsKvRule) {
+  // GPT-2's n_layer, n_head, n_embd and n_positions; one K/V head per query head.
+  ExpectLayers("gpt2_tiny.json", "gpt2", 2048, "GGG", 0, 4, 64);
+  // GPT-J and CodeGen: n_positions (CodeGen's n_ctx unread), 2048 when absent.
+  ExpectLayers("gptj_tiny.json", "gptj", 2048, "GG", 0, 4, 64);
+  EXPECT_TRUE(HasDefault(Read("gptj_tiny.json"), "n_positions", "2048"));
+  ExpectLayers("codegen_tiny.json", "codegen", 4096, "GG", 0, 4, 64);
+  // GPT BigCode (StarCoder): multi_query keeps one K/V head, else one per query head; the
+  // usual names read as its own (num_hidden_layers for n_layer, ...).
+  ExpectLayers("gpt_bigcode_tiny.json", "gpt_bigcode", 8192, "GG", 0, 1, 64);
+  ExpectLayers("gpt_bigcode_mha.json", "gpt_bigcode", 1024, "GG", 0, 4, 64);
+  // GPT-Neo: attention_types [[global, local] x 2, [local] x 2] with a window of 64.
+  ExpectLayers("gpt_neo_tiny.json", "gpt_neo", 2048, "GSGSSS", 64, 4, 64);
+  ExpectLayers("gpt_neox_tiny.json", "gpt_neox", 4096, "GG", 0, 8, 64);
+  ExpectLayers("opt_tiny.json", "opt", 2048, "GG", 0, 4, 64);
+  // Falcon: multi_query (the default) keeps one K/V head; new_decoder_architecture keeps
+  // num_kv_heads (transformers' own cache repeats them for every query head; engines do not).
+  ExpectLayers("falcon_mqa.json", "falcon", 2048, "GG", 0, 1, 64);
+  ExpectLayers("falcon_new_arch.json", "falcon", 8192, "GG", 0, 2, 64);
+}
+
+TEST(HfConfigGptFamilies, TheUsualNamesWinOverTheClasssOwnAsTransformersSetsThem) {
+  // num_hidden_layers 3, num_attention_heads 8, hidden_size 256, max_position_embeddings
+  // 4096 beside n_layer 2, n_head 4, n_embd 512, n_positions 1024: 3 layers of 8 x 32.
+  ExpectLayers("gpt2_both_names.json", "gpt2", 4096, "GGG", 0, 8, 32);
+  // Falcon's n_embed replaces hidden_size (its __post_init__): 256 / 4, not 512 / 4.
+  ExpectLayers("falcon_n_embed.json", "falcon", 2048, "GG", 0, 4, 64);
+}
+
+TEST(HfConfigGptFamilies, BadFilesAreRefusedNamingTheKey) {
+  ExpectToolRefuses("bad/gpt2_no_heads.json",
+                    "n_head: is missing; kvring-plan does not guess a model's size");
+  ExpectToolRefuses("bad/gpt2_heads_not_dividing.json",
+                    "n_embd: 256 is not a multiple of n_head 6, so head_dim is undefined");
+  ExpectToolRefuses("bad/gpt2_kv_heads.json",
+                    "num_key_value_heads: 2 is set, but GPT2Config does not read it: its "
+                    "attention keeps 4 K/V heads");
+  ExpectToolRefuses("bad/gptj_head_dim.json",
+                    "head_dim: 128 is set, but GPTJConfig does not read it: its heads are n_embd "
+                    "/ n_head = 64 wide");
+  ExpectToolRefuses("bad/gpt_neo_types_length.json",
+                    "attention_types: gives 4 layers, but num_layers is 5");
+  ExpectToolRefuses("bad/gpt_neo_unknown_type.json",
+                    "attention_types[0][0][1]: \"sparse\" is not \"global\" or \"local\"");
+  ExpectToolRefuses("bad/gpt_neo_layer_types.json",
+                    "layer_types[1]: full_attention, but layer 1 is sliding_attention (by "
+                    "attention_types), and GPTNeoConfig does not read layer_types");
+  ExpectToolRefuses("bad/gpt_bigcode_multi_query_string.json",
+                    "multi_query: \"yes\" is a string, not true or false");
+  ExpectToolRefuses("bad/falcon_alibi.json",
+                    "alibi: is true: FalconConfig's attention adds ALiBi position biases");
+  ExpectToolRefuses("bad/falcon_kv_heads_not_dividing.json",
+                    "num_kv_heads: 3 does not divide num_attention_heads 8");
+  ExpectToolRefuses("bad/falcon_old_kv_heads.json",
+                    "num_kv_heads: 2 is not num_attention_heads 8, but FalconConfig without "
+                    "new_decoder_architecture or multi_query keeps a K and V head per query head");
+  ExpectToolRefuses("bad/bloom_unplanned.json",
+                    "model_type: 'bloom' (transformers' BloomConfig): its attention adds ALiBi");
+  ExpectToolRefuses("bad/mpt_unplanned.json",
+                    "model_type: 'mpt' (transformers' MptConfig): its attention adds ALiBi");
 }
 
 TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNone) {

@@ -23,6 +23,7 @@
 #include "kvring/base.h"
 #include "kvring/hf_config/families.h"
 #include "kvring/hf_config/gemma4.h"
+#include "kvring/hf_config/gpt.h"
 #include "kvring/hf_config/hybrid.h"
 #include "kvring/hf_config/kimi_linear.h"
 #include "kvring/hf_config/layers.h"
@@ -322,6 +323,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
       break;
     case Reader::kMimoV2:
       ReadMimoV2(scope, out);
+      break;
+    case Reader::kGpt:
+      ReadGpt(scope, out);
       break;
   }
   out->tensor_parallel = options.tensor_parallel;

@@ -148,6 +148,16 @@ FAMILIES = {
     # eager_attention_forward); one KV head.
     "recurrent_gemma": dict(num_hidden_layers=6, attention_window_size=7, num_key_value_heads=1,
                             block_types=["recurrent", "recurrent", "attention"], lru_width=64),
+    # GPT-style families (their own keys, as attribute_map aliases BASE's; K/V heads by their
+    # attention's rule, so no num_key_value_heads). GPT-Neo's local layers slide over
+    # window_size positions, at scale 1; GPT BigCode keeps one K/V head (multi_query).
+    "gpt_neo": dict(num_hidden_layers=4, attention_types=[[["global", "local"], 2]],
+                    window_size=7),
+    "gpt2": dict(num_hidden_layers=2),
+    "gpt_bigcode": dict(num_hidden_layers=2, multi_query=True),
+    "gptj": dict(num_hidden_layers=2, rotary_dim=8),
+    "gpt_neox": dict(num_hidden_layers=2, rotary_pct=0.5),
+    "opt": dict(num_hidden_layers=2, ffn_dim=64, word_embed_proj_dim=64),
     # MLA, with YaRN's attention scale (mscale_all_dim) as DeepSeek V3 publishes it; dense MLPs.
     "deepseek_v3": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
                         q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16,
@@ -194,7 +204,12 @@ def config_of(model_type):
     config.update(FAMILIES[model_type])
     if model_type in ("cohere2", "zamba", "zamba2"):
         config.pop("head_dim")  # their classes derive it: 64 / 4 (Zamba's: 2 x 64 / 4)
+    if model_type in GPT_STYLE:
+        config.pop("num_key_value_heads")  # their attention's rule decides
     return config
+
+
+GPT_STYLE = ("gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt")
 
 
 class Capture:
@@ -237,6 +252,24 @@ class Capture:
                    if type(module).__name__.endswith("SdpaAttention")]
         return ([module.register_forward_pre_hook(enter) for module in modules] +
                 [module.register_forward_hook(leave) for module in modules])
+
+    def wrap_attn_method(self, attn):
+        """As wrap, for a family whose attention module computes in a method of its own,
+        _attn(query, key, value, attention_mask) (GPT-Neo: unscaled scores; GPT-J: divided
+        by scale_attn)."""
+        def capture(module, query, key, value, attention_mask=None, *args, **kwargs):
+            key = key.to(torch.bfloat16).to(key.dtype)
+            value = value.to(torch.bfloat16).to(value.dtype)
+            output, weights = attn(module, query, key, value, attention_mask, *args, **kwargs)
+            layer = getattr(module, "layer_idx", getattr(module, "layer_id", None))
+            scale_attn = getattr(module, "scale_attn", None)
+            self.calls[layer] = {
+                "q": query[0].transpose(0, 1), "k": key[0].transpose(0, 1),
+                "v": value[0].transpose(0, 1), "out": output[0].transpose(0, 1),
+                "scale": float(1.0 / scale_attn if scale_attn is not None else 1.0),
+                "soft_cap": 0.0, "sinks": []}
+            return output, weights
+        return capture
 
     def follow_shared_blocks(self, model):
         """Keys a shared attention module's calls by the layer_idx its caller passes (Zamba's
@@ -290,7 +323,7 @@ def randomize(model, generator, model_type):
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             noise = torch.randn(parameter.shape, generator=generator)
-            if "norm" in name:
+            if "norm" in name or (model_type in GPT_STYLE and "ln_" in name):  # GPT-2's ln_1
                 parameter.copy_(offset + 0.1 * noise)
             else:
                 parameter.copy_(noise * (1.0 if "embed" in name else 0.15))
@@ -378,6 +411,10 @@ def run(model_type):
         modeling.eager_attention_forward = capture.wrap(eager)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     torch.nn.functional.scaled_dot_product_attention = capture.wrap_sdpa(sdpa)
+    methods = {type(module) for module in model.modules() if hasattr(type(module), "_attn")}
+    originals = {cls: cls._attn for cls in methods}
+    for cls in methods:
+        cls._attn = capture.wrap_attn_method(cls._attn)
     try:
         ids = torch.randint(3, config.vocab_size, (1, PROMPT), generator=generator)
         with torch.no_grad():
@@ -386,6 +423,8 @@ def run(model_type):
         if eager is not None:
             modeling.eager_attention_forward = eager
         torch.nn.functional.scaled_dot_product_attention = sdpa
+        for cls, attn in originals.items():
+            cls._attn = attn
         for hook in hooks:
             hook.remove()
         unhook_indexers()

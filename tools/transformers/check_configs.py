@@ -154,16 +154,22 @@ def build_layers(config_dict):
             else:  # its mask slides for every softmax layer when sliding_window is set
                 facts.append(layer_facts(text, None, i, mixer, facts))
             continue
-        attention = getattr(layer, "self_attn", None) or getattr(layer, "attention")
+        attention = next(getattr(layer, name) for name in
+                         ("self_attn", "attention", "attn", "self_attention")
+                         if getattr(layer, name, None) is not None)
+        attention = getattr(attention, "attention", attention)  # GPT-Neo: global or local
         facts.append(layer_facts(text, layer_types, i, attention, facts))
     # Mamba, Falcon Mamba and Mamba2 name no context (a file may state one).
     return getattr(text, "max_position_embeddings", None), facts
 
 
 def decoder_layers(model):
-    for holder in (model, getattr(model, "model", None), getattr(model, "language_model", None)):
+    for holder in (model, getattr(model, "model", None), getattr(model, "language_model", None),
+                   getattr(model, "decoder", None)):  # OPT: model.decoder.layers
         if holder is not None and hasattr(holder, "layers"):
             return list(holder.layers)
+        if holder is not None and hasattr(holder, "h"):  # GPT-2, GPT-J, GPT-Neo, Falcon, ...
+            return list(holder.h)
         if holder is not None and hasattr(holder, "blocks"):  # xLSTM
             return list(holder.blocks)
     raise RuntimeError(f"no decoder layers in {type(model).__name__}")
@@ -226,10 +232,14 @@ def layer_facts(text, layer_types, i, attention, earlier):
     kind = layer_types[i] if layer_types else None
     if kind is not None and kind not in KINDS:
         raise Unplanned(kind)
+    window = getattr(text, "sliding_window", None)
+    if kind is None and getattr(attention, "attention_type", None) in ("global", "local"):
+        kind = "sliding_attention" if attention.attention_type == "local" else "full_attention"
+        window = text.window_size  # GPT-Neo's local layers
     if kind is None:  # classes without layer_types: Mistral-like windows on every layer
-        kind = "sliding_attention" if getattr(text, "sliding_window", None) else "full_attention"
+        kind = "sliding_attention" if window else "full_attention"
     fact = {"kind": KINDS[kind],
-            "window": text.sliding_window if kind == "sliding_attention" else 0,
+            "window": window if kind == "sliding_attention" else 0,
             "chunk": text.attention_chunk_size if kind == "chunked_attention" else 0,
             "owner": i, **NO_STATE}
     if getattr(text, "kv_lora_rank", None):
@@ -251,10 +261,12 @@ def layer_facts(text, layer_types, i, attention, earlier):
         shared = dict(earlier[owner])
         shared.update(owner=owner, kind=fact["kind"], window=fact["window"], chunk=fact["chunk"])
         return shared
-    head_dim = attention.head_dim
-    if hasattr(attention, "qkv_proj"):  # Phi-3: q, k and v fused, K and V of the same heads
-        q_out = text.num_attention_heads * head_dim
-        kv_heads = (attention.qkv_proj.out_features - q_out) // (2 * head_dim)
+    head_dim = getattr(attention, "head_dim", None) or attention.head_size  # GPT-NeoX: head_size
+    fused = next((getattr(attention, name) for name in ("qkv_proj", "c_attn", "query_key_value")
+                  if hasattr(attention, name)), None)
+    if fused is not None:  # Phi-3, GPT-2, CodeGen, GPT-NeoX, Falcon: q, k and v in one matrix
+        out = getattr(fused, "out_features", None) or fused.nf  # GPT-2's Conv1D: nf
+        kv_heads = (out // head_dim - text.num_attention_heads) // 2
         fact.update(latent_dim=0, num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim)
         return fact
     k_out = attention.k_proj.out_features

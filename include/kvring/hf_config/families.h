@@ -327,6 +327,17 @@ inline constexpr Family kFamilies[] = {
                   HeadDimRule::kAbsentIsHidden, 0),
     AllFullFamily("phi", "PhiConfig", 2048, KvHeadsRule::kNoneMeansMha, 0,
                   HeadDimRule::kAbsentIsHidden, 0),
+    // GPT-style families (kvring/hf_config/gpt.h): sizes under keys of their own, K/V heads by
+    // their attention's rule.
+    GptStyleFamily("gpt2", "GPT2Config", 1024, "every layer full_attention"),
+    GptStyleFamily("gptj", "GPTJConfig", 2048, "every layer full_attention"),
+    GptStyleFamily("codegen", "CodeGenConfig", 2048, "every layer full_attention"),
+    GptStyleFamily("gpt_bigcode", "GPTBigCodeConfig", 1024, "every layer full_attention"),
+    GptStyleFamily("gpt_neo", "GPTNeoConfig", 2048,
+                   "attention_types: global (full) or local (window_size) blocks", 256),
+    GptStyleFamily("gpt_neox", "GPTNeoXConfig", 2048, "every layer full_attention"),
+    GptStyleFamily("opt", "OPTConfig", 2048, "every layer full_attention"),
+    GptStyleFamily("falcon", "FalconConfig", 2048, "every layer full_attention"),
 };
 
 // Families transformers reads whose attention kvring does not plan yet: refused with the
@@ -351,6 +362,11 @@ inline constexpr Unplanned kUnplanned[] = {
     {"t5gemma2", "T5Gemma2Config",
      "an encoder-decoder: its decoder's cross-attention attends the encoder's outputs, a layer "
      "kind kvring does not plan yet"},
+    {"bloom", "BloomConfig",
+     "its attention adds ALiBi position biases, which kvring's attention does not apply yet"},
+    {"mpt", "MptConfig",
+     "its attention adds ALiBi position biases (attn_config.alibi, true by default), which "
+     "kvring's attention does not apply yet"},
     {"longcat_flash", "LongcatFlashConfig",
      "each decoder layer runs two latent attentions with caches of their own, which kvring "
      "does not plan as one layer yet"},

@@ -100,6 +100,7 @@ enum class Reader {
   kKimiLinear,
   kMimoV2,
   kLightningRemote,
+  kGpt,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
@@ -150,6 +151,31 @@ constexpr Family AllFullFamily(const char* model_type, const char* class_name,
                 false,
                 false,
                 "every layer full_attention"};
+}
+
+// The row of a GPT-style family (kvring/hf_config/gpt.h: its keys and K/V rule are there): its
+// class's context, and GPT-Neo's default window (0 for the others, which have none).
+constexpr Family GptStyleFamily(const char* model_type, const char* class_name,
+                                uint64_t max_position_embeddings, const char* rule_text,
+                                uint64_t window_default = 0) {
+  return Family{model_type,
+                class_name,
+                max_position_embeddings,
+                KvHeadsRule::kUnused,
+                0,
+                HeadDimRule::kUnused,
+                0,
+                PatternRule::kAllFull,
+                window_default,
+                0,
+                false,
+                false,
+                false,
+                false,
+                rule_text,
+                "sliding_window_pattern",
+                15,
+                Reader::kGpt};
 }
 
 }  // namespace hf
