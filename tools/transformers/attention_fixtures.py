@@ -5,10 +5,12 @@ For each family below, a model of a few layers with small windows (or chunks) is
 config.json written here, its weights drawn from a fixed seed, and a prompt long enough to wrap
 every ring several times runs through it once (eager attention). Each decoder layer's attention
 call is captured: the queries after RoPE and norms, the keys and values it attends (a shared-KV
-layer's are its owner's), the scale, soft-cap and sinks, and the output before o_proj. Inside each call the keys and
-values are rounded to BF16 first, as kvring stores them, so the outputs of the two differ by
-float32 arithmetic only. The
-fixture (one JSON file per family) holds the config, those arrays and the versions used; the
+layer's are its owner's), the scale, soft-cap and sinks, and the output before o_proj: in
+eager_attention_forward, or where a family computes attention itself (torch's SDPA for
+RecurrentGemma, an _attn method for GPT-Neo and GPT-J). Inside each call the keys and values
+are rounded to BF16 first, as kvring stores them, so the outputs of the two differ by float32
+arithmetic only. MLA layers also keep their stored latent, and DSA layers their indexer's keys.
+The fixture (one JSON file per family) holds the config, those arrays and the versions used; the
 C++ test (tests/transformers_semantics_test.cc) plans the config with kvring, appends the K/V
 a few positions at a time so the rings wrap, attends the same queries, and compares.
 
