@@ -77,6 +77,8 @@ TEST(HfConfigFullFamilies, EachFillsWhatTheFileLeavesOutAsItsClassDoes) {
   ExpectLayers("hyperclovax_tiny.json", "hyperclovax", 2048, "GG", 0, 4, 64);
   // Phi-2's shape: 2560 / 32 = 80 a head, MHA.
   ExpectLayers("phi_tiny.json", "phi", 2048, "GG", 0, 32, 80);
+  // Chameleon: KV heads given (its class default 32 is a count); head_dim always 256 / 4.
+  ExpectLayers("chameleon_tiny.json", "chameleon", 4096, "GG", 0, 2, 64);
 }
 
 TEST(HfConfigFullFamilies, BadFilesAreRefusedNamingTheKey) {
@@ -92,6 +94,9 @@ TEST(HfConfigFullFamilies, BadFilesAreRefusedNamingTheKey) {
   ExpectToolRefuses("bad/nemotron_no_kv_heads.json",
                     "num_key_value_heads: is missing; NemotronConfig's default None leaves its "
                     "attention without a KV head count");
+  ExpectToolRefuses("bad/chameleon_null_kv_heads.json",
+                    "num_key_value_heads: is null; ChameleonConfig's default 32 is one "
+                    "checkpoint's count");
   ExpectToolRefuses("bad/minimax_m2_null_kv_heads.json",
                     "num_key_value_heads: is null; MiniMaxM2Config's default 8 is one checkpoint's "
                     "count");
@@ -116,6 +121,17 @@ TEST(HfConfigGptFamilies, EachReadsItsOwnKeysAndItsAttentionsKvRule) {
   // num_kv_heads (transformers' own cache repeats them for every query head; engines do not).
   ExpectLayers("falcon_mqa.json", "falcon", 2048, "GG", 0, 1, 64);
   ExpectLayers("falcon_new_arch.json", "falcon", 8192, "GG", 0, 2, 64);
+  // GPT-SW3 (GPT-2's class), GPT-1 (512 positions when absent), XGLM (num_layers,
+  // attention_heads, d_model), Persimmon (16384), BioGPT and GPT-NeoX Japanese: one K/V head
+  // per query head.
+  ExpectLayers("gpt_sw3_tiny.json", "gpt-sw3", 2048, "GG", 0, 4, 64);
+  ExpectLayers("openai_gpt_tiny.json", "openai-gpt", 512, "GG", 0, 4, 64);
+  ExpectLayers("xglm_tiny.json", "xglm", 2048, "GG", 0, 4, 64);
+  ExpectLayers("persimmon_tiny.json", "persimmon", 16384, "GG", 0, 4, 64);
+  ExpectLayers("biogpt_tiny.json", "biogpt", 1024, "GG", 0, 4, 64);
+  ExpectLayers("gpt_neox_japanese_tiny.json", "gpt_neox_japanese", 2048, "GG", 0, 4, 64);
+  // DBRX: n_layers, n_heads, d_model, max_seq_len; attn_config.kv_n_heads 2 of 8 heads.
+  ExpectLayers("dbrx_tiny.json", "dbrx", 32768, "GG", 0, 2, 64);
 }
 
 TEST(HfConfigGptFamilies, TheUsualNamesWinOverTheClasssOwnAsTransformersSetsThem) {
@@ -153,6 +169,8 @@ TEST(HfConfigGptFamilies, BadFilesAreRefusedNamingTheKey) {
   ExpectToolRefuses("bad/falcon_old_kv_heads.json",
                     "num_kv_heads: 2 is not num_attention_heads 8, but FalconConfig without "
                     "new_decoder_architecture or multi_query keeps a K and V head per query head");
+  ExpectToolRefuses("bad/dbrx_kv_heads_not_dividing.json",
+                    "attn_config.kv_n_heads: 3 does not divide n_heads 8");
   ExpectToolRefuses("bad/bloom_unplanned.json",
                     "model_type: 'bloom' (transformers' BloomConfig): its attention adds ALiBi");
   ExpectToolRefuses("bad/mpt_unplanned.json",
@@ -188,6 +206,10 @@ TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNon
                            "janus_tiny.json", "deepseek_vl_tiny.json", "perception_lm_tiny.json"}) {
     ExpectLayers(file, "llama", 4096, "GG", 0, 4, 64);
   }
+  // Fuyu without text_config: its top-level keys make a Persimmon model (16384 positions).
+  ExpectLayers("fuyu_tiny.json", "persimmon", 16384, "GG", 0, 4, 64);
+  // Aria: always its own text class; KV heads 2 of 4, head_dim absent: 256 / 4.
+  ExpectLayers("aria_tiny.json", "aria_text", 65536, "GG", 0, 2, 64);
 }
 
 TEST(HfConfigWrappers, EachReadsTheFamilyTextConfigNames) {

@@ -154,6 +154,7 @@ def build_layers(config_dict):
             else:  # its mask slides for every softmax layer when sliding_window is set
                 facts.append(layer_facts(text, None, i, mixer, facts))
             continue
+        layer = getattr(layer, "norm_attn_norm", layer)  # DBRX: its norms and attention
         attention = next(getattr(layer, name) for name in
                          ("self_attn", "attention", "attn", "self_attention")
                          if getattr(layer, name, None) is not None)
@@ -261,10 +262,12 @@ def layer_facts(text, layer_types, i, attention, earlier):
         shared = dict(earlier[owner])
         shared.update(owner=owner, kind=fact["kind"], window=fact["window"], chunk=fact["chunk"])
         return shared
-    head_dim = getattr(attention, "head_dim", None) or attention.head_size  # GPT-NeoX: head_size
-    fused = next((getattr(attention, name) for name in ("qkv_proj", "c_attn", "query_key_value")
+    head_dim = (getattr(attention, "head_dim", None) or getattr(attention, "head_size", None)
+                or text.hidden_size // text.num_attention_heads)  # GPT-NeoX: head_size; GPT-1
+    fused = next((getattr(attention, name) for name in ("qkv_proj", "c_attn", "query_key_value",
+                                                         "Wqkv")
                   if hasattr(attention, name)), None)
-    if fused is not None:  # Phi-3, GPT-2, CodeGen, GPT-NeoX, Falcon: q, k and v in one matrix
+    if fused is not None:  # Phi-3, GPT-2, GPT-NeoX, Falcon, DBRX: q, k and v in one matrix
         out = getattr(fused, "out_features", None) or fused.nf  # GPT-2's Conv1D: nf
         kv_heads = (out // head_dim - text.num_attention_heads) // 2
         fact.update(latent_dim=0, num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim)

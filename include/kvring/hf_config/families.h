@@ -338,6 +338,18 @@ inline constexpr Family kFamilies[] = {
     GptStyleFamily("gpt_neox", "GPTNeoXConfig", 2048, "every layer full_attention"),
     GptStyleFamily("opt", "OPTConfig", 2048, "every layer full_attention"),
     GptStyleFamily("falcon", "FalconConfig", 2048, "every layer full_attention"),
+    GptStyleFamily("gpt-sw3", "GPT2Config", 1024, "every layer full_attention"),
+    GptStyleFamily("openai-gpt", "OpenAIGPTConfig", 512, "every layer full_attention"),
+    GptStyleFamily("xglm", "XGLMConfig", 2048, "every layer full_attention"),
+    GptStyleFamily("persimmon", "PersimmonConfig", 16384, "every layer full_attention"),
+    GptStyleFamily("biogpt", "BioGptConfig", 1024, "every layer full_attention"),
+    GptStyleFamily("gpt_neox_japanese", "GPTNeoXJapaneseConfig", 2048,
+                   "every layer full_attention"),
+    GptStyleFamily("dbrx", "DbrxConfig", 2048, "every layer full_attention"),
+    AllFullFamily("chameleon", "ChameleonConfig", 4096, KvHeadsRule::kNumberNoNullRule, 32,
+                  HeadDimRule::kAlwaysHidden, 0),
+    AllFullFamily("aria_text", "AriaTextConfig", 2048, KvHeadsRule::kNoneMeansMha, 0,
+                  HeadDimRule::kHiddenOverHeads, 0),
 };
 
 // Families transformers reads whose attention kvring does not plan yet: refused with the

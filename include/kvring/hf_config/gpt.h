@@ -5,7 +5,8 @@
 // attention keeps K/V by a rule of its own, never by num_key_value_heads: a K and V head per
 // query head (GPT-2, GPT-J, CodeGen, GPT-Neo, GPT-NeoX, OPT), one when multi_query (GPT
 // BigCode, StarCoder's), or Falcon's (multi_query, or num_kv_heads under
-// new_decoder_architecture). head_dim is always hidden / heads. GPT-Neo's attention_types
+// new_decoder_architecture), or DBRX's (attn_config.kv_n_heads). head_dim is always hidden /
+// heads. GPT-Neo's attention_types
 // makes each layer global or local (a window of window_size positions). Part of
 // kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_GPT_H_
@@ -30,6 +31,7 @@ enum class GptKv {
   kPerHead,     // one K and one V head per query head
   kMultiQuery,  // multi_query (default true): one; else one per query head (GPT BigCode)
   kFalcon,      // Falcon: new_decoder_architecture's num_kv_heads, else multi_query's one
+  kDbrx,        // DBRX: attn_config.kv_n_heads (default 1)
 };
 
 // A GPT-style family: its class's own keys for the usual num_hidden_layers,
@@ -58,6 +60,17 @@ inline constexpr GptFamily kGptFamilies[] = {
      GptKv::kPerHead},
     {"falcon", "num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings",
      GptKv::kFalcon},
+    {"gpt-sw3", "n_layer", "n_head", "n_embd", "n_positions", GptKv::kPerHead},
+    {"openai-gpt", "n_layer", "n_head", "n_embd", "n_positions", GptKv::kPerHead},
+    {"xglm", "num_layers", "attention_heads", "d_model", "max_position_embeddings",
+     GptKv::kPerHead},
+    {"persimmon", "num_hidden_layers", "num_attention_heads", "hidden_size",
+     "max_position_embeddings", GptKv::kPerHead},
+    {"biogpt", "num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings",
+     GptKv::kPerHead},
+    {"gpt_neox_japanese", "num_hidden_layers", "num_attention_heads", "hidden_size",
+     "max_position_embeddings", GptKv::kPerHead},
+    {"dbrx", "n_layers", "n_heads", "d_model", "max_seq_len", GptKv::kDbrx},
 };
 
 inline const GptFamily& FindGptFamily(const Scope& scope) {
@@ -73,11 +86,32 @@ inline const char* SizeKey(const Scope& scope, const char* usual, const char* ow
   return scope.Find(usual) != nullptr ? usual : own;
 }
 
+// Returns DBRX's K/V heads: attn_config.kv_n_heads (default 1; attn_config absent or null is
+// its class's defaults), dividing the `num_heads` query heads.
+inline uint64_t ReadDbrxKvHeads(const Scope& scope, uint64_t num_heads) {
+  const Json* config = scope.Find("attn_config");
+  const Json empty = Json::object();
+  if (config != nullptr && !config->is_null() && !config->is_object()) {
+    scope.Fail("attn_config", Mistyped(*config, "an object"));
+    return 1;
+  }
+  const Scope attention =
+      scope.Nested(config == nullptr || config->is_null() ? empty : *config, "attn_config");
+  const uint64_t kv_heads = attention.OrDefault("kv_n_heads", 1, 1, num_heads);
+  if (!scope.Failed() && num_heads % kv_heads != 0) {
+    attention.Fail("kv_n_heads", std::to_string(kv_heads) + " does not divide n_heads " +
+                                     std::to_string(num_heads) +
+                                     " (each KV head serves a whole group)");
+  }
+  return kv_heads;
+}
+
 // Returns the K/V heads of a family whose attention keeps `kv` heads per `num_heads` query
 // heads by GptKv; 1 after a failure.
 inline uint64_t ReadGptKvHeads(const Scope& scope, GptKv kv, uint64_t num_heads) {
   if (kv == GptKv::kPerHead) return num_heads;
   if (kv == GptKv::kMultiQuery) return scope.Bool("multi_query", true) ? 1 : num_heads;
+  if (kv == GptKv::kDbrx) return ReadDbrxKvHeads(scope, num_heads);
   if (scope.Bool("alibi", false)) {
     scope.Fail("alibi", "is true: " + scope.ClassName() +
                             "'s attention adds ALiBi position biases (Falcon-RW), which kvring's "

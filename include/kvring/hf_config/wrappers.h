@@ -69,6 +69,7 @@ inline constexpr Wrapper kWrappers[] = {
      "thinker_config"},
     {"qwen3_omni_moe_thinker", "qwen3_omni_moe_text"},
     {"gemma4_unified", "gemma4_unified_text"},
+    {"aria", "aria_text"},
     // Ovis 2 builds a Qwen2Config from any text_config, whatever model_type it names.
     {"ovis2", "qwen2"},
     // Wrappers whose text_config.model_type names any family kvring reads (when absent, the
@@ -105,6 +106,8 @@ inline constexpr Wrapper kWrappers[] = {
     {"pp_chart2table", "qwen2", false, true},
     {"lighton_ocr", "qwen3", false, true},
     {"qianfan_ocr", "qwen3", false, true},
+    // Fuyu: without text_config, its own top-level keys make a Persimmon model.
+    {"fuyu", "persimmon", true, true},
     // Speech and audio language models. Voxtral and GLM-ASR fill a text_config's missing keys
     // with defaults of their own, whatever family it names.
     {"voxtral", "llama", false, true, false, "VoxtralConfig", kVoxtralText},
