@@ -215,8 +215,9 @@ const char* const kFamilies[] = {
     "gpt_oss", "cohere2", "olmo3", "smollm3", "exaone4", "cwm", "mixtral", "phi3", "starcoder2",
     "qwen2_moe", "qwen3_moe", "cohere2_moe", "dots1", "vaultgemma", "afmoe", "ministral", "mellum",
     "laguna", "qwen3", "phimoe", "ministral3", "exaone_moe", "seed_oss", "ernie4_5",
-    // GPT-style families (GPT-Neo's local layers slide).
-    "gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt",
+    // GPT-style families (GPT-Neo's local layers slide), Chameleon and Aria.
+    "gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt", "dbrx",
+    "chameleon", "aria_text",
     // Hybrids: their recurrent layers attend nothing, their attention layers as the others.
     "qwen3_next", "olmo_hybrid", "lfm2", "granitemoehybrid", "falcon_h1", "jamba", "bamba",
     "minimax", "lfm2_moe", "nemotron_h", "zamba", "zamba2", "recurrent_gemma"};

@@ -160,6 +160,15 @@ FAMILIES = {
     "gptj": dict(num_hidden_layers=2, rotary_dim=8),
     "gpt_neox": dict(num_hidden_layers=2, rotary_pct=0.5),
     "opt": dict(num_hidden_layers=2, ffn_dim=64, word_embed_proj_dim=64),
+    "persimmon": dict(num_hidden_layers=2),
+    "biogpt": dict(num_hidden_layers=2),
+    "dbrx": dict(num_hidden_layers=2,
+                 attn_config={"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
+                 ffn_config={"hidden_size": 64, "ffn_hidden_size": 64, "moe_num_experts": 2,
+                             "moe_top_k": 1}),
+    "chameleon": dict(num_hidden_layers=2, vocabulary_map={"<image>": 3}),
+    "aria_text": dict(num_hidden_layers=2, moe_num_experts=2, moe_topk=1,
+                      moe_intermediate_size=32),
     # MLA, with YaRN's attention scale (mscale_all_dim) as DeepSeek V3 publishes it; dense MLPs.
     "deepseek_v3": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
                         q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16,
@@ -211,7 +220,8 @@ def config_of(model_type):
     return config
 
 
-GPT_STYLE = ("gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt")
+GPT_STYLE = ("gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt",
+             "dbrx")
 
 
 class Capture:
