@@ -210,6 +210,14 @@ TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNon
   ExpectLayers("fuyu_tiny.json", "persimmon", 16384, "GG", 0, 4, 64);
   // Aria: always its own text class; KV heads 2 of 4, head_dim absent: 256 / 4.
   ExpectLayers("aria_tiny.json", "aria_text", 65536, "GG", 0, 2, 64);
+  // Text classes of their own, every layer full. GLM-OCR: head_dim absent, 512 / 8;
+  // PaddleOCR-VL: KV heads null, MHA, head_dim 128 by default; ERNIE 4.5 VL: 512 / 4;
+  // DeepSeek-OCR 2: KV heads absent, MHA; Emu3: 9216 positions by default.
+  ExpectLayers("glm_ocr_tiny.json", "glm_ocr_text", 131072, "GG", 0, 2, 64);
+  ExpectLayers("paddleocr_vl_tiny.json", "paddleocr_vl_text", 131072, "GG", 0, 4, 128);
+  ExpectLayers("ernie4_5_vl_moe_tiny.json", "ernie4_5_vl_moe_text", 32768, "GG", 0, 2, 128);
+  ExpectLayers("deepseek_ocr2_tiny.json", "deepseek_ocr2_text", 8192, "GG", 0, 4, 64);
+  ExpectLayers("emu3_tiny.json", "emu3_text_model", 9216, "GG", 0, 2, 64);
 }
 
 TEST(HfConfigWrappers, EachReadsTheFamilyTextConfigNames) {
@@ -289,6 +297,12 @@ TEST(HfConfigWrappers, KnownModelTypesListsEveryWrapperOfAFamilyKvringReads) {
 }
 
 TEST(HfConfigWrappers, BadWrapperFilesAreRefusedNamingTheKey) {
+  ExpectToolRefuses("bad/emu3_null_kv_heads.json",
+                    "text_config.num_key_value_heads: is null; Emu3TextConfig's default 8 is one "
+                    "checkpoint's count");
+  ExpectToolRefuses("bad/deepseek_ocr2_head_dim.json",
+                    "text_config.head_dim: 128 contradicts hidden_size / num_attention_heads = 64, "
+                    "which DeepseekOcr2TextConfig always uses");
   ExpectToolRefuses("bad/minicpmv4_6_untyped_text.json",
                     "text_config.model_type: is missing; minicpmv4_6 has no default language "
                     "model family: the file must name it");

@@ -89,8 +89,11 @@ def build_layers(config_dict):
         else:
             try:
                 model = AutoModel.from_config(text)
-            except ValueError:  # a text config with no model class of its own
-                model = AutoModel.from_config(config)
+            except ValueError:  # a text config with no AutoModel: its module's text model
+                module = importlib.import_module(type(text).__module__.replace("configuration_",
+                                                                                 "modeling_"))
+                named = getattr(module, type(text).__name__.replace("Config", "Model"), None)
+                model = named(text) if named is not None else AutoModel.from_config(config)
     layers = decoder_layers(model)
     expected = getattr(text, "num_blocks", None) or text.num_hidden_layers  # xLSTM: num_blocks
     if len(layers) != expected:

@@ -350,6 +350,17 @@ inline constexpr Family kFamilies[] = {
                   HeadDimRule::kAlwaysHidden, 0),
     AllFullFamily("aria_text", "AriaTextConfig", 2048, KvHeadsRule::kNoneMeansMha, 0,
                   HeadDimRule::kHiddenOverHeads, 0),
+    // The text models of OCR and vision-language wrappers with text classes of their own.
+    AllFullFamily("glm_ocr_text", "GlmOcrTextConfig", 131072, KvHeadsRule::kNumberNullIsMha, 8,
+                  HeadDimRule::kAbsentIsHidden, 0),
+    AllFullFamily("paddleocr_vl_text", "PaddleOCRTextConfig", 131072, KvHeadsRule::kNumberNullIsMha,
+                  2, HeadDimRule::kDefaultNullIsHidden, 128),
+    AllFullFamily("ernie4_5_vl_moe_text", "Ernie4_5_VLMoeTextConfig", 131072,
+                  KvHeadsRule::kNumberNoNullRule, 4, HeadDimRule::kAbsentIsHidden, 0),
+    AllFullFamily("deepseek_ocr2_text", "DeepseekOcr2TextConfig", 2048, KvHeadsRule::kNoneMeansMha,
+                  0, HeadDimRule::kAlwaysHidden, 0),
+    AllFullFamily("emu3_text_model", "Emu3TextConfig", 9216, KvHeadsRule::kNumberNoNullRule, 8,
+                  HeadDimRule::kAbsentIsHidden, 0),
 };
 
 // Families transformers reads whose attention kvring does not plan yet: refused with the

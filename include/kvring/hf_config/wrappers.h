@@ -70,6 +70,12 @@ inline constexpr Wrapper kWrappers[] = {
     {"qwen3_omni_moe_thinker", "qwen3_omni_moe_text"},
     {"gemma4_unified", "gemma4_unified_text"},
     {"aria", "aria_text"},
+    // Classes that build their own text class from any text_config.
+    {"glm_ocr", "glm_ocr_text"},
+    {"paddleocr_vl", "paddleocr_vl_text"},
+    {"ernie4_5_vl_moe", "ernie4_5_vl_moe_text"},
+    {"deepseek_ocr2", "deepseek_ocr2_text"},
+    {"emu3", "emu3_text_model"},
     // Ovis 2 builds a Qwen2Config from any text_config, whatever model_type it names.
     {"ovis2", "qwen2"},
     // Wrappers whose text_config.model_type names any family kvring reads (when absent, the
