@@ -125,6 +125,11 @@ TEST(HfConfigFamilies, MistralLikeFamiliesSlideEveryLayerOrNone) {
   const HfModel phimoe = Read("phimoe_tiny.json");
   EXPECT_EQ(phimoe.max_context, 131072u);
   ExpectRows(Plan(phimoe.layers, 1024, 4), {{'G', 0, 0, 1024}, {'G', 0, 1, 1024}}, 4, 16);
+  // Phi-4-multimodal: Phi-3's rule; its window (262144) wider than a context of 1024, so each
+  // ring holds the context.
+  const HfModel phi4mm = Read("phi4_multimodal_tiny.json");
+  EXPECT_EQ(phi4mm.max_context, 131072u);
+  ExpectRows(Plan(phi4mm.layers, 1024, 4), {{'S', 262144, 0, 1024}, {'S', 262144, 1, 1024}}, 2, 64);
 }
 
 TEST(HfConfigFamilies, Mistral3WrapsTheFamilyItsTextConfigNames) {
@@ -985,6 +990,9 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/mixtral_null_kv_heads.json",
        "num_key_value_heads: is null; MixtralConfig's default 8 is one checkpoint's count"},
       {"bad/phi3_null_head_dim.json", "head_dim: is null; the model would have no head dimension"},
+      {"bad/phi4_multimodal_no_kv_heads.json",
+       "num_key_value_heads: is missing; Phi4MultimodalConfig's default 8 is one checkpoint's "
+       "count"},
       {"bad/laguna_heads_per_layer.json",
        "num_attention_heads_per_layer[1]: 6 is not a multiple of num_key_value_heads 4"},
       {"bad/laguna_heads_list_length.json",

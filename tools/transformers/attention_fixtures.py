@@ -92,6 +92,7 @@ FAMILIES = {
                   max_window_layers=1),
     "phimoe": dict(num_hidden_layers=2, sliding_window=8, num_local_experts=2,
                    num_experts_per_tok=1),
+    "phi4_multimodal": dict(num_hidden_layers=2, sliding_window=9),
     "ministral3": dict(num_hidden_layers=2, sliding_window=6),
     "exaone_moe": dict(num_hidden_layers=5, sliding_window=7, sliding_window_pattern=3,
                        first_k_dense_replace=1, moe_intermediate_size=32, num_experts=2,

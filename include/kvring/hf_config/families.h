@@ -40,6 +40,10 @@ inline constexpr Family kFamilies[] = {
     {"phimoe", "PhimoeConfig", 131072, KvHeadsRule::kNumberNoNullRule, 8,
      HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllSliding, kNullWindow, 0, false, false, false,
      false, "every layer slides when sliding_window is set"},
+    // Phi-4-multimodal's language model: its text keys at the top level, as Phi-3's.
+    {"phi4_multimodal", "Phi4MultimodalConfig", 131072, KvHeadsRule::kNumberNullIsMha, 8,
+     HeadDimRule::kAbsentIsHidden, 0, PatternRule::kAllSliding, kNullWindow, 0, false, false, false,
+     false, "every layer slides when sliding_window is set"},
     {"starcoder2", "Starcoder2Config", 4096, KvHeadsRule::kNumberNoNullRule, 2,
      HeadDimRule::kHiddenOverHeads, 0, PatternRule::kAllSliding, kNullWindow, 0, false, false,
      false, false, "every layer slides when sliding_window is set"},
