@@ -79,6 +79,9 @@ TEST(HfConfigFullFamilies, EachFillsWhatTheFileLeavesOutAsItsClassDoes) {
   ExpectLayers("phi_tiny.json", "phi", 2048, "GG", 0, 32, 80);
   // Chameleon: KV heads given (its class default 32 is a count); head_dim always 256 / 4.
   ExpectLayers("chameleon_tiny.json", "chameleon", 4096, "GG", 0, 2, 64);
+  // JetMoE: 4 K/V heads of kv_channels 32; queries from 2 attention experts: 8 query heads.
+  ExpectLayers("jetmoe_tiny.json", "jetmoe", 4096, "GG", 0, 4, 32);
+  EXPECT_EQ(Read("jetmoe_tiny.json").num_attention_heads, 8u);
 }
 
 TEST(HfConfigFullFamilies, BadFilesAreRefusedNamingTheKey) {
@@ -94,6 +97,11 @@ TEST(HfConfigFullFamilies, BadFilesAreRefusedNamingTheKey) {
   ExpectToolRefuses("bad/nemotron_no_kv_heads.json",
                     "num_key_value_heads: is missing; NemotronConfig's default None leaves its "
                     "attention without a KV head count");
+  ExpectToolRefuses("bad/jetmoe_heads.json",
+                    "num_attention_heads: 4 is not num_key_value_heads x num_experts_per_tok = 8, "
+                    "which JetMoeConfig's attention uses");
+  ExpectToolRefuses("bad/jetmoe_top_k.json",
+                    "num_experts_per_tok: 3 is more than num_local_experts 2");
   ExpectToolRefuses("bad/chameleon_null_kv_heads.json",
                     "num_key_value_heads: is null; ChameleonConfig's default 32 is one "
                     "checkpoint's count");

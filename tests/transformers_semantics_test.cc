@@ -78,6 +78,9 @@ std::vector<float> DecodeFloats(const std::string& text) {
 
 struct CapturedLayer {
   bool state = false;  // a hybrid's recurrent layer: transformers made no attention call
+  // JetMoE: query head h reads K/V head h % num_kv_heads (its K/V repeated whole), where
+  // kvring's groups give query head h K/V head h / (num_q_heads / num_kv_heads).
+  bool tiled_kv = false;
   std::vector<float> q, k, v, out;
   uint32_t num_q_heads = 0, num_kv_heads = 0, head_dim = 0, v_head_dim = 0;
   AttentionOptions options;
@@ -108,9 +111,29 @@ std::vector<CapturedLayer> Captured(const Json& fixture) {
     layer.options.scale = entry["scale"].get<float>();
     layer.options.soft_cap = entry["soft_cap"].get<float>();
     layer.sinks = entry["sinks"].get<std::vector<float>>();
+    layer.tiled_kv = entry.value("tiled_kv", false);
     layers.push_back(std::move(layer));
   }
   return layers;
+}
+
+// Returns `rows` ([T][heads][dim]) with its heads reordered from JetMoE's order (head
+// e * num_kv_heads + k: expert e's query for K/V head k) into kvring's (k * group + e) when
+// `to_kvring`, or back when not.
+std::vector<float> RegroupHeads(const std::vector<float>& rows, uint32_t heads, uint32_t kv_heads,
+                                uint32_t dim, bool to_kvring) {
+  std::vector<float> out(rows.size());
+  const uint32_t group = heads / kv_heads;
+  for (size_t t = 0; t < rows.size() / (size_t{heads} * dim); ++t) {
+    for (uint32_t e = 0; e < group; ++e) {
+      for (uint32_t k = 0; k < kv_heads; ++k) {
+        const size_t jetmoe = (t * heads + e * kv_heads + k) * dim;
+        const size_t grouped = (t * heads + k * group + e) * dim;
+        std::copy_n(&rows[to_kvring ? jetmoe : grouped], dim, &out[to_kvring ? grouped : jetmoe]);
+      }
+    }
+  }
+  return out;
 }
 
 // Builds `builder`'s plan into *plan for `positions` positions appended kStep at a time in
@@ -153,6 +176,10 @@ std::vector<double> LayerErrors(const Json& fixture, const Edit& edit) {
   std::vector<CapturedLayer> layers = Captured(fixture);
   EXPECT_EQ(layers.size(), plan.NumLayers());
   if (layers.size() != plan.NumLayers()) return {};
+  for (CapturedLayer& layer : layers) {
+    if (!layer.tiled_kv) continue;
+    layer.q = RegroupHeads(layer.q, layer.num_q_heads, layer.num_kv_heads, layer.head_dim, true);
+  }
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerInfo& info = plan.Layer(i);
     // kvring's recurrent layers are the ones where transformers attends nothing.
@@ -199,6 +226,10 @@ std::vector<double> LayerErrors(const Json& fixture, const Edit& edit) {
   }
   std::vector<double> errors;
   for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].tiled_kv) {
+      outputs[i] = RegroupHeads(outputs[i], layers[i].num_q_heads, layers[i].num_kv_heads,
+                                layers[i].v_head_dim, false);
+    }
     double diff = 0, norm = 0;
     for (size_t j = 0; j < layers[i].out.size(); ++j) {
       const double d = double{outputs[i][j]} - layers[i].out[j];
@@ -218,7 +249,7 @@ const char* const kFamilies[] = {
     "ernie4_5",
     // GPT-style families (GPT-Neo's local layers slide), Chameleon and Aria.
     "gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt", "dbrx",
-    "chameleon", "aria_text",
+    "jetmoe", "chameleon", "aria_text",
     // Hybrids: their recurrent layers attend nothing, their attention layers as the others.
     "qwen3_next", "olmo_hybrid", "lfm2", "granitemoehybrid", "falcon_h1", "jamba", "bamba",
     "minimax", "lfm2_moe", "nemotron_h", "zamba", "zamba2", "recurrent_gemma"};

@@ -327,6 +327,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kGpt:
       ReadGpt(scope, out);
       break;
+    case Reader::kJetMoe:
+      ReadJetMoe(scope, out);
+      break;
   }
   out->tensor_parallel = options.tensor_parallel;
 }

@@ -161,6 +161,9 @@ FAMILIES = {
     "gptj": dict(num_hidden_layers=2, rotary_dim=8),
     "gpt_neox": dict(num_hidden_layers=2, rotary_pct=0.5),
     "opt": dict(num_hidden_layers=2, ffn_dim=64, word_embed_proj_dim=64),
+    # JetMoE: 2 K/V heads of kv_channels 16, queries from 2 of 4 attention experts: 4 heads.
+    "jetmoe": dict(num_hidden_layers=2, num_key_value_heads=2, kv_channels=16,
+                   num_local_experts=4, num_experts_per_tok=2),
     "persimmon": dict(num_hidden_layers=2),
     "biogpt": dict(num_hidden_layers=2),
     "dbrx": dict(num_hidden_layers=2,
@@ -218,6 +221,9 @@ def config_of(model_type):
         config.pop("head_dim")  # their classes derive it: 64 / 4 (Zamba's: 2 x 64 / 4)
     if model_type in GPT_STYLE:
         config.pop("num_key_value_heads")  # their attention's rule decides
+    if model_type == "jetmoe":  # its class computes the query heads; head_dim is kv_channels
+        config.pop("num_attention_heads")
+        config.pop("head_dim")
     return config
 
 
@@ -314,15 +320,20 @@ class Capture:
                 scaling = module.head_dim ** -0.5
             softcap = kwargs.get("softcap", getattr(module, "attn_logit_softcapping", None))
             sinks = getattr(module, "sinks", None)
+            # JetMoE repeats its K/V heads whole (query head h reads K/V head h % kv_heads),
+            # not each head for a group of query heads: keep the heads it caches, and say so.
+            tiled = hasattr(module, "kv_proj") and hasattr(module, "top_k")
+            kv_heads = module.num_key_value_heads if tiled else key.shape[1]
             layer = self.layer if self.layer is not None else module.layer_idx
             self.calls[layer] = {
                 "q": query[0].transpose(0, 1),  # [T][q heads][D]
-                "k": key[0].transpose(0, 1),    # [T][kv heads][D]
-                "v": value[0].transpose(0, 1),
+                "k": key[0, :kv_heads].transpose(0, 1),  # [T][kv heads][D]
+                "v": value[0, :kv_heads].transpose(0, 1),
                 "out": output[0],               # [T][q heads][Dv]
                 "scale": float(scaling),
                 "soft_cap": float(softcap or 0.0),
                 "sinks": sinks.tolist() if sinks is not None else [],
+                "tiled_kv": tiled,
             }
             return output, weights
         return capture
@@ -448,7 +459,7 @@ def run(model_type):
             continue
         call = capture.calls[index]
         entry = {"layer": index, "scale": call["scale"], "soft_cap": call["soft_cap"],
-                 "sinks": call["sinks"],
+                 "sinks": call["sinks"], **({"tiled_kv": True} if call.get("tiled_kv") else {}),
                  **{name: encode(call[name]) for name in ("q", "k", "v", "out")},
                  "shapes": {name: list(call[name].shape) for name in ("q", "k", "v", "out")}}
         if index in latents:  # MLA: the stored latent and the up-projection to absorb

@@ -275,6 +275,10 @@ def layer_facts(text, layer_types, i, attention, earlier):
         kv_heads = (out // head_dim - text.num_attention_heads) // 2
         fact.update(latent_dim=0, num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim)
         return fact
+    if hasattr(attention, "kv_proj"):  # JetMoE: k and v in one matrix
+        kv_heads = attention.kv_proj.out_features // (2 * head_dim)
+        fact.update(latent_dim=0, num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim)
+        return fact
     k_out = attention.k_proj.out_features
     v_proj = getattr(attention, "v_proj", None)
     kv_heads = k_out // head_dim

@@ -350,6 +350,10 @@ inline constexpr Family kFamilies[] = {
     GptStyleFamily("gpt_neox_japanese", "GPTNeoXJapaneseConfig", 2048,
                    "every layer full_attention"),
     GptStyleFamily("dbrx", "DbrxConfig", 2048, "every layer full_attention"),
+    // JetMoE's mixture of attention heads (kvring/hf_config/reader.h: ReadJetMoe).
+    {"jetmoe", "JetMoeConfig", 4096, KvHeadsRule::kNumberNoNullRule, 16,
+     HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every layer full_attention", "sliding_window_pattern", 15, Reader::kJetMoe},
     AllFullFamily("chameleon", "ChameleonConfig", 4096, KvHeadsRule::kNumberNoNullRule, 32,
                   HeadDimRule::kAlwaysHidden, 0),
     AllFullFamily("aria_text", "AriaTextConfig", 2048, KvHeadsRule::kNoneMeansMha, 0,

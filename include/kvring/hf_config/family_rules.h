@@ -101,6 +101,7 @@ enum class Reader {
   kMimoV2,
   kLightningRemote,
   kGpt,
+  kJetMoe,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).
