@@ -211,6 +211,36 @@ FAMILIES = {
                         n_routed_experts=2, num_experts=2, num_experts_per_tok=1,
                         moe_intermediate_size=32, index_topk=64, index_head_dim=16,
                         index_n_heads=2),
+    # Families whose every layer attends fully: what their classes give the heads, head size,
+    # scale and soft-cap (MoE families with two small experts; dense where a key allows).
+    **{family: dict(num_hidden_layers=2) for family in (
+        "llama", "gemma", "olmo", "olmo2", "granite", "cohere", "glm", "glm4", "stablelm",
+        "helium", "apertus", "arcee", "hunyuan_v1_dense", "jais2", "nanochat", "bitnet", "phi",
+        "hyperclovax", "gpt-sw3", "gpt_neox_japanese", "emu3_text_model", "qwen3_vl_text")},
+    **{family: dict(num_hidden_layers=2, num_experts=2, num_experts_per_tok=1,
+                    moe_intermediate_size=32) for family in (
+        "olmoe", "flex_olmo", "granitemoe", "granitemoeshared", "ernie4_5_moe",
+        "hunyuan_v1_moe", "minimax_m2", "solar_open", "hy_v3", "glm4_moe", "qwen3_vl_moe_text")},
+    "codegen": dict(num_hidden_layers=2, rotary_dim=8),
+    "deepseek_ocr2_text": dict(num_hidden_layers=2, mlp_layer_types=["dense", "dense"]),
+    # Multimodal RoPE (its sections summing to half the rotated dims).
+    **{family: dict(num_hidden_layers=2, rope_parameters={
+        "rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
+       for family in ("glm4v_text", "glm_ocr_text", "paddleocr_vl_text", "qwen2_vl_text",
+                      "qwen2_5_vl_text")},
+    "glm4v_moe_text": dict(num_hidden_layers=2, n_routed_experts=2, num_experts_per_tok=1,
+                           moe_intermediate_size=32, rope_parameters={
+                               "rope_type": "default", "rope_theta": 10000.0,
+                               "mrope_section": [1, 1, 2]}),
+    # Qwen 3.5: Gated DeltaNet layers and full layers, 3 : 1.
+    "qwen3_5_text": dict(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4,
+                         linear_key_head_dim=16, linear_value_head_dim=16,
+                         linear_conv_kernel_dim=4),
+    "qwen3_5_moe_text": dict(num_hidden_layers=4, linear_num_key_heads=2,
+                             linear_num_value_heads=4, linear_key_head_dim=16,
+                             linear_value_head_dim=16, linear_conv_kernel_dim=4, num_experts=2,
+                             num_experts_per_tok=1, moe_intermediate_size=32,
+                             shared_expert_intermediate_size=32),
 }
 
 
@@ -228,7 +258,7 @@ def config_of(model_type):
 
 
 GPT_STYLE = ("gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt",
-             "dbrx")
+             "dbrx", "codegen", "gpt-sw3", "gpt_neox_japanese")
 
 
 class Capture:
@@ -275,13 +305,14 @@ class Capture:
     def wrap_attn_method(self, attn):
         """As wrap, for a family whose attention module computes in a method of its own,
         _attn(query, key, value, attention_mask) (GPT-Neo: unscaled scores; GPT-J: divided
-        by scale_attn)."""
+        by scale_attn; GPT-NeoX Japanese: by norm_factor)."""
         def capture(module, query, key, value, attention_mask=None, *args, **kwargs):
             key = key.to(torch.bfloat16).to(key.dtype)
             value = value.to(torch.bfloat16).to(value.dtype)
             output, weights = attn(module, query, key, value, attention_mask, *args, **kwargs)
             layer = getattr(module, "layer_idx", getattr(module, "layer_id", None))
-            scale_attn = getattr(module, "scale_attn", None)
+            # GPT-J divides by scale_attn, GPT-NeoX Japanese by norm_factor; GPT-Neo by nothing.
+            scale_attn = getattr(module, "scale_attn", getattr(module, "norm_factor", None))
             self.calls[layer] = {
                 "q": query[0].transpose(0, 1), "k": key[0].transpose(0, 1),
                 "v": value[0].transpose(0, 1), "out": output[0].transpose(0, 1),
@@ -411,7 +442,12 @@ def run(model_type):
     config._attn_implementation = "eager"
     generator = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)
-    model = AutoModel.from_config(config, attn_implementation="eager").eval()
+    try:
+        model = AutoModel.from_config(config, attn_implementation="eager").eval()
+    except ValueError:  # a text config no AutoModel builds: its module's text model
+        module = importlib.import_module(type(config).__module__.replace("configuration_",
+                                                                           "modeling_"))
+        model = getattr(module, type(config).__name__.replace("Config", "Model"))(config).eval()
     randomize(model, generator, model_type)
     modeling = importlib.import_module(type(model).__module__)
     capture = Capture()
