@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,22 @@ TEST(HfConfigGptFamilies, EachReadsItsOwnKeysAndItsAttentionsKvRule) {
   ExpectLayers("gpt_neox_japanese_tiny.json", "gpt_neox_japanese", 2048, "GG", 0, 4, 64);
   // DBRX: n_layers, n_heads, d_model, max_seq_len; attn_config.kv_n_heads 2 of 8 heads.
   ExpectLayers("dbrx_tiny.json", "dbrx", 32768, "GG", 0, 2, 64);
+}
+
+TEST(HfConfigGptFamilies, EveryGptStyleRowHasItsKeysAndEveryKeysEntryItsRow) {
+  using detail::hf::kFamilies;
+  using detail::hf::kGptFamilies;
+  size_t rows = 0;
+  for (const auto& family : kFamilies) {
+    if (family.reader != detail::hf::Reader::kGpt) continue;
+    ++rows;
+    const auto named = [&](const auto& keys) {
+      return std::string(keys.model_type) == family.model_type;
+    };
+    EXPECT_EQ(std::count_if(std::begin(kGptFamilies), std::end(kGptFamilies), named), 1)
+        << family.model_type;
+  }
+  EXPECT_EQ(rows, std::size(kGptFamilies));
 }
 
 TEST(HfConfigGptFamilies, TheUsualNamesWinOverTheClasssOwnAsTransformersSetsThem) {
