@@ -1,7 +1,8 @@
 // Tests of kvring/hf_config.h on the families and wrappers that are rows of data only: the
 // families whose every layer attends fully, read by the Llama keys under their own class
 // defaults (kvring/hf_config/families.h), the GPT-style families, read by their own keys and
-// K/V rules (kvring/hf_config/gpt.h), and the multimodal and speech wrappers
+// K/V rules (kvring/hf_config/gpt.h), JetMoE and ModernBERT's decoder (kvring/hf_config/
+// bespoke.h), and the multimodal and speech wrappers
 // (kvring/hf_config/wrappers.h), each of which reads its language model from text_config as
 // the family text_config.model_type names or, when absent, the wrapper class's default
 // family. Every expected layer is worked out here by hand from the file and the family's rules
@@ -200,6 +201,19 @@ TEST(HfConfigGptFamilies, BadFilesAreRefusedNamingTheKey) {
                     "model_type: 'bloom' (transformers' BloomConfig): its attention adds ALiBi");
   ExpectToolRefuses("bad/mpt_unplanned.json",
                     "model_type: 'mpt' (transformers' MptConfig): its attention adds ALiBi");
+}
+
+TEST(HfConfigModernBertDecoder, SlidesOverHalfItsLocalAttentionOrTheFilesWindow) {
+  // global_attn_every_n_layers 3: layers 0, 3 and 6 full; local_attention 128: a window of 64.
+  ExpectLayers("modernbert_decoder_tiny.json", "modernbert-decoder", 8000, "GSSGSSG", 64, 4, 64);
+  EXPECT_TRUE(HasDefault(Read("modernbert_decoder_tiny.json"), "sliding_window",
+                         "local_attention / 2 (64)"));
+  // layer_types and sliding_window 100 (set after the class derives 64 from local_attention).
+  ExpectLayers("modernbert_decoder_window.json", "modernbert-decoder", 8192, "SGSG", 100, 4, 64);
+  ExpectToolRefuses("bad/modernbert_decoder_no_local.json",
+                    "local_attention: null leaves the sliding layers without a window");
+  ExpectToolRefuses("bad/modernbert_decoder_zero_period.json",
+                    "global_attn_every_n_layers: 0 is invalid: it must be at least 1");
 }
 
 TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNone) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kvring/base.h"
+#include "kvring/hf_config/bespoke.h"
 #include "kvring/hf_config/families.h"
 #include "kvring/hf_config/gemma4.h"
 #include "kvring/hf_config/gpt.h"
@@ -329,6 +330,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
       break;
     case Reader::kJetMoe:
       ReadJetMoe(scope, out);
+      break;
+    case Reader::kModernBertDecoder:
+      ReadModernBertDecoder(scope, out);
       break;
   }
   out->tensor_parallel = options.tensor_parallel;

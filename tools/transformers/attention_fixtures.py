@@ -164,6 +164,10 @@ FAMILIES = {
     # JetMoE: 2 K/V heads of kv_channels 16, queries from 2 of 4 attention experts: 4 heads.
     "jetmoe": dict(num_hidden_layers=2, num_key_value_heads=2, kv_channels=16,
                    num_local_experts=4, num_experts_per_tok=2),
+    # ModernBERT's decoder: full iff i % global_attn_every_n_layers == 0, the others sliding
+    # over local_attention / 2 positions.
+    "modernbert-decoder": dict(num_hidden_layers=4, local_attention=14,
+                               global_attn_every_n_layers=2, cls_token_id=1, sep_token_id=2),
     "persimmon": dict(num_hidden_layers=2),
     "biogpt": dict(num_hidden_layers=2),
     "dbrx": dict(num_hidden_layers=2,
@@ -258,7 +262,7 @@ def config_of(model_type):
 
 
 GPT_STYLE = ("gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt",
-             "dbrx", "codegen", "gpt-sw3", "gpt_neox_japanese")
+             "dbrx", "codegen", "gpt-sw3", "gpt_neox_japanese", "modernbert-decoder")
 
 
 class Capture:

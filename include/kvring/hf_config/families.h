@@ -350,7 +350,12 @@ inline constexpr Family kFamilies[] = {
     GptStyleFamily("gpt_neox_japanese", "GPTNeoXJapaneseConfig", 2048,
                    "every layer full_attention"),
     GptStyleFamily("dbrx", "DbrxConfig", 2048, "every layer full_attention"),
-    // JetMoE's mixture of attention heads (kvring/hf_config/reader.h: ReadJetMoe).
+    // ModernBERT's decoder: global and local layers (kvring/hf_config/bespoke.h).
+    {"modernbert-decoder", "ModernBertDecoderConfig", 8192, KvHeadsRule::kUnused, 0,
+     HeadDimRule::kUnused, 0, PatternRule::kAllFull, 64, 0, true, false, false, false,
+     "full iff i % global_attn_every_n_layers (default 3) == 0", "sliding_window_pattern", 15,
+     Reader::kModernBertDecoder},
+    // JetMoE's mixture of attention heads (kvring/hf_config/bespoke.h).
     {"jetmoe", "JetMoeConfig", 4096, KvHeadsRule::kNumberNoNullRule, 16,
      HeadDimRule::kDefaultNoNull, 128, PatternRule::kAllFull, 0, 0, false, false, false, false,
      "every layer full_attention", "sliding_window_pattern", 15, Reader::kJetMoe},

@@ -102,6 +102,7 @@ enum class Reader {
   kLightningRemote,
   kGpt,
   kJetMoe,
+  kModernBertDecoder,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).

@@ -143,17 +143,6 @@ inline uint64_t ReadGptKvHeads(const Scope& scope, GptKv kv, uint64_t num_heads)
   return kv_heads;
 }
 
-// Refuses a file's `key` (num_key_value_heads, head_dim) that the class never reads when it is
-// not `kept`, what the attention keeps instead (`kept_text` saying so).
-inline void CheckUnread(const Scope& scope, const char* key, uint64_t kept,
-                        const std::string& kept_text) {
-  if (!scope.IsSet(key) || scope.Failed()) return;
-  const Json& value = *scope.Find(key);
-  if (value.is_number_unsigned() && value.get<uint64_t>() == kept) return;
-  scope.Fail(key,
-             Show(value) + " is set, but " + scope.ClassName() + " does not read it: " + kept_text);
-}
-
 // Returns GPT-Neo's layer kinds from attention_types (default [[["global", "local"], 12]]):
 // each entry a list of "global" (full) or "local" (sliding) blocks and a repeat count, the
 // whole one kind per layer of the `num_layers`.

@@ -357,6 +357,17 @@ inline Kinds DeriveKinds(const Scope& scope, uint64_t num_layers,
   return kinds;
 }
 
+// Refuses a file's `key` (num_key_value_heads, head_dim) that the class never reads when it is
+// not `kept`, what the attention keeps instead (`kept_text` saying so).
+inline void CheckUnread(const Scope& scope, const char* key, uint64_t kept,
+                        const std::string& kept_text) {
+  if (!scope.IsSet(key) || scope.Failed()) return;
+  const Json& value = *scope.Find(key);
+  if (value.is_number_unsigned() && value.get<uint64_t>() == kept) return;
+  scope.Fail(key,
+             Show(value) + " is set, but " + scope.ClassName() + " does not read it: " + kept_text);
+}
+
 // Refuses attention keys this family never reads when their values would change the plan:
 // transformers ignores them, but a file that states them contradicts its own model_type.
 inline void CheckForeignKeys(const Scope& scope, const Kinds& kinds) {

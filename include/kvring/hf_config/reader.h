@@ -290,62 +290,6 @@ inline void ReadLaguna(const Scope& scope, HfModel* model) {
   model->num_attention_heads = static_cast<uint32_t>(common);
 }
 
-// Reads a JetMoE model of `scope` into *model: its mixture of attention heads keeps
-// num_key_value_heads K/V heads (its class default 16 is one checkpoint's count) of kv_channels
-// elements (default 128; head_dim, which its attribute_map aliases to it, wins when both are
-// given) on every layer, and attends num_key_value_heads x num_experts_per_tok query heads
-// (its class computes num_attention_heads so; a file's other count is refused).
-inline void ReadJetMoe(const Scope& scope, HfModel* model) {
-  NameFamily(scope, model);
-  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
-  model->max_context = scope.OrDefault("max_position_embeddings",
-                                       scope.family().max_position_embeddings, 1, UINT64_MAX);
-  if (!scope.IsSet("num_key_value_heads")) {
-    scope.Fail(
-        "num_key_value_heads",
-        std::string(scope.Find("num_key_value_heads") == nullptr ? "is missing" : "is null") +
-            "; " + scope.ClassName() +
-            "'s default 16 is one checkpoint's count, not a "
-            "rule (write the count)");
-    return;
-  }
-  const uint64_t kv_heads = scope.Required("num_key_value_heads", 1, kMaxDim);
-  const uint64_t experts = scope.OrDefault("num_local_experts", 8, 1, kMaxDim);
-  const uint64_t top_k = scope.OrDefault("num_experts_per_tok", 2, 1, kMaxDim);
-  const char* dim_key = scope.Find("head_dim") != nullptr ? "head_dim" : "kv_channels";
-  const uint64_t head_dim = scope.OrDefault(dim_key, 128, 1, kMaxDim);
-  if (scope.Failed()) return;
-  if (top_k > experts) {
-    scope.Fail("num_experts_per_tok", std::to_string(top_k) + " is more than num_local_experts " +
-                                          std::to_string(experts));
-    return;
-  }
-  const uint64_t num_heads = kv_heads * top_k;
-  if (num_heads > kMaxDim) {
-    scope.Fail("num_experts_per_tok", "makes num_key_value_heads x num_experts_per_tok too large");
-    return;
-  }
-  if (scope.IsSet("num_attention_heads") &&
-      scope.ToUInt("num_attention_heads", *scope.Find("num_attention_heads"), 1, kMaxDim) !=
-          num_heads &&
-      !scope.Failed()) {
-    scope.Fail("num_attention_heads", Show(*scope.Find("num_attention_heads")) +
-                                          " is not num_key_value_heads x "
-                                          "num_experts_per_tok = " +
-                                          std::to_string(num_heads) + ", which " +
-                                          scope.ClassName() + "'s attention uses");
-  }
-  if (scope.Failed()) return;
-  model->num_attention_heads = static_cast<uint32_t>(num_heads);
-  Kinds kinds;
-  kinds.source = scope.family().rule_text;
-  kinds.types.assign(num_layers, LayerType::kFull);
-  const LayerSpec spec =
-      LayerSpec::Global(static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim));
-  BuildLayers(kinds, Spans(), spec, spec, model);
-  CheckForeignKeys(scope, kinds);
-}
-
 }  // namespace hf
 }  // namespace detail
 }  // namespace kvring
