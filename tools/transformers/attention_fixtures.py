@@ -168,6 +168,8 @@ FAMILIES = {
     # over local_attention / 2 positions.
     "modernbert-decoder": dict(num_hidden_layers=4, local_attention=14,
                                global_attn_every_n_layers=2, cls_token_id=1, sep_token_id=2),
+    # Falcon: 40B's new_decoder_architecture (2 K/V heads of 4 query heads), and multi-query.
+    "falcon": dict(num_hidden_layers=2, new_decoder_architecture=True, num_kv_heads=2),
     "persimmon": dict(num_hidden_layers=2),
     "biogpt": dict(num_hidden_layers=2),
     "dbrx": dict(num_hidden_layers=2,
@@ -251,7 +253,7 @@ FAMILIES = {
 def config_of(model_type):
     config = dict(BASE, model_type=model_type)
     config.update(FAMILIES[model_type])
-    if model_type in ("cohere2", "zamba", "zamba2"):
+    if model_type in ("cohere2", "zamba", "zamba2", "falcon"):
         config.pop("head_dim")  # their classes derive it: 64 / 4 (Zamba's: 2 x 64 / 4)
     if model_type in GPT_STYLE:
         config.pop("num_key_value_heads")  # their attention's rule decides
@@ -261,8 +263,13 @@ def config_of(model_type):
     return config
 
 
+# Attention modules that call torch's SDPA under attn_implementation "sdpa" (their eager path
+# computes inline): Falcon's, built with "sdpa" for the capture.
+SDPA_MODULES = {"FalconAttention"}
+SDPA_FAMILIES = ("falcon",)
+
 GPT_STYLE = ("gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt",
-             "dbrx", "codegen", "gpt-sw3", "gpt_neox_japanese", "modernbert-decoder")
+             "dbrx", "codegen", "gpt-sw3", "gpt_neox_japanese", "modernbert-decoder", "falcon")
 
 
 class Capture:
@@ -285,7 +292,11 @@ class Capture:
             value = value.to(torch.bfloat16).to(value.dtype)
             output = sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                           scale=scale, **kwargs)
-            groups = module.num_key_value_groups  # K/V arrive repeated per query head
+            # K/V arrive repeated for each query head of a group (RecurrentGemma's repeat_kv,
+            # Falcon's broadcast; Falcon's multi-query K/V once): keep one head a group.
+            kv_heads = getattr(module, "num_kv_heads", None)
+            groups = (key.shape[1] // kv_heads if kv_heads is not None
+                      else module.num_key_value_groups)
             self.calls[module.layer_idx] = {
                 "q": query[0].transpose(0, 1), "k": key[0, ::groups].transpose(0, 1),
                 "v": value[0, ::groups].transpose(0, 1), "out": output[0].transpose(0, 1),
@@ -302,7 +313,8 @@ class Capture:
         def leave(module, args, output):
             self.sdpa_module = None
         modules = [module for module in model.modules()
-                   if type(module).__name__.endswith("SdpaAttention")]
+                   if type(module).__name__.endswith("SdpaAttention")
+                   or type(module).__name__ in SDPA_MODULES]
         return ([module.register_forward_pre_hook(enter) for module in modules] +
                 [module.register_forward_hook(leave) for module in modules])
 
@@ -443,11 +455,12 @@ def run(model_type):
     from transformers import CONFIG_MAPPING, AutoModel
     config_dict = config_of(model_type)
     config = CONFIG_MAPPING[model_type].from_dict(dict(config_dict))
-    config._attn_implementation = "eager"
+    implementation = "sdpa" if model_type in SDPA_FAMILIES else "eager"
+    config._attn_implementation = implementation
     generator = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)
     try:
-        model = AutoModel.from_config(config, attn_implementation="eager").eval()
+        model = AutoModel.from_config(config, attn_implementation=implementation).eval()
     except ValueError:  # a text config no AutoModel builds: its module's text model
         module = importlib.import_module(type(config).__module__.replace("configuration_",
                                                                            "modeling_"))
