@@ -84,6 +84,9 @@ TEST(HfConfigFullFamilies, EachFillsWhatTheFileLeavesOutAsItsClassDoes) {
   // JetMoE: 4 K/V heads of kv_channels 32; queries from 2 attention experts: 8 query heads.
   ExpectLayers("jetmoe_tiny.json", "jetmoe", 4096, "GG", 0, 4, 32);
   EXPECT_EQ(Read("jetmoe_tiny.json").num_attention_heads, 8u);
+  // head_dim, the alias of kv_channels, wins when both are given (transformers sets it last).
+  ExpectLayers("jetmoe_head_dim.json", "jetmoe", 4096, "GG", 0, 2, 64);
+  EXPECT_EQ(Read("jetmoe_head_dim.json").num_attention_heads, 8u);
 }
 
 TEST(HfConfigFullFamilies, BadFilesAreRefusedNamingTheKey) {

@@ -28,12 +28,11 @@ inline void ReadJetMoe(const Scope& scope, HfModel* model) {
   model->max_context = scope.OrDefault("max_position_embeddings",
                                        scope.family().max_position_embeddings, 1, UINT64_MAX);
   if (!scope.IsSet("num_key_value_heads")) {
-    scope.Fail(
-        "num_key_value_heads",
-        std::string(scope.Find("num_key_value_heads") == nullptr ? "is missing" : "is null") +
-            "; " + scope.ClassName() +
-            "'s default 16 is one checkpoint's count, not a "
-            "rule (write the count)");
+    const bool absent = scope.Find("num_key_value_heads") == nullptr;
+    scope.Fail("num_key_value_heads", std::string(absent ? "is missing" : "is null") + "; " +
+                                          scope.ClassName() +
+                                          "'s default 16 is one checkpoint's count, not a rule "
+                                          "(write the count)");
     return;
   }
   const uint64_t kv_heads = scope.Required("num_key_value_heads", 1, kMaxDim);
@@ -52,15 +51,14 @@ inline void ReadJetMoe(const Scope& scope, HfModel* model) {
     scope.Fail("num_experts_per_tok", "makes num_key_value_heads x num_experts_per_tok too large");
     return;
   }
-  if (scope.IsSet("num_attention_heads") &&
-      scope.ToUInt("num_attention_heads", *scope.Find("num_attention_heads"), 1, kMaxDim) !=
-          num_heads &&
-      !scope.Failed()) {
-    scope.Fail("num_attention_heads", Show(*scope.Find("num_attention_heads")) +
-                                          " is not num_key_value_heads x "
-                                          "num_experts_per_tok = " +
-                                          std::to_string(num_heads) + ", which " +
-                                          scope.ClassName() + "'s attention uses");
+  if (scope.IsSet("num_attention_heads")) {
+    const Json& stated = *scope.Find("num_attention_heads");
+    if (scope.ToUInt("num_attention_heads", stated, 1, kMaxDim) != num_heads && !scope.Failed()) {
+      scope.Fail("num_attention_heads", Show(stated) +
+                                            " is not num_key_value_heads x num_experts_per_tok = " +
+                                            std::to_string(num_heads) + ", which " +
+                                            scope.ClassName() + "'s attention uses");
+    }
   }
   if (scope.Failed()) return;
   model->num_attention_heads = static_cast<uint32_t>(num_heads);
