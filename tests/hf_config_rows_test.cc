@@ -297,6 +297,17 @@ TEST(HfConfigWrappers, VoxtralAndGlmAsrFillTheirTextConfigsMissingKeysFirst) {
                     "checkpoint's count, not a rule (write the count)");
 }
 
+TEST(HfConfigWrappers, PaliGemmaCachesCausallyWhateverItsTextConfigSaysOfItsPrefix) {
+  // PaliGemma: Gemma by default; its class sets use_bidirectional_attention for the prefix its
+  // masks let attend both ways, so a text_config saying true is a causal cache still (a Gemma
+  // file saying so alone is an encoder, refused).
+  ExpectLayers("paligemma_tiny.json", "gemma", 8192, "GG", 0, 1, 64);
+  ExpectLayers("paligemma2_tiny.json", "gemma2", 8192, "SGSG", 64, 4, 64);
+  ExpectToolRefuses("bad/paligemma_bidirectional_string.json",
+                    "text_config.use_bidirectional_attention: \"prefix\" is a string, not true or "
+                    "false");
+}
+
 TEST(HfConfigWrappers, QwenOmniReadsItsThinkersTextModel) {
   // Qwen2.5-Omni: thinker_config.text_config by Qwen 2's rules: layers from max_window_layers 2
   // slide over 32 when use_sliding_window; keys named by their whole path.

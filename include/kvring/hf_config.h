@@ -268,6 +268,13 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     if (!FillTextDefaults(*wrapper, prefix, &filled, defaults, failure)) return;
     object = &filled;
   }
+  const auto bidirectional = object->find("use_bidirectional_attention");
+  if (wrapper != nullptr && wrapper->prefix_lm && bidirectional != object->end() &&
+      (bidirectional->is_boolean() || bidirectional->is_null())) {
+    if (object != &filled) filled = *object;
+    filled.erase("use_bidirectional_attention");  // the class's prefix mask, not an encoder
+    object = &filled;
+  }
   const Scope scope(*object, prefix, *family, options, defaults, failure);
   switch (family->reader) {
     case Reader::kStandard:

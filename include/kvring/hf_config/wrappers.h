@@ -41,6 +41,10 @@ struct Wrapper {
   const char* class_name = nullptr;            // for messages about text_defaults
   const TextDefault* text_defaults = nullptr;  // what the class fills in text_config
   const char* outer = nullptr;  // the key of the object holding text_config (nullptr: the top)
+  // The class sets its text model's use_bidirectional_attention for a prefix that attends both
+  // ways through its masks (PaliGemma), generation staying causal: a causal cache, whatever
+  // text_config says of that key.
+  bool prefix_lm = false;
 };
 
 inline constexpr Wrapper kWrappers[] = {
@@ -112,6 +116,8 @@ inline constexpr Wrapper kWrappers[] = {
     {"pp_chart2table", "qwen2", false, true},
     {"lighton_ocr", "qwen3", false, true},
     {"qianfan_ocr", "qwen3", false, true},
+    // PaliGemma (1: gemma, 2: gemma2): its image and prompt prefix attends both ways.
+    {"paligemma", "gemma", false, true, false, nullptr, nullptr, nullptr, true},
     // Fuyu: without text_config, its own top-level keys make a Persimmon model.
     {"fuyu", "persimmon", true, true},
     // Speech and audio language models. Voxtral and GLM-ASR fill a text_config's missing keys
