@@ -254,10 +254,11 @@ const char* const kFamilies[] = {
     // Families whose every layer attends fully, and the text models of multimodal wrappers.
     "llama", "gemma", "olmo", "olmo2", "granite", "cohere", "glm", "glm4", "stablelm", "helium",
     "apertus", "arcee", "hunyuan_v1_dense", "jais2", "nanochat", "bitnet", "phi", "hyperclovax",
-    "codegen", "gpt-sw3", "gpt_neox_japanese", "emu3_text_model", "qwen3_vl_text", "olmoe",
-    "flex_olmo", "granitemoe", "granitemoeshared", "ernie4_5_moe", "hunyuan_v1_moe", "minimax_m2",
-    "solar_open", "hy_v3", "glm4_moe", "qwen3_vl_moe_text", "deepseek_ocr2_text", "glm4v_text",
-    "glm_ocr_text", "paddleocr_vl_text", "qwen2_vl_text", "qwen2_5_vl_text", "glm4v_moe_text",
+    "nemotron", "codegen", "gpt-sw3", "gpt_neox_japanese", "emu3_text_model", "qwen3_vl_text",
+    "olmoe", "flex_olmo", "granitemoe", "granitemoeshared", "ernie4_5_moe", "hunyuan_v1_moe",
+    "minimax_m2", "solar_open", "hy_v3", "glm4_moe", "qwen3_vl_moe_text", "deepseek_ocr2_text",
+    "glm4v_text", "glm_ocr_text", "paddleocr_vl_text", "qwen2_vl_text", "qwen2_5_vl_text",
+    "glm4v_moe_text",
     // Hybrids: their recurrent layers attend nothing, their attention layers as the others.
     "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "olmo_hybrid", "lfm2", "granitemoehybrid",
     "falcon_h1", "jamba", "bamba", "minimax", "lfm2_moe", "nemotron_h", "zamba", "zamba2",

@@ -228,6 +228,7 @@ FAMILIES = {
         "olmoe", "flex_olmo", "granitemoe", "granitemoeshared", "ernie4_5_moe",
         "hunyuan_v1_moe", "minimax_m2", "solar_open", "hy_v3", "glm4_moe", "qwen3_vl_moe_text")},
     "codegen": dict(num_hidden_layers=2, rotary_dim=8),
+    "nemotron": dict(num_hidden_layers=2),
     "deepseek_ocr2_text": dict(num_hidden_layers=2, mlp_layer_types=["dense", "dense"]),
     # Multimodal RoPE (its sections summing to half the rotated dims).
     **{family: dict(num_hidden_layers=2, rope_parameters={
@@ -264,9 +265,9 @@ def config_of(model_type):
 
 
 # Attention modules that call torch's SDPA under attn_implementation "sdpa" (their eager path
-# computes inline): Falcon's, built with "sdpa" for the capture.
+# computes inline): Falcon's and Nemotron's, built with "sdpa" for the capture.
 SDPA_MODULES = {"FalconAttention"}
-SDPA_FAMILIES = ("falcon",)
+SDPA_FAMILIES = ("falcon", "nemotron")  # Nemotron: its NemotronSdpaAttention
 
 GPT_STYLE = ("gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt",
              "dbrx", "codegen", "gpt-sw3", "gpt_neox_japanese", "modernbert-decoder", "falcon")
