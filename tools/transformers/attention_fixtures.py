@@ -283,7 +283,8 @@ class Capture:
 
     def wrap_sdpa(self, sdpa):
         """As wrap, for a family whose attention module calls torch's SDPA itself
-        (RecurrentGemma): only inside a module follow_sdpa_modules entered."""
+        (RecurrentGemma; Falcon and Nemotron built with SDPA attention): only inside a module
+        follow_sdpa_modules entered."""
         def capture(query, key, value, attn_mask=None, dropout_p=0.0, scale=None, **kwargs):
             module = self.sdpa_module
             if module is None:
