@@ -18,28 +18,24 @@ namespace detail {
 namespace hf {
 
 // Reads a JetMoE model of `scope` into *model: its mixture of attention heads keeps
-// num_key_value_heads K/V heads (its class default 16 is one checkpoint's count) of kv_channels
-// elements (default 128; head_dim, which its attribute_map aliases to it, wins when both are
-// given) on every layer, and attends num_key_value_heads x num_experts_per_tok query heads
-// (its class computes num_attention_heads so; a file's other count is refused).
+// num_key_value_heads K/V heads (its row's rule: the class default is one checkpoint's count)
+// of kv_channels elements (its row's default; head_dim, which its attribute_map aliases to it,
+// wins when both are given) on every layer, and attends num_key_value_heads x
+// num_experts_per_tok query heads (its class computes num_attention_heads so; a file's other
+// count is refused).
 inline void ReadJetMoe(const Scope& scope, HfModel* model) {
   NameFamily(scope, model);
   const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
   model->max_context = scope.OrDefault("max_position_embeddings",
                                        scope.family().max_position_embeddings, 1, UINT64_MAX);
-  if (!scope.IsSet("num_key_value_heads")) {
-    const bool absent = scope.Find("num_key_value_heads") == nullptr;
-    scope.Fail("num_key_value_heads", std::string(absent ? "is missing" : "is null") + "; " +
-                                          scope.ClassName() +
-                                          "'s default 16 is one checkpoint's count, not a rule "
-                                          "(write the count)");
-    return;
-  }
-  const uint64_t kv_heads = scope.Required("num_key_value_heads", 1, kMaxDim);
+  // Its family row's rule (one checkpoint's count, refused when absent or null) never means
+  // one K/V head per query head, so no such count is given.
+  const uint64_t kv_heads = ReadKvHeadCount(scope, 0, kMaxDim);
+  if (scope.Failed()) return;
   const uint64_t experts = scope.OrDefault("num_local_experts", 8, 1, kMaxDim);
   const uint64_t top_k = scope.OrDefault("num_experts_per_tok", 2, 1, kMaxDim);
   const char* dim_key = scope.Find("head_dim") != nullptr ? "head_dim" : "kv_channels";
-  const uint64_t head_dim = scope.OrDefault(dim_key, 128, 1, kMaxDim);
+  const uint64_t head_dim = scope.OrDefault(dim_key, scope.family().head_dim_default, 1, kMaxDim);
   if (scope.Failed()) return;
   if (top_k > experts) {
     scope.Fail("num_experts_per_tok", std::to_string(top_k) + " is more than num_local_experts " +

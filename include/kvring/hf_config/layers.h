@@ -34,39 +34,47 @@ inline uint64_t HiddenOverHeads(const Scope& scope, uint64_t num_heads) {
   return head_dim;
 }
 
-inline uint64_t ReadKvHeads(const Scope& scope, uint64_t num_heads) {
+// Returns num_key_value_heads as the family's class reads it (KvHeadsRule), a count in
+// [1, max]; `mha_heads` is what a rule that means one K/V head per query head gives. Checks
+// nothing against the query heads (ReadKvHeads does).
+inline uint64_t ReadKvHeadCount(const Scope& scope, uint64_t mha_heads, uint64_t max) {
   const Family& family = scope.family();
   const char* key = "num_key_value_heads";
   const Json* value = scope.Find(key);
   if (value == nullptr || value->is_null()) {
     switch (family.kv_heads) {
       case KvHeadsRule::kNoneMeansMha:
-        scope.Record(key, "num_attention_heads (" + std::to_string(num_heads) + ")");
-        return num_heads;
+        scope.Record(key, "num_attention_heads (" + std::to_string(mha_heads) + ")");
+        return mha_heads;
       case KvHeadsRule::kNumberNullIsMha:
-        if (value != nullptr) return num_heads;  // null: the class's "None means MHA" rule
+        if (value != nullptr) return mha_heads;  // null: the class's "None means MHA" rule
         scope.Fail(key, "is missing; " + scope.ClassName() + "'s default " +
                             std::to_string(family.kv_heads_default) +
                             " is one checkpoint's count, not a rule (write the count, or null "
                             "for one KV head per query head)");
-        return num_heads;
+        return mha_heads;
       case KvHeadsRule::kNumberNoNullRule:
         scope.Fail(key, std::string(value == nullptr ? "is missing" : "is null") + "; " +
                             scope.ClassName() + "'s default " +
                             std::to_string(family.kv_heads_default) +
                             " is one checkpoint's count, not a rule (write the count)");
-        return num_heads;
+        return mha_heads;
       case KvHeadsRule::kRequired:
         scope.Fail(key, std::string(value == nullptr ? "is missing" : "is null") + "; " +
                             scope.ClassName() +
                             "'s default None leaves its attention without a KV head count");
-        return num_heads;
+        return mha_heads;
       case KvHeadsRule::kUnused:
         return 0;
     }
   }
-  const uint64_t kv_heads = scope.ToUInt(key, *value, 1, num_heads);
-  if (num_heads % kv_heads != 0) {
+  return scope.ToUInt(key, *value, 1, max);
+}
+
+inline uint64_t ReadKvHeads(const Scope& scope, uint64_t num_heads) {
+  const char* key = "num_key_value_heads";
+  const uint64_t kv_heads = ReadKvHeadCount(scope, num_heads, num_heads);
+  if (scope.IsSet(key) && num_heads % kv_heads != 0) {
     scope.Fail(key, std::to_string(kv_heads) + " does not divide num_attention_heads " +
                         std::to_string(num_heads) + " (each KV head serves a whole group)");
   }
