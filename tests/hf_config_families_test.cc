@@ -978,8 +978,9 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/glm4v_head_dim.json",
        "text_config.head_dim: 32 contradicts hidden_size / num_attention_heads = 16, which "
        "Glm4vTextConfig always uses"},
-      {"bad/mistral3_unknown_text.json",
-       "text_config.model_type: 'diffllama' (in mistral3) is not a family kvring-plan reads"},
+      {"bad/mistral3_unplanned_text.json",
+       "text_config.model_type: 'diffllama' (transformers' DiffLlamaConfig): its differential "
+       "attention"},
       {"bad/deepseek_v2_null_rank.json",
        "kv_lora_rank: is null; DeepseekV2Config's latent attention needs a number here"},
       {"bad/mistral3_no_text_config.json",

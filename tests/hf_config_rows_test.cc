@@ -1,8 +1,9 @@
 // Tests of kvring/hf_config.h on the families and wrappers that are rows of data only: the
 // families whose every layer attends fully, read by the Llama keys under their own class
 // defaults (kvring/hf_config/families.h), the GPT-style families, read by their own keys and
-// K/V rules (kvring/hf_config/gpt.h), JetMoE and ModernBERT's decoder (kvring/hf_config/
-// bespoke.h), and the multimodal and speech wrappers
+// K/V rules (kvring/hf_config/gpt.h), JetMoE, ModernBERT's decoder, HRM-Text and Kyutai's
+// speech-to-text decoder (kvring/hf_config/bespoke.h), the families refused by name, and the
+// multimodal and speech wrappers
 // (kvring/hf_config/wrappers.h), each of which reads its language model from text_config as
 // the family text_config.model_type names or, when absent, the wrapper class's default
 // family. Every expected layer is worked out here by hand from the file and the family's rules
@@ -219,6 +220,39 @@ TEST(HfConfigModernBertDecoder, SlidesOverHalfItsLocalAttentionOrTheFilesWindow)
                     "global_attn_every_n_layers: 0 is invalid: it must be at least 1");
 }
 
+TEST(HfConfigHrmText, KeepsACacheSlotPerRunOfEachLayerOfItsStacks) {
+  // 2 layers a stack, H_cycles 2, L_cycles 1: each H cycle runs the L stack once, then the H
+  // stack: 2 x 2 x (1 + 1) = 8 global layers of 4 K/V heads (one per query head) of 16.
+  ExpectLayers("hrm_text_tiny.json", "hrm_text", 4096, "GGGGGGGG", 0, 4, 16);
+  EXPECT_TRUE(HasDefault(Read("hrm_text_tiny.json"), "num_layers_per_stack",
+                         "num_hidden_layers (2; the cache slots are 8)"));
+  // A saved file: num_layers_per_stack 3 and num_hidden_layers already 3 x 1 x (3 + 1) = 12;
+  // head_dim 128 by default.
+  ExpectLayers("hrm_text_saved.json", "hrm_text", 2048, std::string(12, 'G'), 0, 2, 128);
+  ExpectToolRefuses("bad/hrm_text_slots_disagree.json",
+                    "num_hidden_layers: 3 is not num_layers_per_stack 3 x H_cycles x (L_cycles + "
+                    "1) = 24, the cache slots the model's attention calls use");
+  ExpectToolRefuses("bad/hrm_text_kv_heads.json",
+                    "num_key_value_heads: 2 is set, but HrmTextConfig does not read it: its "
+                    "attention keeps 4 K/V heads");
+}
+
+TEST(HfConfigKyutaiSpeechToText, EveryLayerSlidesOverAWindowThatIsNeverNull) {
+  ExpectLayers("kyutai_speech_to_text_tiny.json", "kyutai_speech_to_text", 96, "SS", 24, 2, 32);
+  ExpectToolRefuses("bad/kyutai_speech_to_text_null_window.json",
+                    "sliding_window: is null; KyutaiSpeechToTextConfig needs a number here");
+}
+
+TEST(HfConfigUnplanned, FamiliesWhoseAttentionKvringDoesNotComputeAreRefusedWithTheReason) {
+  ExpectToolRefuses("bad/diffllama_unplanned.json",
+                    "model_type: 'diffllama' (transformers' DiffLlamaConfig): its differential "
+                    "attention");
+  ExpectToolRefuses("bad/doge_unplanned.json",
+                    "model_type: 'doge' (transformers' DogeConfig): its dynamic mask attention");
+  ExpectToolRefuses("bad/moshi_unplanned.json",
+                    "model_type: 'moshi' (transformers' MoshiConfig): its depformer");
+}
+
 TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNone) {
   // Cohere 2 (Aya Vision): sliding_window_pattern 4 by default, so layer 3 is full; no KV
   // heads: MHA, head_dim 512 / 8.
@@ -260,6 +294,8 @@ TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNon
   ExpectLayers("ernie4_5_vl_moe_tiny.json", "ernie4_5_vl_moe_text", 32768, "GG", 0, 2, 128);
   ExpectLayers("deepseek_ocr2_tiny.json", "deepseek_ocr2_text", 8192, "GG", 0, 4, 64);
   ExpectLayers("emu3_tiny.json", "emu3_text_model", 9216, "GG", 0, 2, 64);
+  // Granite 4.0 Vision: its own Granite text model; KV heads 2 of 4, head_dim absent: 128 / 4.
+  ExpectLayers("granite4_vision_tiny.json", "granite4_vision_text", 16384, "GG", 0, 2, 32);
 }
 
 TEST(HfConfigWrappers, EachReadsTheFamilyTextConfigNames) {
@@ -361,7 +397,7 @@ TEST(HfConfigWrappers, BadWrapperFilesAreRefusedNamingTheKey) {
                     "model family: the file must name it");
   ExpectToolRefuses(
       "bad/llava_unknown_text.json",
-      "text_config.model_type: 'diffllama' (in llava) is not a family kvring-plan reads");
+      "text_config.model_type: 'retnet' (in llava) is not a family kvring-plan reads");
   ExpectToolRefuses("bad/idefics3_no_text_config.json",
                     "text_config: is missing; idefics3 keeps its language model's configuration "
                     "there");

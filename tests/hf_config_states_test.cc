@@ -184,6 +184,40 @@ TEST(HfConfigStates, XlstmBlocksKeepAMatrixMemoryPerHead) {
   EXPECT_EQ(bf16->layers[1].state.recurrent_format, Format::kBF16);
 }
 
+TEST(HfConfigStates, RwkvBlocksKeepTokenShiftsAndAWkvState) {
+  // 3 blocks of hidden_size 96: the time mix's and the channel mix's previous input, 2 x 96
+  // BF16 elements (a conv state of one column), and the WKV numerator, denominator and
+  // maximum, 3 x 96 F32 elements; context_length 4096 is the context.
+  const Expected<HfModel> model = ReadRanks("rwkv_tiny.json", 1);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  EXPECT_EQ(model->model_type, "rwkv");
+  EXPECT_EQ(model->max_context, 4096u);
+  ASSERT_EQ(model->layers.size(), 3u);
+  for (const LayerSpec& spec : model->layers) {
+    EXPECT_FALSE(spec.attends);
+    EXPECT_EQ(spec.state.conv_elements, 192u);
+    EXPECT_EQ(spec.state.conv_format, Format::kBF16);
+    EXPECT_EQ(spec.state.recurrent_elements, 288u);
+    EXPECT_EQ(spec.state.recurrent_format, Format::kF32);
+  }
+  // Two ranks: each keeps half the WKV channels, and both whole inputs.
+  const Expected<HfModel> half = ReadRanks("rwkv_tiny.json", 2);
+  ASSERT_TRUE(half.ok()) << half.error().message;
+  EXPECT_EQ(half->layers[0].state.conv_elements, 192u);
+  EXPECT_EQ(half->layers[0].state.recurrent_elements, 144u);
+  EXPECT_FALSE(ReadRanks("rwkv_tiny.json", 5).ok());  // 96 channels do not split in 5
+  // max_position_embeddings, context_length's alias, names the context.
+  const Expected<HfModel> alias = ReadRanks("rwkv_context_alias.json", 1);
+  ASSERT_TRUE(alias.ok()) << alias.error().message;
+  EXPECT_EQ(alias->max_context, 2048u);
+  EXPECT_EQ(alias->layers[1].state.recurrent_elements, 192u);
+  const Expected<HfModel> width = ReadRanks("bad/rwkv_attention_width.json", 1);
+  ASSERT_FALSE(width.ok());
+  EXPECT_NE(width.error().message.find("attention_hidden_size: 32 is not hidden_size 64"),
+            std::string::npos)
+      << width.error().message;
+}
+
 TEST(HfConfigStates, RecurrentGemmaKeepsRgLruStatesBesideSlidingAttention) {
   // block_types' default (recurrent, recurrent, attention) over 7 layers: 2 and 5 attend over a
   // window of 32 with 1 KV head of 64 / 4 = 16; the others keep a conv state of (3 - 1) x 96

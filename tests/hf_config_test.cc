@@ -240,7 +240,7 @@ TEST(HfConfig, BadFilesExitTwoWithOneLineNamingFileAndKey) {
       {"bad/top_level_array.json", "the top level is an array, not a JSON object"},
       {"bad/duplicate_key.json", "sliding_window: appears twice"},
       {"bad/no_model_type.json", "model_type: is missing"},
-      {"bad/unknown_model_type.json", "model_type: 'diffllama' is not a family"},
+      {"bad/unknown_model_type.json", "model_type: 'retnet' is not a family"},
       {"bad/missing_attention_heads.json", "num_attention_heads: is missing"},
       {"bad/gemma2_missing_kv_heads.json",
        "num_key_value_heads: is missing; Gemma2Config's default 4"},

@@ -162,6 +162,10 @@ inline const Json* WrappedText(const Json& root, const Wrapper& wrapper, std::st
       return nullptr;
     }
     *text_model_type = nested->get<std::string>();
+    if (const Unplanned* unplanned = FindUnplanned(*text_model_type)) {
+      failure->Fail(key + ".model_type", UnplannedMessage(*unplanned));
+      return nullptr;
+    }
     if (FindFamily(*text_model_type) == nullptr) {
       failure->Fail(key + ".model_type", "'" + Printable(*text_model_type) + "' (in " +
                                              wrapper.model_type +
@@ -205,11 +209,8 @@ inline const Json* TextModel(const Json& root, std::string* prefix, const Family
     if (object != &root) *found = &wrapper;
     break;
   }
-  for (const Unplanned& unplanned : kUnplanned) {
-    if (text_model_type != unplanned.model_type) continue;
-    failure->Fail("model_type", "'" + text_model_type + "' (transformers' " + unplanned.class_name +
-                                    "): " + unplanned.reason +
-                                    "; refused rather than planned wrong");
+  if (const Unplanned* unplanned = FindUnplanned(text_model_type)) {
+    failure->Fail("model_type", UnplannedMessage(*unplanned));
     return nullptr;
   }
   *family = FindFamily(text_model_type);
@@ -340,6 +341,15 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
       break;
     case Reader::kModernBertDecoder:
       ReadModernBertDecoder(scope, out);
+      break;
+    case Reader::kRwkv:
+      ReadRwkv(scope, out);
+      break;
+    case Reader::kHrmText:
+      ReadHrmText(scope, out);
+      break;
+    case Reader::kKyutaiSpeech:
+      ReadKyutaiSpeechToText(scope, out);
       break;
   }
   out->tensor_parallel = options.tensor_parallel;

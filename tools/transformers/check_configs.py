@@ -94,7 +94,10 @@ def build_layers(config_dict):
                                                                                  "modeling_"))
                 named = getattr(module, type(text).__name__.replace("Config", "Model"), None)
                 model = named(text) if named is not None else AutoModel.from_config(config)
-    layers = decoder_layers(model)
+    if hasattr(model, "L_module"):  # HRM-Text: a cache slot per run of a stack's layer
+        layers = hrm_slots(text, model)
+    else:
+        layers = decoder_layers(model)
     expected = getattr(text, "num_blocks", None) or text.num_hidden_layers  # xLSTM: num_blocks
     if len(layers) != expected:
         raise RuntimeError(f"found {len(layers)} decoder layers, not {expected}")
@@ -127,6 +130,10 @@ def build_layers(config_dict):
             size = 4 if text.inference_state_dtype == "float32" else 2
             facts.append(dict(NO_MIXER, kind="state",
                               recurrent_state_bytes=heads * (qk * v + qk + 1) * size))
+            continue
+        time_mix = getattr(layer, "attention", None)  # RWKV: RwkvModel's five state tensors
+        if hasattr(time_mix, "time_decay"):
+            facts.append(rwkv_facts(text))
             continue
         temporal = getattr(layer, "temporal_block", None)  # RecurrentGemma: RG-LRU or attention
         if temporal is not None and hasattr(temporal, "rg_lru"):
@@ -165,6 +172,31 @@ def build_layers(config_dict):
         facts.append(layer_facts(text, layer_types, i, attention, facts))
     # Mamba, Falcon Mamba and Mamba2 name no context (a file may state one).
     return getattr(text, "max_position_embeddings", None), facts
+
+
+def hrm_slots(text, model):
+    """HRM-Text's attention calls in the order of their cache slots (HrmTextModel.forward): for
+    each H cycle, L_cycles runs of the L stack, then one of the H stack; each call caches under
+    layer_idx + its run's offset, so each run of a layer is a layer of its own."""
+    runs = [model.L_module] * text.L_cycles + [model.H_module]
+    return [layer for _ in range(text.H_cycles) for stack in runs for layer in stack.layers]
+
+
+def rwkv_facts(text):
+    """An RWKV block's state as RwkvModel allocates it for use_cache: five tensors of
+    hidden_size per layer, the two token shifts in the model's type (BF16 here), the WKV
+    numerator, denominator and maximum in float32."""
+    import torch
+    from transformers.models.rwkv import modeling_rwkv
+    with torch.device("meta"):
+        model = modeling_rwkv.RwkvModel(text)
+        out = model(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True)
+    shift, wkv = out.state[:2], out.state[2:]  # each (batch, channels, layers)
+    if any(s.dtype != model.dtype for s in shift) or any(s.dtype != torch.float32 for s in wkv):
+        raise RuntimeError("RWKV's token shifts are not in the model's type, or its WKV state "
+                           "not in float32")
+    return dict(NO_MIXER, kind="state", conv_state_bytes=2 * sum(s.shape[1] for s in shift),
+                recurrent_state_bytes=4 * sum(s.shape[1] for s in wkv))
 
 
 def decoder_layers(model):
@@ -279,8 +311,9 @@ def layer_facts(text, layer_types, i, attention, earlier):
         kv_heads = attention.kv_proj.out_features // (2 * head_dim)
         fact.update(latent_dim=0, num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim)
         return fact
-    k_out = attention.k_proj.out_features
-    v_proj = getattr(attention, "v_proj", None)
+    unwrap = lambda proj: getattr(proj, "linear", proj)  # Kyutai's: nn.Linear inside
+    k_out = unwrap(attention.k_proj).out_features
+    v_proj = unwrap(getattr(attention, "v_proj", None))
     kv_heads = k_out // head_dim
     fact.update(latent_dim=0, num_kv_heads=kv_heads, head_dim=head_dim,
                 v_head_dim=(v_proj.out_features // kv_heads) if v_proj is not None else head_dim)

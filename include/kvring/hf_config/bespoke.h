@@ -1,11 +1,14 @@
 // kvring/hf_config/bespoke.h: the readers of single families whose rules fit no group: JetMoE
-// (its mixture of attention heads: query heads counted from its K/V heads and experts) and
-// ModernBERT's decoder (its global and local layers, a window derived from local_attention).
+// (its mixture of attention heads: query heads counted from its K/V heads and experts),
+// ModernBERT's decoder (its global and local layers, a window derived from local_attention),
+// HRM-Text (a cache slot per attention call of its recurrent stacks) and Kyutai's
+// speech-to-text decoder (Mistral's sliding layers, a window that cannot be null).
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_BESPOKE_H_
 #define KVRING_HF_CONFIG_BESPOKE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kvring/hf_config/layers.h"
@@ -127,6 +130,76 @@ inline void ReadModernBertDecoder(const Scope& scope, HfModel* model) {
       LayerSpec::Global(static_cast<uint32_t>(num_heads), static_cast<uint32_t>(head_dim));
   BuildLayers(kinds, spans, spec, spec, model);
   CheckForeignKeys(scope, kinds);
+}
+
+// Reads an HRM-Text model (hrm_text) of `scope` into *model: two stacks of
+// num_layers_per_stack layers, L and H, run H_cycles (default 2) times, the L stack L_cycles
+// (default 3) times before the H stack each time; every run of a layer attends with a cache of
+// its own (transformers gives each a slot of its cache), so the model keeps
+// num_layers_per_stack x H_cycles x (L_cycles + 1) global layers of a K and V head per query
+// head (num_key_value_heads is not read) of head_dim (default 128). HrmTextConfig turns a file's
+// num_hidden_layers into that product when num_layers_per_stack is absent or null, and keeps
+// both as given otherwise: a file whose two disagree is refused. Its instruction prefix
+// (token_type_ids, prefix_lm) attends both ways in the prompt's pass only: a causal cache.
+inline void ReadHrmText(const Scope& scope, HfModel* model) {
+  const uint64_t layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  const uint64_t num_heads = ReadHeadsAndContext(scope, nullptr, model);
+  HiddenOverHeads(scope, num_heads);  // the class refuses heads that do not divide hidden_size
+  const uint64_t head_dim = ReadHeadDim(scope, num_heads);
+  const uint64_t high = scope.OrDefault("H_cycles", 2, 1, kMaxLayers);
+  const uint64_t low = scope.OrDefault("L_cycles", 3, 0, kMaxLayers);
+  const std::optional<uint64_t> per_stack =
+      scope.IsSet("num_layers_per_stack")
+          ? std::optional<uint64_t>(scope.Required("num_layers_per_stack", 1, kMaxLayers))
+          : std::nullopt;
+  if (scope.Failed()) return;
+  const uint64_t runs = high * (low + 1);  // both below 2^17
+  const uint64_t stack = per_stack.value_or(layers);
+  const uint64_t slots = stack * runs;
+  if (slots > kMaxLayers) {
+    scope.Fail(per_stack ? "num_layers_per_stack" : "num_hidden_layers",
+               std::to_string(stack) +
+                   " layers run H_cycles x (L_cycles + 1) = " + std::to_string(runs) +
+                   " times: more than " + std::to_string(kMaxLayers) + " cache slots");
+    return;
+  }
+  if (per_stack && layers != slots) {
+    scope.Fail("num_hidden_layers", std::to_string(layers) + " is not num_layers_per_stack " +
+                                        std::to_string(stack) +
+                                        " x H_cycles x (L_cycles + 1) = " + std::to_string(slots) +
+                                        ", the cache slots the model's attention calls use");
+    return;
+  }
+  if (!per_stack) {
+    scope.Record("num_layers_per_stack", "num_hidden_layers (" + std::to_string(layers) +
+                                             "; the cache slots are " + std::to_string(slots) +
+                                             ")");
+  }
+  CheckUnread(scope, "num_key_value_heads", num_heads,
+              "its attention keeps " + std::to_string(num_heads) + " K/V heads");
+  if (scope.Failed()) return;
+  Kinds kinds;
+  kinds.source = "every cache slot full_attention";
+  kinds.types.assign(slots, LayerType::kFull);
+  const LayerSpec spec =
+      LayerSpec::Global(static_cast<uint32_t>(num_heads), static_cast<uint32_t>(head_dim));
+  BuildLayers(kinds, Spans(), spec, spec, model);
+  CheckForeignKeys(scope, kinds);
+}
+
+// Reads Kyutai's speech-to-text decoder (kyutai_speech_to_text) of `scope` into *model: as
+// Mistral's rows (every layer slides over sliding_window, default 375; K/V heads and head_dim
+// as its row says), except that its class types sliding_window as a number, so a null window
+// is refused rather than read as full attention. Its audio codec (codec_config, Mimi) keeps
+// streaming state of its own, which the plan does not count (as other wrappers' towers).
+inline void ReadKyutaiSpeechToText(const Scope& scope, HfModel* model) {
+  const Json* window = scope.Find("sliding_window");
+  if (window != nullptr && window->is_null()) {
+    scope.Fail("sliding_window",
+               "is null; " + scope.ClassName() + " needs a number here (every layer slides)");
+    return;
+  }
+  ReadStandard(scope, model);
 }
 
 }  // namespace hf

@@ -177,6 +177,9 @@ inline constexpr Family kFamilies[] = {
     {"xlstm", "xLSTMConfig", 0, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, false, "every block an mLSTM",
      "sliding_window_pattern", 15, Reader::kXlstm},
+    {"rwkv", "RwkvConfig", 1024, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
+     PatternRule::kAllFull, 0, 0, false, false, false, false,
+     "every block a time mix (WKV) and a channel mix", "sliding_window_pattern", 15, Reader::kRwkv},
     {"zamba", "ZambaConfig", 4096, KvHeadsRule::kNumberNoNullRule, 16, HeadDimRule::kUnused, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, false,
      "mamba, mamba, hybrid, then hybrid iff (i - 3) % attn_layer_period == attn_layer_offset",
@@ -374,10 +377,20 @@ inline constexpr Family kFamilies[] = {
                   0, HeadDimRule::kAlwaysHidden, 0),
     AllFullFamily("emu3_text_model", "Emu3TextConfig", 9216, KvHeadsRule::kNumberNoNullRule, 8,
                   HeadDimRule::kAbsentIsHidden, 0),
+    AllFullFamily("granite4_vision_text", "Granite4VisionTextConfig", 2048,
+                  KvHeadsRule::kNoneMeansMha, 0, HeadDimRule::kAbsentIsHidden, 0),
+    // HRM-Text: a cache slot per run of each layer of its recurrent stacks (bespoke.h).
+    {"hrm_text", "HrmTextConfig", 2048, KvHeadsRule::kUnused, 0, HeadDimRule::kDefaultNoNull, 128,
+     PatternRule::kAllFull, 0, 0, false, false, false, false, "every cache slot full_attention",
+     "sliding_window_pattern", 15, Reader::kHrmText},
+    // Kyutai's speech-to-text decoder: Mistral's sliding layers, a window never null (bespoke.h).
+    {"kyutai_speech_to_text", "KyutaiSpeechToTextConfig", 750, KvHeadsRule::kNoneMeansMha, 0,
+     HeadDimRule::kHiddenOverHeads, 0, PatternRule::kAllSliding, 375, 0, false, false, false, false,
+     "every layer slides (sliding_window)", "sliding_window_pattern", 15, Reader::kKyutaiSpeech},
 };
 
-// Families transformers reads whose attention kvring does not plan yet: refused with the
-// reason, never planned wrong.
+// Families transformers reads whose attention kvring does not plan or compute yet: refused
+// with the reason, never planned wrong.
 struct Unplanned {
   const char* model_type;
   const char* class_name;
@@ -403,10 +416,32 @@ inline constexpr Unplanned kUnplanned[] = {
     {"mpt", "MptConfig",
      "its attention adds ALiBi position biases (attn_config.alibi, true by default), which "
      "kvring's attention does not apply yet"},
+    {"diffllama", "DiffLlamaConfig",
+     "its differential attention subtracts a second softmax map's output from the first's, "
+     "each over the values of two K/V heads, which kvring's attention does not compute yet"},
+    {"doge", "DogeConfig",
+     "its dynamic mask attention keeps, per query, the keep_window_size positions its learned "
+     "mask ranks highest, which kvring's attention does not compute yet"},
+    {"moshi", "MoshiConfig",
+     "its depformer runs a second transformer over each step's codebooks with a cache of its "
+     "own, which kvring does not plan beside the main one yet"},
     {"longcat_flash", "LongcatFlashConfig",
      "each decoder layer runs two latent attentions with caches of their own, which kvring "
      "does not plan as one layer yet"},
 };
+
+inline const Unplanned* FindUnplanned(const std::string& model_type) {
+  for (const Unplanned& unplanned : kUnplanned) {
+    if (model_type == unplanned.model_type) return &unplanned;
+  }
+  return nullptr;
+}
+
+// The refusal of a family kvring does not plan: its name, its class and the reason.
+inline std::string UnplannedMessage(const Unplanned& unplanned) {
+  return std::string("'") + unplanned.model_type + "' (transformers' " + unplanned.class_name +
+         "): " + unplanned.reason + "; refused rather than planned wrong";
+}
 
 inline const Family* FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {

@@ -103,6 +103,9 @@ enum class Reader {
   kGpt,
   kJetMoe,
   kModernBertDecoder,
+  kRwkv,
+  kHrmText,
+  kKyutaiSpeech,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).

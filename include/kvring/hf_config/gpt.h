@@ -80,12 +80,6 @@ inline const GptFamily& FindGptFamily(const Scope& scope) {
   return kGptFamilies[0];  // not reached: every kGpt row of families.h has an entry
 }
 
-// Returns the key a size is read from: the usual name when the file has it (attribute_map sets
-// the class's own key from it), else the class's own.
-inline const char* SizeKey(const Scope& scope, const char* usual, const char* own) {
-  return scope.Find(usual) != nullptr ? usual : own;
-}
-
 // Returns DBRX's K/V heads: attn_config.kv_n_heads (default 1; attn_config absent or null is
 // its class's defaults), dividing the `num_heads` query heads.
 inline uint64_t ReadDbrxKvHeads(const Scope& scope, uint64_t num_heads) {

@@ -72,6 +72,12 @@ inline void NameFamily(const Scope& scope, HfModel* model) {
   model->class_name = scope.family().class_name;
 }
 
+// Returns the key a size is read from: the usual name when the file has it (a class whose
+// attribute_map aliases it sets its own key from it, last), else the class's own.
+inline const char* SizeKey(const Scope& scope, const char* usual, const char* own) {
+  return scope.Find(usual) != nullptr ? usual : own;
+}
+
 // Reads the context of a family whose class names none (its memory stops growing past a window,
 // or never grows): the file's max_position_embeddings when it states one, else none
 // (HfModel::max_context 0, recorded with `why`).

@@ -7,9 +7,12 @@
 // - mLSTM (xlstm): each block keeps a matrix memory per head (ReadXlstm).
 // - Mamba2 (mamba2): each layer keeps Mamba2's state of num_heads x head_dim channels (which
 //   must be expand x hidden_size) in n_groups groups of state_size.
-// The classes name no context length (no layer attends, so the states do not grow with it):
-// HfModel::max_context is 0 unless the file gives max_position_embeddings. The Mamba classes
-// compute layer_types ("mamba" for every layer) and cannot set it: a file that gives it is
+// - RWKV (rwkv, RWKV-4): each layer keeps the previous position's input of its time mix and its
+//   channel mix (a token shift: a conv of one column over 2 x hidden_size channels) and its
+//   WKV state, a numerator, a denominator and a running maximum per channel, in F32 (ReadRwkv).
+// The classes but RWKV's name no context length (no layer attends, so the states do not grow
+// with it): HfModel::max_context is 0 unless the file gives max_position_embeddings. The Mamba
+// classes compute layer_types ("mamba" for every layer) and cannot set it: a file that gives it is
 // refused, as the classes refuse it.
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_SSM_H_
@@ -17,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kvring/hf_config/hybrid.h"
@@ -151,6 +155,44 @@ inline void ReadXlstm(const Scope& scope, HfModel* model) {
   state.recurrent_format = format;
   if (scope.Failed()) return;
   model->layers.assign(num_blocks, LayerSpec::Recurrent(state));
+}
+
+// Reads an RWKV model (RWKV-4) of `scope` into *model: num_hidden_layers blocks, none attending.
+// Each keeps 2 x hidden_size inputs of the previous position (its time mix's and its channel
+// mix's token shift) in the model's type (BF16) as its conv state, and 3 x hidden_size WKV
+// state values (numerator, denominator and running maximum) in F32, as RwkvModel allocates
+// them. RwkvModel keeps the WKV state in hidden_size columns whatever attention_hidden_size
+// (default hidden_size) says: a file where the two differ builds a model whose cached forward
+// fails (refused). The context is RwkvConfig's context_length (default 1024;
+// max_position_embeddings is its alias), which no layer's memory grows with. Under tensor
+// parallelism each rank keeps its share of the WKV channels and the shifted inputs whole (every
+// rank mixes the whole input).
+inline void ReadRwkv(const Scope& scope, HfModel* model) {
+  NameFamily(scope, model);
+  const uint64_t num_layers = scope.Required("num_hidden_layers", 1, kMaxLayers);
+  const uint64_t hidden = scope.Required("hidden_size", 1, kMaxDim * kMaxDim);
+  const char* context_key = SizeKey(scope, "max_position_embeddings", "context_length");
+  model->max_context =
+      scope.OrDefault(context_key, scope.family().max_position_embeddings, 1, UINT64_MAX);
+  const std::optional<uint64_t> attention =
+      scope.NullableOrDefault("attention_hidden_size", hidden, 1, kMaxDim * kMaxDim);
+  if (scope.Failed()) return;
+  if (attention.value_or(hidden) != hidden) {
+    scope.Fail("attention_hidden_size",
+               std::to_string(*attention) + " is not hidden_size " + std::to_string(hidden) +
+                   " (RwkvModel keeps the WKV state in hidden_size columns: its cached forward "
+                   "fails)");
+    return;
+  }
+  const uint64_t rank_channels = PerRank(scope, "hidden_size", "", hidden, "WKV channels");
+  if (scope.Failed()) return;
+  StateSpec state;
+  state.conv_elements = StateProduct(scope, "hidden_size", {2, hidden});
+  state.conv_format = Format::kBF16;
+  state.recurrent_elements = StateProduct(scope, "hidden_size", {3, rank_channels});
+  state.recurrent_format = Format::kF32;
+  if (scope.Failed()) return;
+  model->layers.assign(num_layers, LayerSpec::Recurrent(state));
 }
 
 }  // namespace hf

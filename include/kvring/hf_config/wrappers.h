@@ -116,6 +116,8 @@ inline constexpr Wrapper kWrappers[] = {
     {"pp_chart2table", "qwen2", false, true},
     {"lighton_ocr", "qwen3", false, true},
     {"qianfan_ocr", "qwen3", false, true},
+    // Granite 4.0 Vision: its own Granite text model by default, any text family.
+    {"granite4_vision", "granite4_vision_text", false, true},
     // PaliGemma (1: gemma, 2: gemma2): its image and prompt prefix attends both ways.
     {"paligemma", "gemma", false, true, false, nullptr, nullptr, nullptr, true},
     // Fuyu: without text_config, its own top-level keys make a Persimmon model.
