@@ -99,6 +99,10 @@ FAMILIES = {
                        num_experts_per_tok=1),
     "seed_oss": dict(num_hidden_layers=2),
     "ernie4_5": dict(num_hidden_layers=2),
+    # Granite 4.0 Vision's text model: scaled by attention_multiplier, as Granite.
+    "granite4_vision_text": dict(num_hidden_layers=2, attention_multiplier=0.2),
+    # HRM-Text: 2 layers a stack run 2 x (1 + 1) times: 8 cache slots, each an attention call.
+    "hrm_text": dict(num_hidden_layers=2, H_cycles=2, L_cycles=1),
     # Hybrids: their recurrent layers make no attention call (the fixture marks them "state");
     # their attention layers are checked as the others, at the places kvring plans them.
     "qwen3_next": dict(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4,
@@ -258,6 +262,8 @@ def config_of(model_type):
         config.pop("head_dim")  # their classes derive it: 64 / 4 (Zamba's: 2 x 64 / 4)
     if model_type in GPT_STYLE:
         config.pop("num_key_value_heads")  # their attention's rule decides
+    if model_type == "hrm_text":  # its attention keeps a K/V head per query head
+        config.pop("num_key_value_heads")
     if model_type == "jetmoe":  # its class computes the query heads; head_dim is kv_channels
         config.pop("num_attention_heads")
         config.pop("head_dim")
@@ -347,6 +353,16 @@ class Capture:
         return [module.register_forward_pre_hook(enter, with_kwargs=True)
                 for name, module in model.named_modules()
                 if name.endswith("self_attn") and "layer_idx" in
+                module.forward.__code__.co_varnames[:module.forward.__code__.co_argcount]]
+
+    def follow_cycle_offsets(self, model):
+        """Keys HRM-Text's calls by their cache slot: each stack's attention module runs in
+        several cycles, each caching under its layer_idx + the cycle_offset its caller passes."""
+        def enter(module, args, kwargs):
+            self.layer = module.layer_idx + kwargs.get("cycle_offset", 0)
+        return [module.register_forward_pre_hook(enter, with_kwargs=True)
+                for module in model.modules()
+                if type(module).__name__.endswith("Attention") and "cycle_offset" in
                 module.forward.__code__.co_varnames[:module.forward.__code__.co_argcount]]
 
     def wrap(self, eager):
@@ -483,7 +499,8 @@ def run(model_type):
             latents[index] = rounded[0]  # [T][kv_lora_rank]
             return rounded
         hooks.append(norm.register_forward_hook(round_latent))
-    hooks += capture.follow_shared_blocks(model) + capture.follow_sdpa_modules(model)
+    hooks += (capture.follow_shared_blocks(model) + capture.follow_sdpa_modules(model) +
+              capture.follow_cycle_offsets(model))
     indexer_keys, unhook_indexers = capture_indexer_keys(model, modeling)
     eager = getattr(modeling, "eager_attention_forward", None)
     if eager is not None:
