@@ -251,6 +251,10 @@ TEST(HfConfigUnplanned, FamiliesWhoseAttentionKvringDoesNotComputeAreRefusedWith
                     "model_type: 'doge' (transformers' DogeConfig): its dynamic mask attention");
   ExpectToolRefuses("bad/moshi_unplanned.json",
                     "model_type: 'moshi' (transformers' MoshiConfig): its depformer");
+  ExpectToolRefuses("bad/gemma4_assistant_unplanned.json",
+                    "model_type: 'gemma4_assistant' (transformers' Gemma4AssistantConfig): a "
+                    "drafter for speculative decoding whose every layer attends the K/V of the "
+                    "Gemma 4 model it drafts for");
 }
 
 TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNone) {

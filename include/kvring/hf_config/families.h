@@ -425,6 +425,14 @@ inline constexpr Unplanned kUnplanned[] = {
     {"moshi", "MoshiConfig",
      "its depformer runs a second transformer over each step's codebooks with a cache of its "
      "own, which kvring does not plan beside the main one yet"},
+    {"gemma4_assistant", "Gemma4AssistantConfig",
+     "a drafter for speculative decoding whose every layer attends the K/V of the Gemma 4 model "
+     "it drafts for (that model's last sliding and last full layer) and keeps none of its own: "
+     "plan that model, to which the assistant adds no KV cache"},
+    {"gemma4_unified_assistant", "Gemma4UnifiedAssistantConfig",
+     "a drafter for speculative decoding whose every layer attends the K/V of the Gemma 4 model "
+     "it drafts for (that model's last sliding and last full layer) and keeps none of its own: "
+     "plan that model, to which the assistant adds no KV cache"},
     {"longcat_flash", "LongcatFlashConfig",
      "each decoder layer runs two latent attentions with caches of their own, which kvring "
      "does not plan as one layer yet"},
