@@ -258,7 +258,7 @@ const char* const kFamilies[] = {
     "olmoe", "flex_olmo", "granitemoe", "granitemoeshared", "ernie4_5_moe", "hunyuan_v1_moe",
     "minimax_m2", "solar_open", "hy_v3", "glm4_moe", "qwen3_vl_moe_text", "deepseek_ocr2_text",
     "glm4v_text", "glm_ocr_text", "paddleocr_vl_text", "qwen2_vl_text", "qwen2_5_vl_text",
-    "glm4v_moe_text", "granite4_vision_text",
+    "glm4v_moe_text", "granite4_vision_text", "ernie4_5_vl_moe_text",
     // HRM-Text: a layer per cache slot of its recurrent stacks.
     "hrm_text",
     // Hybrids: their recurrent layers attend nothing, their attention layers as the others.

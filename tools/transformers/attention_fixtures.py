@@ -247,6 +247,10 @@ FAMILIES = {
                            moe_intermediate_size=32, rope_parameters={
                                "rope_type": "default", "rope_theta": 10000.0,
                                "mrope_section": [1, 1, 2]}),
+    "ernie4_5_vl_moe_text": dict(num_hidden_layers=2, moe_num_experts=2, moe_k=1,
+                                 moe_num_shared_experts=1, moe_intermediate_size=[32, 32],
+                                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                  "mrope_section": [3, 3, 2]}),
     # Qwen 3.5: Gated DeltaNet layers and full layers, 3 : 1.
     "qwen3_5_text": dict(num_hidden_layers=4, linear_num_key_heads=2, linear_num_value_heads=4,
                          linear_key_head_dim=16, linear_value_head_dim=16,
