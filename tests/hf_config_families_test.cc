@@ -383,7 +383,10 @@ TEST(HfConfigFamilies, MlaFamiliesPlanTheLatentOrTheExpandedHeads) {
                 // DeepSeek V2 (q_lora_rank null, as V2-Lite): 32 + 16, V 16; 2048 by default.
                 {"deepseek_v2_tiny.json", 48, 8, 32 + 16, 16, 2048},
                 // Youtu-LLM: DeepSeek V3's defaults, 512 + 64, K 128 + 64, V 128.
-                {"youtu_defaults.json", 576, 8, 128 + 64, 128, 8192}};
+                {"youtu_defaults.json", 576, 8, 128 + 64, 128, 8192},
+                // LongCat-Flash: 32 + 16, K 32 + 16, V 32; its 2 decoder layers' two latent
+                // attentions are 4 layers (checked below).
+                {"longcat_flash_tiny.json", 48, 4, 32 + 16, 32, 8192}};
   for (const auto& c : kCases) {
     SCOPED_TRACE(c.file);
     const HfModel latent = Read(c.file);
@@ -405,6 +408,12 @@ TEST(HfConfigFamilies, MlaFamiliesPlanTheLatentOrTheExpandedHeads) {
       EXPECT_EQ(spec.VHeadDim(), c.v_dim);
     }
   }
+  // LongCat-Flash: a cache slot for each of a decoder layer's two latent attentions; a file's
+  // num_hidden_layers other than 2 x num_layers contradicts the model, which sets it so.
+  EXPECT_EQ(Read("longcat_flash_tiny.json").layers.size(), 4u);
+  ExpectToolRefuses("bad/longcat_flash_hidden_layers.json",
+                    "num_hidden_layers: 2 is set, but LongcatFlashConfig does not read it: the "
+                    "model sets it to 2 x num_layers = 4");
   // GLM-4.5's glm4_moe is no MLA: its head_dim is only in the file (64, not 256 / 8).
   ExpectRows(Plan(Read("glm4_moe_head_dim.json").layers, 4096, 4),
              {{'G', 0, 0, 4096}, {'G', 0, 1, 4096}, {'G', 0, 2, 4096}}, 2, 64);
@@ -894,9 +903,6 @@ TEST(HfConfigFamilies, BadFilesExitTwoWithOneLineNamingFileAndKey) {
        "layers"},
       {"bad/t5gemma_unplanned.json",
        "model_type: 't5gemma' (transformers' T5GemmaConfig): an encoder-decoder"},
-      {"bad/longcat_flash_unplanned.json",
-       "model_type: 'longcat_flash' (transformers' LongcatFlashConfig): each decoder layer runs "
-       "two latent attentions"},
       {"bad/deepseek_v4_unplanned.json",
        "model_type: 'deepseek_v4' (transformers' DeepseekV4Config): its compressed attention"},
       {"bad/mistral4_null_rope.json",

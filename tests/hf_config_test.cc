@@ -211,7 +211,7 @@ TEST(HfConfig, EveryPresetsConfigFilePlansLikeThePreset) {
     EXPECT_EQ(from_file.StateBytes(), from_preset.StateBytes());
     ++compared;
   }
-  EXPECT_EQ(compared, 48u);
+  EXPECT_EQ(compared, 49u);
 }
 
 TEST(HfConfig, PublishedGemma3_27BConfigGivesTheDesignsWorkedCheck) {

@@ -85,6 +85,7 @@ constexpr Pattern kPatterns[] = {
     {"glm-4.7-flash", 47, 0, 0, 47, 0, 0, 0, 0, 576, 202752},
     {"deepseek-v3.2-exp", 61, 0, 0, 61, 0, 0, 0, 0, 576, 163840},
     {"kimi-k2-instruct", 61, 0, 0, 61, 0, 0, 0, 0, 576, 131072},
+    {"longcat-flash-chat", 56, 0, 0, 56, 0, 0, 0, 0, 576, 131072},
     {"glm-5.3", 78, 0, 0, 78, 0, 0, 0, 0, 576, 1048576},
     // Zamba2: every block keeps a Mamba2 state; the 9 hybrid ones also attend (MHA, head 160).
     {"zamba2-2.7b-instruct-v2", 54, 0, 0, 9, 0, 0, 32, 160, 0, 4096, 0, 0, 45},

@@ -351,6 +351,9 @@ inline void ParseText(const std::string& text, const HfReadOptions& options,
     case Reader::kKyutaiSpeech:
       ReadKyutaiSpeechToText(scope, out);
       break;
+    case Reader::kLongcatFlash:
+      ReadLongcatFlash(scope, out);
+      break;
   }
   out->tensor_parallel = options.tensor_parallel;
 }

@@ -327,6 +327,10 @@ inline std::vector<ModelPreset> ModelPresets() {
                      "MLA with DSA: a 128-element indexer key per position beside the latent"});
   presets.push_back({"kimi-k2-instruct", 131072, std::vector<LayerSpec>(61, LayerSpec::Latent(576)),
                      "MLA (DeepSeek V3's, 64 heads): kv_lora_rank 512 + qk_rope_head_dim 64"});
+  presets.push_back({"longcat-flash-chat", 131072,
+                     std::vector<LayerSpec>(56, LayerSpec::Latent(576)),
+                     "MLA, two latent attentions in each of 28 decoder layers, a cache slot each: "
+                     "kv_lora_rank 512 + qk_rope_head_dim 64"});
   presets.push_back(detail::GatedDeltaNet("qwen3-next-80b-a3b", 48, Format::kBF16));
   presets.push_back(detail::MimoV2Flash());
   presets.push_back(detail::KimiLinear48B());

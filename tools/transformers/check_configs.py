@@ -20,6 +20,7 @@ import json
 import re
 import subprocess
 import sys
+import types
 import warnings
 
 
@@ -98,6 +99,10 @@ def build_layers(config_dict):
         layers = hrm_slots(text, model)
     else:
         layers = decoder_layers(model)
+    if layers and isinstance(getattr(layers[0], "self_attn", None), torch.nn.ModuleList):
+        # LongCat-Flash: two latent attentions a decoder layer, caching at 2i and 2i + 1
+        layers = [types.SimpleNamespace(self_attn=attention)
+                  for layer in layers for attention in layer.self_attn]
     expected = getattr(text, "num_blocks", None) or text.num_hidden_layers  # xLSTM: num_blocks
     if len(layers) != expected:
         raise RuntimeError(f"found {len(layers)} decoder layers, not {expected}")

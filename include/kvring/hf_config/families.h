@@ -102,6 +102,11 @@ inline constexpr Family kFamilies[] = {
     {"glm4_moe_lite", "Glm4MoeLiteConfig", 202752, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, true, "every layer full_attention (MLA)",
      "sliding_window_pattern", 15, Reader::kMla},
+    // LongCat-Flash: two latent attentions a decoder layer, a cache slot each (mla.h).
+    {"longcat_flash", "LongcatFlashConfig", 131072, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused,
+     0, PatternRule::kAllFull, 0, 0, false, false, false, true,
+     "two latent attentions a decoder layer (cache slots 2i and 2i + 1)", "sliding_window_pattern",
+     15, Reader::kLongcatFlash},
     // DeepSeek sparse attention (DSA): MLA with an indexer key per position (mla.h).
     {"deepseek_v32", "DeepseekV32Config", 163840, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, true,
@@ -433,9 +438,6 @@ inline constexpr Unplanned kUnplanned[] = {
      "a drafter for speculative decoding whose every layer attends the K/V of the Gemma 4 model "
      "it drafts for (that model's last sliding and last full layer) and keeps none of its own: "
      "plan that model, to which the assistant adds no KV cache"},
-    {"longcat_flash", "LongcatFlashConfig",
-     "each decoder layer runs two latent attentions with caches of their own, which kvring "
-     "does not plan as one layer yet"},
 };
 
 inline const Unplanned* FindUnplanned(const std::string& model_type) {

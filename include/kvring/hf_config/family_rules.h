@@ -106,6 +106,7 @@ enum class Reader {
   kRwkv,
   kHrmText,
   kKyutaiSpeech,
+  kLongcatFlash,
 };
 
 // A class whose sliding_window defaults to None (sliding_window_default).

@@ -1,8 +1,8 @@
 // kvring/hf_config/mla.h: the reader of the latent-attention (MLA) families (DeepSeek V3 and
 // Kimi K2, DeepSeek V2, Youtu-LLM, Mistral 4, GLM-4.7-Flash's glm4_moe_lite; Kimi Linear's full
-// layers), as their transformers classes read them: every layer full, its K/V either the latent
-// an engine stores (HfReadOptions::mla kLatent) or the per-head K and V transformers' own cache
-// holds (kExpanded).
+// layers; LongCat-Flash, two latent attentions a decoder layer), as their transformers classes
+// read them: every layer full, its K/V either the latent an engine stores (HfReadOptions::mla
+// kLatent) or the per-head K and V transformers' own cache holds (kExpanded).
 // Part of kvring/hf_config.h; needs nlohmann-json. Throws nothing (scope.h).
 #ifndef KVRING_HF_CONFIG_MLA_H_
 #define KVRING_HF_CONFIG_MLA_H_
@@ -51,6 +51,7 @@ inline constexpr MlaDefaults kMlaDefaults[] = {
     {"kimi_linear", kNoMlaDefault, kNoMlaDefault, kNoMlaDefault, kNoMlaDefault},
     {"deepseek_v32", 512, 64, 128, 128, Indexers::kEveryLayer},
     {"glm_moe_dsa", 512, 64, 192, 256, Indexers::kPerLayerTypes},
+    {"longcat_flash", 512, 64, 128, 128},
 };
 
 inline const MlaDefaults& FindMlaDefaults(const Family& family) {
@@ -173,6 +174,28 @@ inline void ReadMla(const Scope& scope, HfModel* model) {
   ReadIndexers(scope, FindMlaDefaults(scope.family()).indexers, model);
   if (scope.Failed()) return;
   CheckForeignKeys(scope, header.kinds);
+}
+
+// Reads a LongCat-Flash model (longcat_flash) of `scope` into *model: num_layers decoder
+// layers, each running two latent attentions, each with a cache slot of its own (transformers'
+// layer_idx 2i and 2i + 1: LongcatFlashModel sets num_hidden_layers to 2 x num_layers, so a
+// file's other num_hidden_layers is refused), so 2 x num_layers MLA layers in the order the
+// model calls them, each of the latent shape of ReadMlaShape.
+inline void ReadLongcatFlash(const Scope& scope, HfModel* model) {
+  const uint64_t decoder_layers = scope.Required("num_layers", 1, kMaxLayers / 2);
+  const uint64_t num_heads = ReadHeadsAndContext(scope, CheckCausal, model);
+  if (scope.Failed()) return;
+  const uint64_t slots = 2 * decoder_layers;
+  CheckUnread(scope, "num_hidden_layers", slots,
+              "the model sets it to 2 x num_layers = " + std::to_string(slots) +
+                  ", a cache slot for each of a decoder layer's two latent attentions");
+  const LayerSpec shape = ReadMlaShape(scope, num_heads);
+  if (scope.Failed()) return;
+  Kinds kinds;
+  kinds.source = "two latent attentions a decoder layer (cache slots 2i and 2i + 1)";
+  kinds.types.assign(slots, LayerType::kFull);
+  BuildLayers(kinds, Spans(), shape, shape, model);
+  CheckForeignKeys(scope, kinds);
 }
 
 }  // namespace hf
