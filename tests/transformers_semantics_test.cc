@@ -434,8 +434,9 @@ std::vector<double> LatentLayerErrors(const Json& fixture, float scale_factor) {
 }
 
 // Every MLA family transformers has, each at its own scale (captured) and RoPE layout.
-const char* const kMlaFamilies[] = {"deepseek_v3", "deepseek_v2",  "glm4_moe_lite", "youtu",
-                                    "mistral4",    "deepseek_v32", "glm_moe_dsa"};
+const char* const kMlaFamilies[] = {"deepseek_v3", "deepseek_v2",  "glm4_moe_lite",
+                                    "youtu",       "mistral4",     "deepseek_v32",
+                                    "glm_moe_dsa", "longcat_flash"};
 
 TEST(TransformersSemantics, MlaAttendsItsAbsorbedLatentAsTransformers) {
   for (const char* family : kMlaFamilies) {

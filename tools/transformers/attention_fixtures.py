@@ -207,6 +207,12 @@ FAMILIES = {
                           n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=32),
     "youtu": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=24,
                   qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16),
+    # LongCat-Flash: one decoder layer of two latent attentions (cache slots 0 and 1), its
+    # queries and latent scaled by (hidden / rank)^0.5.
+    "longcat_flash": dict(num_layers=1, num_key_value_heads=4, kv_lora_rank=32, q_lora_rank=32,
+                          qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16,
+                          ffn_hidden_size=64, expert_ffn_hidden_size=32, n_routed_experts=2,
+                          zero_expert_num=1, moe_topk=2),
     "mistral4": dict(num_hidden_layers=2, num_key_value_heads=4, kv_lora_rank=32,
                      q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16, head_dim=32,
                      v_head_dim=16, first_k_dense_replace=2, n_routed_experts=2,
@@ -496,17 +502,17 @@ def run(model_type):
     capture = Capture()
     latents = {}
     hooks = []
-    for index, layer in enumerate(getattr(model, "layers", [])):
-        norm = getattr(getattr(layer, "self_attn", None), "kv_a_layernorm", None)
-        if norm is None:
-            continue
-
+    # MLA modules by the layer (cache slot) they attend as: LongCat-Flash has two a decoder
+    # layer, at 2i and 2i + 1.
+    mla_modules = {module.layer_idx: module for module in model.modules()
+                   if hasattr(module, "kv_a_layernorm") and hasattr(module, "kv_b_proj")}
+    for index, attention in mla_modules.items():
         def round_latent(module, inputs, output, index=index):
             # The compressed KV as an engine stores it: in BF16.
             rounded = output.to(torch.bfloat16).to(output.dtype)
             latents[index] = rounded[0]  # [T][kv_lora_rank]
             return rounded
-        hooks.append(norm.register_forward_hook(round_latent))
+        hooks.append(attention.kv_a_layernorm.register_forward_hook(round_latent))
     hooks += (capture.follow_shared_blocks(model) + capture.follow_sdpa_modules(model) +
               capture.follow_cycle_offsets(model))
     indexer_keys, unhook_indexers = capture_indexer_keys(model, modeling)
@@ -543,7 +549,10 @@ def run(model_type):
                  **{name: encode(call[name]) for name in ("q", "k", "v", "out")},
                  "shapes": {name: list(call[name].shape) for name in ("q", "k", "v", "out")}}
         if index in latents:  # MLA: the stored latent and the up-projection to absorb
-            kv_b = model.layers[index].self_attn.kv_b_proj.weight  # [H x (nope + v)][rank]
+            kv_b = mla_modules[index].kv_b_proj.weight  # [H x (nope + v)][rank]
+            if hasattr(mla_modules[index], "mla_scale_kv_lora"):
+                # LongCat-Flash scales the latent before kv_b_proj: folded in, as engines do.
+                kv_b = kv_b * mla_modules[index].mla_scale_kv_lora
             entry.update(latent=encode(latents[index]), kv_b=encode(kv_b))
             entry["shapes"].update(latent=list(latents[index].shape), kv_b=list(kv_b.shape))
         if index in indexer_keys:  # DSA: the indexer's key of each position, after its RoPE
