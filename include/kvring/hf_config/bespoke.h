@@ -61,13 +61,9 @@ inline void ReadJetMoe(const Scope& scope, HfModel* model) {
   }
   if (scope.Failed()) return;
   model->num_attention_heads = static_cast<uint32_t>(num_heads);
-  Kinds kinds;
-  kinds.source = scope.family().rule_text;
-  kinds.types.assign(num_layers, LayerType::kFull);
-  const LayerSpec spec =
-      LayerSpec::Global(static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim));
-  BuildLayers(kinds, Spans(), spec, spec, model);
-  CheckForeignKeys(scope, kinds);
+  BuildFullLayers(
+      scope, num_layers,
+      LayerSpec::Global(static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim)), model);
 }
 
 // Reads a ModernBERT decoder (modernbert-decoder) of `scope` into *model: layer_types, or
@@ -178,13 +174,9 @@ inline void ReadHrmText(const Scope& scope, HfModel* model) {
   CheckUnread(scope, "num_key_value_heads", num_heads,
               "its attention keeps " + std::to_string(num_heads) + " K/V heads");
   if (scope.Failed()) return;
-  Kinds kinds;
-  kinds.source = "every cache slot full_attention";
-  kinds.types.assign(slots, LayerType::kFull);
-  const LayerSpec spec =
-      LayerSpec::Global(static_cast<uint32_t>(num_heads), static_cast<uint32_t>(head_dim));
-  BuildLayers(kinds, Spans(), spec, spec, model);
-  CheckForeignKeys(scope, kinds);
+  BuildFullLayers(
+      scope, slots,
+      LayerSpec::Global(static_cast<uint32_t>(num_heads), static_cast<uint32_t>(head_dim)), model);
 }
 
 // Reads Kyutai's speech-to-text decoder (kyutai_speech_to_text) of `scope` into *model: as

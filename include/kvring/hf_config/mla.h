@@ -191,11 +191,7 @@ inline void ReadLongcatFlash(const Scope& scope, HfModel* model) {
                   ", a cache slot for each of a decoder layer's two latent attentions");
   const LayerSpec shape = ReadMlaShape(scope, num_heads);
   if (scope.Failed()) return;
-  Kinds kinds;
-  kinds.source = "two latent attentions a decoder layer (cache slots 2i and 2i + 1)";
-  kinds.types.assign(slots, LayerType::kFull);
-  BuildLayers(kinds, Spans(), shape, shape, model);
-  CheckForeignKeys(scope, kinds);
+  BuildFullLayers(scope, slots, shape, model);
 }
 
 }  // namespace hf

@@ -249,6 +249,18 @@ inline void BuildLayers(const Kinds& kinds, const Spans& spans, const LayerSpec&
   }
 }
 
+// Builds `count` full layers of `spec` into *model by the family's rule (its row's rule_text),
+// then refuses the attention keys the family does not read (CheckForeignKeys): the end of the
+// readers whose every layer, or cache slot, attends fully (JetMoE, HRM-Text, LongCat-Flash).
+inline void BuildFullLayers(const Scope& scope, uint64_t count, const LayerSpec& spec,
+                            HfModel* model) {
+  Kinds kinds;
+  kinds.source = scope.family().rule_text;
+  kinds.types.assign(count, LayerType::kFull);
+  BuildLayers(kinds, Spans(), spec, spec, model);
+  CheckForeignKeys(scope, kinds);
+}
+
 // The reader of the families whose rules are the data in families.h: one K/V shape for every
 // layer. Reads the model of `scope` into *model; the first failure is in the scope's Failure.
 inline void ReadStandard(const Scope& scope, HfModel* model) {
