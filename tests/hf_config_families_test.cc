@@ -411,6 +411,13 @@ TEST(HfConfigFamilies, MlaFamiliesPlanTheLatentOrTheExpandedHeads) {
   // LongCat-Flash: a cache slot for each of a decoder layer's two latent attentions; a file's
   // num_hidden_layers other than 2 x num_layers contradicts the model, which sets it so.
   EXPECT_EQ(Read("longcat_flash_tiny.json").layers.size(), 4u);
+  // LongCat-Flash-Lite's remote class extends LongcatFlashConfig: 3 decoder layers, 6 latent
+  // layers of 32 + 16, 327680 positions.
+  const HfModel lite = Read("longcat_flash_ngram_tiny.json");
+  EXPECT_EQ(lite.model_type, "longcat_flash_ngram");
+  EXPECT_EQ(lite.max_context, 327680u);
+  ASSERT_EQ(lite.layers.size(), 6u);
+  for (const LayerSpec& spec : lite.layers) EXPECT_EQ(spec.latent_dim, 48u);
   ExpectToolRefuses("bad/longcat_flash_hidden_layers.json",
                     "num_hidden_layers: 2 is set, but LongcatFlashConfig does not read it: the "
                     "model sets it to 2 x num_layers = 4");

@@ -334,7 +334,7 @@ REMOTE_CODE = {"kimi_k2": "deepseek_v3"}
 
 # Families of remote code only, which transformers 5.12 cannot read: kvring-plan reads them by
 # the checkpoints' own configuration and modeling code; their tests work each figure out by hand.
-REMOTE_ONLY = {"kimi_linear", "mimo_v2_flash", "minimax_m1"}
+REMOTE_ONLY = {"kimi_linear", "mimo_v2_flash", "minimax_m1", "longcat_flash_ngram"}
 
 
 def kvring_layers(binary, path, context=None):

@@ -107,6 +107,12 @@ inline constexpr Family kFamilies[] = {
      0, PatternRule::kAllFull, 0, 0, false, false, false, true,
      "two latent attentions a decoder layer (cache slots 2i and 2i + 1)", "sliding_window_pattern",
      15, Reader::kLongcatFlash},
+    // LongCat-Flash-Lite: remote code whose class extends transformers' LongcatFlashConfig (its
+    // n-gram embeddings change no attention).
+    {"longcat_flash_ngram", "LongcatFlashNgramConfig (remote code)", 131072, KvHeadsRule::kUnused,
+     0, HeadDimRule::kUnused, 0, PatternRule::kAllFull, 0, 0, false, false, false, true,
+     "two latent attentions a decoder layer (cache slots 2i and 2i + 1)", "sliding_window_pattern",
+     15, Reader::kLongcatFlash},
     // DeepSeek sparse attention (DSA): MLA with an indexer key per position (mla.h).
     {"deepseek_v32", "DeepseekV32Config", 163840, KvHeadsRule::kUnused, 0, HeadDimRule::kUnused, 0,
      PatternRule::kAllFull, 0, 0, false, false, false, true,

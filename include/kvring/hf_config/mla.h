@@ -52,6 +52,7 @@ inline constexpr MlaDefaults kMlaDefaults[] = {
     {"deepseek_v32", 512, 64, 128, 128, Indexers::kEveryLayer},
     {"glm_moe_dsa", 512, 64, 192, 256, Indexers::kPerLayerTypes},
     {"longcat_flash", 512, 64, 128, 128},
+    {"longcat_flash_ngram", 512, 64, 128, 128},
 };
 
 inline const MlaDefaults& FindMlaDefaults(const Family& family) {
@@ -176,7 +177,8 @@ inline void ReadMla(const Scope& scope, HfModel* model) {
   CheckForeignKeys(scope, header.kinds);
 }
 
-// Reads a LongCat-Flash model (longcat_flash) of `scope` into *model: num_layers decoder
+// Reads a LongCat-Flash model (longcat_flash; LongCat-Flash-Lite's longcat_flash_ngram, whose
+// remote class extends LongcatFlashConfig) of `scope` into *model: num_layers decoder
 // layers, each running two latent attentions, each with a cache slot of its own (transformers'
 // layer_idx 2i and 2i + 1: LongcatFlashModel sets num_hidden_layers to 2 x num_layers, so a
 // file's other num_hidden_layers is refused), so 2 x num_layers MLA layers in the order the
