@@ -250,7 +250,7 @@ const char* const kFamilies[] = {
     // GPT-style families (GPT-Neo's local layers slide), JetMoE, ModernBERT's decoder (global
     // and local layers), Chameleon and Aria.
     "gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt", "dbrx",
-    "falcon", "jetmoe", "modernbert-decoder", "chameleon", "aria_text",
+    "falcon", "xglm", "jetmoe", "modernbert-decoder", "chameleon", "aria_text",
     // Families whose every layer attends fully, and the text models of multimodal wrappers.
     "llama", "gemma", "olmo", "olmo2", "granite", "cohere", "glm", "glm4", "stablelm", "helium",
     "apertus", "arcee", "hunyuan_v1_dense", "jais2", "nanochat", "bitnet", "phi", "hyperclovax",

@@ -180,6 +180,8 @@ FAMILIES = {
     "falcon": dict(num_hidden_layers=2, new_decoder_architecture=True, num_kv_heads=2),
     "persimmon": dict(num_hidden_layers=2),
     "biogpt": dict(num_hidden_layers=2),
+    # XGLM: its attention computes inline (follow_inline_attention), queries scaled first.
+    "xglm": dict(num_hidden_layers=2),
     "dbrx": dict(num_hidden_layers=2,
                  attn_config={"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
                  ffn_config={"hidden_size": 64, "ffn_hidden_size": 64, "moe_num_experts": 2,
@@ -290,7 +292,11 @@ SDPA_MODULES = {"FalconAttention"}
 SDPA_FAMILIES = ("falcon", "nemotron")  # Nemotron: its NemotronSdpaAttention
 
 GPT_STYLE = ("gpt_neo", "gpt2", "gpt_bigcode", "gptj", "gpt_neox", "opt", "persimmon", "biogpt",
-             "dbrx", "codegen", "gpt-sw3", "gpt_neox_japanese", "modernbert-decoder", "falcon")
+             "dbrx", "codegen", "gpt-sw3", "gpt_neox_japanese", "modernbert-decoder", "falcon",
+             "xglm")
+# Attention modules that compute inline, with separate q, k, v and out projections and no
+# call a wrapper could take: followed through hooks on those projections.
+INLINE_MODULES = {"XGLMAttention"}
 
 
 class Capture:
@@ -378,6 +384,37 @@ class Capture:
                 for module in model.modules()
                 if type(module).__name__.endswith("Attention") and "cycle_offset" in
                 module.forward.__code__.co_varnames[:module.forward.__code__.co_argcount]]
+
+    def follow_inline_attention(self, model):
+        """For an attention module that computes inline (INLINE_MODULES): rounds its K and V
+        projections' outputs to BF16 (so that it attends what kvring stores), and records its
+        queries (q_proj's output, before the module multiplies it by its `scaling`), its K and V,
+        and its output (out_proj's input), keyed by the module's layer_idx."""
+        hooks = []
+        for module in model.modules():
+            if type(module).__name__ not in INLINE_MODULES:
+                continue
+            call = {"scale": float(module.scaling), "soft_cap": 0.0, "sinks": []}
+
+            def heads(x, module=module):  # [1][T][H x D] -> [T][H][D]
+                return x[0].reshape(x.shape[1], -1, module.head_dim)
+
+            def record(name, call=call, heads=heads):
+                def hook(projection, args, output):
+                    if name != "q":
+                        output = output.to(torch.bfloat16).to(output.dtype)
+                    call[name] = heads(output)
+                    return output
+                return hook
+
+            def finish(projection, args, module=module, call=call, heads=heads):
+                call["out"] = heads(args[0])
+                self.calls[module.layer_idx] = dict(call)
+            hooks += [module.q_proj.register_forward_hook(record("q")),
+                      module.k_proj.register_forward_hook(record("k")),
+                      module.v_proj.register_forward_hook(record("v")),
+                      module.out_proj.register_forward_pre_hook(finish)]
+        return hooks
 
     def wrap(self, eager):
         def capture(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -514,7 +551,7 @@ def run(model_type):
             return rounded
         hooks.append(attention.kv_a_layernorm.register_forward_hook(round_latent))
     hooks += (capture.follow_shared_blocks(model) + capture.follow_sdpa_modules(model) +
-              capture.follow_cycle_offsets(model))
+              capture.follow_cycle_offsets(model) + capture.follow_inline_attention(model))
     indexer_keys, unhook_indexers = capture_indexer_keys(model, modeling)
     eager = getattr(modeling, "eager_attention_forward", None)
     if eager is not None:
