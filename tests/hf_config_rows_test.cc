@@ -300,6 +300,10 @@ TEST(HfConfigWrappers, EachReadsTheDefaultFamilyOfItsClassWhenTextConfigNamesNon
   ExpectLayers("emu3_tiny.json", "emu3_text_model", 9216, "GG", 0, 2, 64);
   // Granite 4.0 Vision: its own Granite text model; KV heads 2 of 4, head_dim absent: 128 / 4.
   ExpectLayers("granite4_vision_tiny.json", "granite4_vision_text", 16384, "GG", 0, 2, 32);
+  // BLIP-2: OPT by default (a K and V head per query head, 256 / 4); InstructBLIP's file names
+  // Llama.
+  ExpectLayers("blip2_tiny.json", "opt", 2048, "GG", 0, 4, 64);
+  ExpectLayers("instructblip_tiny.json", "llama", 2048, "GG", 0, 4, 64);
 }
 
 TEST(HfConfigWrappers, EachReadsTheFamilyTextConfigNames) {
@@ -399,6 +403,8 @@ TEST(HfConfigWrappers, BadWrapperFilesAreRefusedNamingTheKey) {
   ExpectToolRefuses("bad/minicpmv4_6_untyped_text.json",
                     "text_config.model_type: is missing; minicpmv4_6 has no default language "
                     "model family: the file must name it");
+  ExpectToolRefuses("bad/blip2_t5_text.json",
+                    "text_config.model_type: 't5' (in blip-2) is not a family kvring-plan reads");
   ExpectToolRefuses(
       "bad/llava_unknown_text.json",
       "text_config.model_type: 'retnet' (in llava) is not a family kvring-plan reads");

@@ -118,6 +118,11 @@ inline constexpr Wrapper kWrappers[] = {
     {"qianfan_ocr", "qwen3", false, true},
     // Granite 4.0 Vision: its own Granite text model by default, any text family.
     {"granite4_vision", "granite4_vision_text", false, true},
+    // BLIP-2 and InstructBLIP: a Q-Former's query tokens before an OPT model by default, any
+    // text family (a T5 text_config is an encoder-decoder's, which kvring does not read).
+    {"blip-2", "opt", false, true},
+    {"instructblip", "opt", false, true},
+    {"instructblipvideo", "opt", false, true},
     // PaliGemma (1: gemma, 2: gemma2): its image and prompt prefix attends both ways.
     {"paligemma", "gemma", false, true, false, nullptr, nullptr, nullptr, true},
     // Fuyu: without text_config, its own top-level keys make a Persimmon model.
