@@ -219,18 +219,17 @@ inline void ReadGpt(const Scope& scope, HfModel* model) {
   CheckUnread(scope, "head_dim", head_dim,
               std::string("its heads are ") + hidden_key + " / " + heads_key + " = " +
                   std::to_string(head_dim) + " wide");
-  Kinds kinds;
-  if (gpt.local_layers) {
-    kinds = ReadGptNeoKinds(scope, num_layers);
-  } else {
-    kinds.source = scope.family().rule_text;
-    kinds.types.assign(num_layers, LayerType::kFull);
-  }
   if (scope.Failed()) return;
-  LayerSpec full =
+  const LayerSpec full =
       LayerSpec::Global(static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim));
+  if (!gpt.local_layers) {
+    BuildFullLayers(scope, num_layers, full, model);
+    return;
+  }
+  const Kinds kinds = ReadGptNeoKinds(scope, num_layers);
+  if (scope.Failed()) return;
   Spans spans;
-  if (gpt.local_layers) spans.window = scope.OrDefault("window_size", 256, 1, UINT64_MAX);
+  spans.window = scope.OrDefault("window_size", 256, 1, UINT64_MAX);
   if (scope.Failed()) return;
   BuildLayers(kinds, spans, full, full, model);
   CheckForeignKeys(scope, kinds);

@@ -251,7 +251,8 @@ inline void BuildLayers(const Kinds& kinds, const Spans& spans, const LayerSpec&
 
 // Builds `count` full layers of `spec` into *model by the family's rule (its row's rule_text),
 // then refuses the attention keys the family does not read (CheckForeignKeys): the end of the
-// readers whose every layer, or cache slot, attends fully (JetMoE, HRM-Text, LongCat-Flash).
+// readers whose every layer, or cache slot, attends fully (the GPT-style families but GPT-Neo,
+// JetMoE, HRM-Text, LongCat-Flash).
 inline void BuildFullLayers(const Scope& scope, uint64_t count, const LayerSpec& spec,
                             HfModel* model) {
   Kinds kinds;
