@@ -108,6 +108,7 @@ def build_layers(config_dict):
         raise RuntimeError(f"found {len(layers)} decoder layers, not {expected}")
     layer_types = getattr(text, "layer_types", None)
     facts = []
+    rwkv = None
     for i, layer in enumerate(layers):
         recurrent = getattr(layer, "linear_attn", None)
         if recurrent is not None:
@@ -138,7 +139,8 @@ def build_layers(config_dict):
             continue
         time_mix = getattr(layer, "attention", None)  # RWKV: RwkvModel's five state tensors
         if hasattr(time_mix, "time_decay"):
-            facts.append(rwkv_facts(text))
+            rwkv = rwkv or rwkv_facts(text)  # every block's alike: one forward for all
+            facts.append(dict(rwkv))
             continue
         temporal = getattr(layer, "temporal_block", None)  # RecurrentGemma: RG-LRU or attention
         if temporal is not None and hasattr(temporal, "rg_lru"):
